@@ -1,0 +1,27 @@
+//! Read access to a frame's bytes, implemented over packet memory by the XDP
+//! program and over byte slices on the host.
+
+use core::mem::size_of;
+
+/// Offsets past this are refused: no XDP buffer is longer, and a bounded
+/// offset is what lets the verifier accept variable-offset packet reads.
+pub const MAX_OFFSET: usize = 4096;
+
+/// A frame whose headers can be read at byte offsets.
+pub trait Frame {
+    /// The `T` stored at `off`, or `None` when the frame ends before it does.
+    /// `T` must be a plain header type, valid for any bytes.
+    fn header<T: Copy>(&self, off: usize) -> Option<T>;
+}
+
+impl Frame for [u8] {
+    #[inline]
+    fn header<T: Copy>(&self, off: usize) -> Option<T> {
+        if off > MAX_OFFSET || off + size_of::<T>() > self.len() {
+            return None;
+        }
+        // SAFETY: in bounds (checked above); callers only ask for plain header
+        // types, valid for any bit pattern; the read is unaligned.
+        Some(unsafe { core::ptr::read_unaligned(self.as_ptr().add(off).cast::<T>()) })
+    }
+}

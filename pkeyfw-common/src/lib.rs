@@ -1,0 +1,19 @@
+//! Types and rules shared by the pkeyfw XDP program and its userspace loader.
+//!
+//! Everything that decides a frame's fate lives here, once: [`parse`] classifies
+//! a frame, [`verdict`] applies the InfiniBand partition rules to it. The XDP
+//! program only supplies a [`Frame`] over packet memory and [`Tables`] over its
+//! BPF maps; the host supplies the same traits over byte slices and in-memory
+//! tables, so unit tests on the host exercise the very code the kernel runs.
+#![no_std]
+
+pub mod frame;
+pub mod maps;
+pub mod parse;
+pub mod pkey;
+pub mod reason;
+pub mod verdict;
+
+pub use frame::Frame;
+pub use reason::{Outcome, Reason};
+pub use verdict::{Tables, judge};

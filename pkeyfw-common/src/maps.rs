@@ -1,0 +1,170 @@
+//! The BPF maps' names, sizes and value layouts: the kernel/user ABI.
+//!
+//! A policy lives in one of two generations. Every QP-table, group and port
+//! entry is keyed by its generation, and `ACTIVE` names the generation the
+//! program reads. A new policy is written into the idle generation and made
+//! live by one write to `ACTIVE`, so each frame is judged wholly by one policy.
+
+/// Map names, as the loader finds them in the object.
+pub mod name {
+    pub const ACTIVE: &str = "ACTIVE";
+    pub const CONFIG: &str = "CONFIG";
+    pub const QPS: &str = "QPS";
+    pub const GROUPS: &str = "GROUPS";
+    pub const PORT_KEYS: &str = "PORT_KEYS";
+    pub const REASONS: &str = "REASONS";
+    pub const QP_STATS: &str = "QP_STATS";
+}
+
+/// Policy generations: the live one and the one being written.
+pub const GENERATIONS: u32 = 2;
+/// Partitions per generation in `PORT_KEYS` (15-bit key portions).
+pub const PARTITIONS: u32 = 1 << 15;
+/// Default capacity of the QP table (per generation) and of `QP_STATS`; the
+/// loader raises it to fit larger policies.
+pub const DEFAULT_QP_CAPACITY: u32 = 1 << 16;
+/// Capacity of the multicast group table, both generations together.
+pub const GROUP_CAPACITY: u32 = 1 << 12;
+
+/// Largest valid destination QPN; 0xFFFFFF is the multicast QPN.
+pub const QPN_MASK: u32 = 0x00ff_ffff;
+
+/// `QPS` key: a QPN (24 bits) in a generation (bit 24).
+#[inline(always)]
+pub const fn qp_key(generation: u32, qpn: u32) -> u32 {
+    (generation << 24) | (qpn & QPN_MASK)
+}
+
+/// `PORT_KEYS` index of a partition in a generation.
+#[inline(always)]
+pub const fn port_key_index(generation: u32, pkey: u16) -> u32 {
+    generation * PARTITIONS + crate::pkey::key(pkey) as u32
+}
+
+/// A QP's transport, numbered as the BTH opcode's top three bits.
+#[repr(u8)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum QpType {
+    Rc = 0,
+    Uc = 1,
+    Ud = 3,
+    Xrc = 5,
+}
+
+impl QpType {
+    pub const ALL: [QpType; 4] = [QpType::Rc, QpType::Uc, QpType::Ud, QpType::Xrc];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            QpType::Rc => "rc",
+            QpType::Uc => "uc",
+            QpType::Ud => "ud",
+            QpType::Xrc => "xrc",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<QpType> {
+        Self::ALL.into_iter().find(|t| t.name() == name)
+    }
+}
+
+/// What happens to RoCE frames for a QP (or group) the policy does not know.
+#[repr(u8)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum UnknownQp {
+    /// Pass if the P_Key matches the port's default P_Key (index 0), else drop
+    /// as a P_Key violation: what a port with only its default entry would do.
+    #[default]
+    DefaultPkey = 0,
+    Drop = 1,
+    Pass = 2,
+}
+
+impl UnknownQp {
+    pub const ALL: [UnknownQp; 3] = [UnknownQp::DefaultPkey, UnknownQp::Drop, UnknownQp::Pass];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            UnknownQp::DefaultPkey => "default-pkey",
+            UnknownQp::Drop => "drop",
+            UnknownQp::Pass => "pass",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<UnknownQp> {
+        Self::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// Decodes the config byte; an unknown value fails closed.
+    #[inline(always)]
+    pub const fn from_u8(v: u8) -> UnknownQp {
+        match v {
+            0 => UnknownQp::DefaultPkey,
+            2 => UnknownQp::Pass,
+            _ => UnknownQp::Drop,
+        }
+    }
+}
+
+/// `CONFIG[generation]`: the policy's global settings.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub struct Config {
+    /// The port's P_Key table index 0.
+    pub default_pkey: u16,
+    /// An [`UnknownQp`] as u8.
+    pub unknown_qp: u8,
+    /// Non-zero: count drops but pass them.
+    pub monitor: u8,
+}
+
+/// `QPS` value: the receiving QP as the policy binds it.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct QpEntry {
+    /// Required Q_Key (UD only).
+    pub qkey: u32,
+    /// Index into `QP_STATS`; stable for a QPN across reloads.
+    pub slot: u32,
+    pub pkey: u16,
+    /// A [`QpType`] as u8.
+    pub qp_type: u8,
+    pub _pad: u8,
+}
+
+/// `GROUPS` key: a multicast destination (IPv4 as v4-mapped IPv6) in a generation.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupKey {
+    pub generation: u32,
+    pub addr: [u8; 16],
+}
+
+/// `GROUPS` value.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct GroupEntry {
+    pub qkey: u32,
+    pub pkey: u16,
+    pub _pad: u16,
+}
+
+/// `QP_STATS[slot]`: frames judged by one QP-table entry. Updated atomically
+/// (not per-CPU) so that a million QPs cost 16 bytes each, not 16 per CPU.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub struct QpStats {
+    pub passed: u64,
+    pub dropped: u64,
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: plain `repr(C)` data with no padding bytes left uninitialised by
+    // construction (explicit `_pad` fields), valid for any bit pattern.
+    unsafe impl aya::Pod for super::Config {}
+    unsafe impl aya::Pod for super::QpEntry {}
+    unsafe impl aya::Pod for super::GroupKey {}
+    unsafe impl aya::Pod for super::GroupEntry {}
+    unsafe impl aya::Pod for super::QpStats {}
+}

@@ -1,0 +1,316 @@
+//! Classification of an ingress frame: is it RoCE, and if so, what the
+//! partition check needs from it (BTH, DETH, destination address).
+//!
+//! Anything that is or could be RoCE but cannot be read safely is
+//! [`Parsed::Malformed`]: the filter fails closed.
+
+use network_types::{
+    eth::EthHdr,
+    ip::{Ipv4Hdr, Ipv6Hdr},
+    udp::UdpHdr,
+    vlan::VlanHdr,
+};
+
+use crate::frame::Frame;
+
+/// EtherTypes, in host order.
+pub mod ethertype {
+    pub const IPV4: u16 = 0x0800;
+    pub const IPV6: u16 = 0x86dd;
+    pub const VLAN: u16 = 0x8100;
+    pub const QINQ: u16 = 0x88a8;
+    /// RoCE v1: GRH + BTH directly over Ethernet.
+    pub const ROCE_V1: u16 = 0x8915;
+}
+
+/// IP protocol / IPv6 next-header numbers the parser acts on.
+pub mod proto {
+    pub const HOP_BY_HOP: u8 = 0;
+    pub const UDP: u8 = 17;
+    /// The GRH's next header for a BTH (RoCE v1).
+    pub const IBA_BTH: u8 = 0x1b;
+    pub const ROUTING: u8 = 43;
+    pub const FRAGMENT: u8 = 44;
+    pub const AH: u8 = 51;
+    pub const DEST_OPTS: u8 = 60;
+}
+
+/// UDP destination port of RoCE v2.
+pub const ROCE_V2_PORT: u16 = 4791;
+/// VLAN tags accepted in front of the network header; one more is malformed.
+pub const MAX_VLAN_TAGS: usize = 2;
+/// IPv6 extension headers followed; a longer chain is malformed.
+pub const MAX_IPV6_EXT: usize = 4;
+
+/// Base Transport Header (IBA 9.2), 12 bytes.
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct Bth {
+    pub opcode: u8,
+    /// SE, M, PadCnt(2), TVer(4).
+    pub flags: u8,
+    pub pkey: [u8; 2],
+    /// FECN/BECN + reserved.
+    pub resv: u8,
+    pub dest_qp: [u8; 3],
+    /// AckReq + reserved, then PSN.
+    pub psn: [u8; 4],
+}
+
+impl Bth {
+    pub const LEN: usize = 12;
+
+    pub const fn tver(&self) -> u8 {
+        self.flags & 0x0f
+    }
+    pub const fn pkey(&self) -> u16 {
+        u16::from_be_bytes(self.pkey)
+    }
+    pub const fn dest_qp(&self) -> u32 {
+        u32::from_be_bytes([0, self.dest_qp[0], self.dest_qp[1], self.dest_qp[2]])
+    }
+}
+
+/// Datagram Extended Transport Header (UD), 8 bytes.
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct Deth {
+    pub qkey: [u8; 4],
+    pub resv: u8,
+    pub src_qp: [u8; 3],
+}
+
+impl Deth {
+    pub const LEN: usize = 8;
+
+    pub const fn qkey(&self) -> u32 {
+        u32::from_be_bytes(self.qkey)
+    }
+}
+
+/// Transport of a BTH opcode (its top three bits), as far as RoCE uses it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Rc,
+    Uc,
+    Ud,
+    Xrc,
+    /// RoCE v2 Congestion Notification Packet (opcode 0x81).
+    Cnp,
+}
+
+/// Opcode class values (opcode & 0xE0).
+pub mod opcode {
+    pub const CLASS_MASK: u8 = 0xe0;
+    pub const RC: u8 = 0x00;
+    pub const UC: u8 = 0x20;
+    pub const RD: u8 = 0x40;
+    pub const UD: u8 = 0x60;
+    pub const CNP_CLASS: u8 = 0x80;
+    pub const XRC: u8 = 0xa0;
+    pub const UD_SEND_ONLY: u8 = 0x64;
+    pub const UD_SEND_ONLY_IMM: u8 = 0x65;
+    pub const CNP: u8 = 0x81;
+}
+
+impl Transport {
+    /// The transport of `op`, or `None` for opcodes no RoCE stack sends:
+    /// RD, UD codes other than SEND_ONLY(_IMM), 0x80-0x9F but CNP, 0xC0-0xFF.
+    #[inline(always)]
+    pub const fn of(op: u8) -> Option<Transport> {
+        match op & opcode::CLASS_MASK {
+            opcode::RC => Some(Transport::Rc),
+            opcode::UC => Some(Transport::Uc),
+            opcode::XRC => Some(Transport::Xrc),
+            opcode::UD if op == opcode::UD_SEND_ONLY || op == opcode::UD_SEND_ONLY_IMM => {
+                Some(Transport::Ud)
+            }
+            opcode::CNP_CLASS if op == opcode::CNP => Some(Transport::Cnp),
+            _ => None,
+        }
+    }
+
+    /// The [`QpType`](crate::maps::QpType) code of a QP that receives this
+    /// transport; CNP has none (every QP type accepts it).
+    #[inline(always)]
+    pub const fn qp_type(self) -> Option<u8> {
+        match self {
+            Transport::Rc => Some(crate::maps::QpType::Rc as u8),
+            Transport::Uc => Some(crate::maps::QpType::Uc as u8),
+            Transport::Ud => Some(crate::maps::QpType::Ud as u8),
+            Transport::Xrc => Some(crate::maps::QpType::Xrc as u8),
+            Transport::Cnp => None,
+        }
+    }
+}
+
+/// Where the destination address of a RoCE frame is, to find a multicast
+/// group: read only when the destination QP is the multicast QPN.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum DstAddr {
+    /// IPv4 destination; groups key it as v4-mapped IPv6.
+    V4([u8; 4]),
+    /// Offset of a 16-byte IPv6 destination or RoCE v1 DGID.
+    V6At(usize),
+}
+
+/// The fields of a RoCE frame the verdict needs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Roce {
+    pub transport: Transport,
+    pub pkey: u16,
+    pub dest_qp: u32,
+    /// The DETH Q_Key, for UD.
+    pub qkey: u32,
+    pub dst: DstAddr,
+}
+
+/// A classified frame.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Parsed {
+    NotRoce,
+    Malformed,
+    Roce(Roce),
+}
+
+/// Early exit from parsing with a final classification.
+macro_rules! header_or {
+    ($frame:expr, $ty:ty, $off:expr, $else:expr) => {
+        match $frame.header::<$ty>($off) {
+            Some(h) => h,
+            None => return $else,
+        }
+    };
+}
+
+#[inline(always)]
+const fn be16(b: [u8; 2]) -> u16 {
+    u16::from_be_bytes(b)
+}
+
+/// Classifies a frame that starts with its Ethernet header.
+#[inline(always)]
+pub fn classify<F: Frame + ?Sized>(frame: &F) -> Parsed {
+    let eth = header_or!(frame, EthHdr, 0, Parsed::Malformed);
+    let mut ether_type = u16::from_be(eth.ether_type);
+    let mut off = EthHdr::LEN;
+    let mut tags = 0;
+    while ether_type == ethertype::VLAN || ether_type == ethertype::QINQ {
+        if tags == MAX_VLAN_TAGS {
+            return Parsed::Malformed;
+        }
+        let tag = header_or!(frame, VlanHdr, off, Parsed::Malformed);
+        ether_type = u16::from_be(tag.ether_type);
+        off += VlanHdr::LEN;
+        tags += 1;
+    }
+    match ether_type {
+        ethertype::IPV4 => ipv4(frame, off),
+        ethertype::IPV6 => ipv6(frame, off),
+        ethertype::ROCE_V1 => roce_v1(frame, off),
+        _ => Parsed::NotRoce,
+    }
+}
+
+#[inline(always)]
+fn ipv4<F: Frame + ?Sized>(frame: &F, off: usize) -> Parsed {
+    let ip = header_or!(frame, Ipv4Hdr, off, Parsed::Malformed);
+    let ihl = ip.ihl() as usize;
+    if ip.version() != 4 || ihl < Ipv4Hdr::LEN {
+        return Parsed::Malformed;
+    }
+    if ip.frag_offset() != 0 || ip.proto != proto::UDP {
+        return Parsed::NotRoce;
+    }
+    // More Fragments: a first fragment, which the kernel would reassemble.
+    let first_fragment = ip.frag_flags() & 0b001 != 0;
+    udp(frame, off + ihl, first_fragment, DstAddr::V4(ip.dst_addr))
+}
+
+#[inline(always)]
+fn ipv6<F: Frame + ?Sized>(frame: &F, off: usize) -> Parsed {
+    let ip = header_or!(frame, Ipv6Hdr, off, Parsed::Malformed);
+    if ip.version() != 6 {
+        return Parsed::Malformed;
+    }
+    let dst = DstAddr::V6At(off + 16 + 8);
+    let mut next = ip.next_hdr;
+    let mut off = off + Ipv6Hdr::LEN;
+    let mut fragment = false;
+    let mut seen = 0;
+    loop {
+        let len = match next {
+            proto::UDP => return udp(frame, off, fragment, dst),
+            proto::HOP_BY_HOP | proto::ROUTING | proto::DEST_OPTS | proto::AH | proto::FRAGMENT => {
+                if seen == MAX_IPV6_EXT {
+                    return Parsed::Malformed;
+                }
+                seen += 1;
+                // Next header, length, and (for a fragment header) the offset.
+                let ext = header_or!(frame, [u8; 4], off, Parsed::Malformed);
+                let len = match next {
+                    proto::FRAGMENT => {
+                        if be16([ext[2], ext[3]]) >> 3 != 0 {
+                            // Not the first fragment: no UDP header to see.
+                            return Parsed::NotRoce;
+                        }
+                        fragment = true;
+                        8
+                    }
+                    proto::AH => (ext[1] as usize + 2) * 4,
+                    _ => (ext[1] as usize + 1) * 8,
+                };
+                next = ext[0];
+                len
+            }
+            _ => return Parsed::NotRoce,
+        };
+        off += len;
+    }
+}
+
+#[inline(always)]
+fn udp<F: Frame + ?Sized>(frame: &F, off: usize, fragment: bool, dst: DstAddr) -> Parsed {
+    let udp = header_or!(frame, UdpHdr, off, Parsed::Malformed);
+    if be16(udp.dst) != ROCE_V2_PORT {
+        return Parsed::NotRoce;
+    }
+    if fragment {
+        // RoCE is never fragmented; reassembly would happen after XDP.
+        return Parsed::Malformed;
+    }
+    bth(frame, off + UdpHdr::LEN, dst)
+}
+
+#[inline(always)]
+fn roce_v1<F: Frame + ?Sized>(frame: &F, off: usize) -> Parsed {
+    // The GRH has the IPv6 header's layout.
+    let grh = header_or!(frame, Ipv6Hdr, off, Parsed::Malformed);
+    if grh.next_hdr != proto::IBA_BTH {
+        return Parsed::Malformed;
+    }
+    bth(frame, off + Ipv6Hdr::LEN, DstAddr::V6At(off + 24))
+}
+
+#[inline(always)]
+fn bth<F: Frame + ?Sized>(frame: &F, off: usize, dst: DstAddr) -> Parsed {
+    let bth = header_or!(frame, Bth, off, Parsed::Malformed);
+    if bth.tver() != 0 {
+        return Parsed::Malformed;
+    }
+    let Some(transport) = Transport::of(bth.opcode) else {
+        return Parsed::Malformed;
+    };
+    let qkey = if transport == Transport::Ud {
+        header_or!(frame, Deth, off + Bth::LEN, Parsed::Malformed).qkey()
+    } else {
+        0
+    };
+    Parsed::Roce(Roce {
+        transport,
+        pkey: bth.pkey(),
+        dest_qp: bth.dest_qp(),
+        qkey,
+        dst,
+    })
+}

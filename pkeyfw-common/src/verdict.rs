@@ -1,0 +1,127 @@
+//! The partition verdict (IBA 10.9, seeds 000-003) for a classified frame.
+
+use crate::{
+    frame::Frame,
+    maps::{Config, GroupEntry, QpEntry, UnknownQp},
+    parse::{self, DstAddr, Parsed, Roce, Transport},
+    pkey,
+    reason::{Outcome, Reason},
+};
+
+/// QP0: the Subnet Management Interface.
+pub const SMI_QPN: u32 = 0;
+/// QP1: the General Services Interface.
+pub const GSI_QPN: u32 = 1;
+/// The multicast destination QPN.
+pub const MULTICAST_QPN: u32 = 0x00ff_ffff;
+/// The well-known management Q_Key that QP1 requires (seed 003).
+pub const GSI_QKEY: u32 = 0x8001_0000;
+
+/// The policy as the verdict reads it: BPF maps in the kernel, in-memory
+/// tables on the host. Lookups are in the generation the caller chose.
+pub trait Tables {
+    /// The QP-table entry for a destination QPN.
+    fn qp(&self, qpn: u32) -> Option<QpEntry>;
+    /// The multicast group with this destination (IPv4 as v4-mapped IPv6).
+    fn group(&self, addr: &[u8; 16]) -> Option<GroupEntry>;
+    /// The port-table membership flags ([`pkey::port`]) of a partition.
+    fn port_flags(&self, key: u16) -> u8;
+}
+
+/// Judges one frame: classification, then the partition rules, then monitor mode.
+#[inline(always)]
+pub fn judge<F: Frame + ?Sized, T: Tables>(frame: &F, tables: &T, config: &Config) -> Outcome {
+    let (reason, pass, qp_slot) = match parse::classify(frame) {
+        Parsed::NotRoce => (Reason::NotRoce, true, None),
+        Parsed::Malformed => (Reason::Malformed, false, None),
+        Parsed::Roce(roce) => decide(frame, &roce, tables, config),
+    };
+    Outcome {
+        reason,
+        pass: pass || config.monitor != 0,
+        qp_slot,
+    }
+}
+
+/// Verdict on a RoCE frame: reason, pass, and the QP-table slot that judged it.
+#[inline(always)]
+fn decide<F: Frame + ?Sized, T: Tables>(
+    frame: &F,
+    roce: &Roce,
+    tables: &T,
+    config: &Config,
+) -> (Reason, bool, Option<u32>) {
+    let ud = roce.transport == Transport::Ud;
+    let reason = match roce.dest_qp {
+        // QP0 is a member of every partition and checks no P_Key.
+        SMI_QPN => return (Reason::Smi, true, None),
+        // QP1 accepts a P_Key matching any entry of the port's table.
+        GSI_QPN => check(
+            ud,
+            pkey::port::matches(roce.pkey, tables.port_flags(pkey::key(roce.pkey))),
+            roce.qkey == GSI_QKEY,
+        ),
+        MULTICAST_QPN => match group_of(frame, roce.dst).and_then(|a| tables.group(&a)) {
+            Some(g) => check(ud, pkey::matches(roce.pkey, g.pkey), roce.qkey == g.qkey),
+            None => return unknown(roce.pkey, config),
+        },
+        qpn => match tables.qp(qpn) {
+            Some(qp) => {
+                let reason = check(
+                    match roce.transport.qp_type() {
+                        Some(t) => t == qp.qp_type,
+                        None => true, // CNP: any QP type
+                    },
+                    pkey::matches(roce.pkey, qp.pkey),
+                    // A CNP carries no DETH: only UD frames have a Q_Key to check.
+                    !ud || roce.qkey == qp.qkey,
+                );
+                return (reason, reason == Reason::Ok, Some(qp.slot));
+            }
+            None => return unknown(roce.pkey, config),
+        },
+    };
+    (reason, reason == Reason::Ok, None)
+}
+
+/// The receive checks in IBA order: transport, then P_Key, then Q_Key.
+#[inline(always)]
+fn check(transport_ok: bool, pkey_ok: bool, qkey_ok: bool) -> Reason {
+    if !transport_ok {
+        Reason::OpcodeMismatch
+    } else if !pkey_ok {
+        Reason::PkeyViolation
+    } else if !qkey_ok {
+        Reason::QkeyViolation
+    } else {
+        Reason::Ok
+    }
+}
+
+/// The policy's rule for a QP or group it does not know.
+#[inline(always)]
+fn unknown(frame_pkey: u16, config: &Config) -> (Reason, bool, Option<u32>) {
+    match UnknownQp::from_u8(config.unknown_qp) {
+        UnknownQp::DefaultPkey if pkey::matches(frame_pkey, config.default_pkey) => {
+            (Reason::UnknownQp, true, None)
+        }
+        UnknownQp::DefaultPkey => (Reason::PkeyViolation, false, None),
+        UnknownQp::Drop => (Reason::UnknownQp, false, None),
+        UnknownQp::Pass => (Reason::UnknownQp, true, None),
+    }
+}
+
+/// The group key of a destination: IPv6 or DGID as is, IPv4 v4-mapped.
+#[inline(always)]
+fn group_of<F: Frame + ?Sized>(frame: &F, dst: DstAddr) -> Option<[u8; 16]> {
+    match dst {
+        DstAddr::V4(a) => Some(v4_mapped(a)),
+        DstAddr::V6At(off) => frame.header::<[u8; 16]>(off),
+    }
+}
+
+/// `::ffff:a.b.c.d`.
+#[inline(always)]
+pub const fn v4_mapped(a: [u8; 4]) -> [u8; 16] {
+    [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a[0], a[1], a[2], a[3]]
+}

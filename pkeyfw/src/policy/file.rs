@@ -1,0 +1,390 @@
+//! The TOML policy file: serde shapes with spans, then validation into a
+//! [`Policy`]. Every refusal names the file, line, column and field.
+
+use std::{
+    collections::BTreeMap,
+    net::IpAddr,
+    ops::Range,
+    path::Path,
+};
+
+use pkeyfw_common::{
+    maps::{QpType, UnknownQp},
+    pkey,
+    verdict::MULTICAST_QPN,
+};
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{Group, Policy, PolicyError, QpRule, error::position};
+
+/// Largest P_Key table a port can have (IBA: 32K entries).
+const MAX_PKEYS: usize = 1 << 15;
+/// Smallest QPN a policy can bind: QP0 and QP1 have fixed rules.
+const MIN_QPN: u32 = 2;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    port: Option<Spanned<RawPort>>,
+    enforcement: Option<RawEnforcement>,
+    #[serde(default)]
+    qp: Vec<Spanned<RawQp>>,
+    #[serde(default)]
+    group: Vec<Spanned<RawGroup>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPort {
+    pkeys: Option<Spanned<Vec<Spanned<i64>>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEnforcement {
+    mode: Option<Spanned<String>>,
+    unknown_qp: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQp {
+    qpn: Option<Spanned<i64>>,
+    #[serde(rename = "type")]
+    qp_type: Option<Spanned<String>>,
+    pkey: Option<Spanned<i64>>,
+    pkey_index: Option<Spanned<i64>>,
+    qkey: Option<Spanned<i64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGroup {
+    addr: Option<Spanned<String>>,
+    pkey: Option<Spanned<i64>>,
+    pkey_index: Option<Spanned<i64>>,
+    qkey: Option<Spanned<i64>>,
+}
+
+/// Validation context: the file, for error positions.
+struct Ctx<'a> {
+    path: &'a Path,
+    text: &'a str,
+}
+
+impl Ctx<'_> {
+    fn err(&self, span: Range<usize>, field: &str, message: impl Into<String>) -> PolicyError {
+        PolicyError::at(self.path, self.text, span.start, field, message.into())
+    }
+
+    /// A required field, or an error at the enclosing table.
+    fn need<'v, T>(
+        &self,
+        value: &'v Option<Spanned<T>>,
+        table: Range<usize>,
+        field: &str,
+        expected: &str,
+    ) -> Result<&'v Spanned<T>, PolicyError> {
+        value
+            .as_ref()
+            .ok_or_else(|| self.err(table, field, format!("missing; expected {expected}")))
+    }
+
+    /// An integer field that must lie in `range`.
+    fn int(&self, v: &Spanned<i64>, field: &str, max: u64, what: &str) -> Result<u64, PolicyError> {
+        u64::try_from(*v.get_ref())
+            .ok()
+            .filter(|&n| n <= max)
+            .ok_or_else(|| {
+                self.err(
+                    v.span(),
+                    field,
+                    format!("{} is out of range; expected {what}", v.get_ref()),
+                )
+            })
+    }
+
+    fn pkey(&self, v: &Spanned<i64>, field: &str) -> Result<u16, PolicyError> {
+        let p = self.int(v, field, 0xffff, "a 16-bit P_Key such as 0x8001")? as u16;
+        if !pkey::is_valid(p) {
+            return Err(self.err(
+                v.span(),
+                field,
+                format!("{p:#06x} has key portion 0 (the invalid P_Key); expected a partition in 0x0001..=0x7fff"),
+            ));
+        }
+        Ok(p)
+    }
+
+    fn qkey(&self, v: &Spanned<i64>, field: &str) -> Result<u32, PolicyError> {
+        Ok(self.int(v, field, u32::MAX.into(), "a 32-bit Q_Key such as 0x11111111")? as u32)
+    }
+
+    /// `pkey` or `pkey_index`, either way an entry of the port's table.
+    fn binding(
+        &self,
+        pkeys: &[u16],
+        pkey: &Option<Spanned<i64>>,
+        index: &Option<Spanned<i64>>,
+        table: Range<usize>,
+        field: &str,
+    ) -> Result<u16, PolicyError> {
+        match (pkey, index) {
+            (Some(_), Some(i)) => Err(self.err(
+                i.span(),
+                &format!("{field}.pkey_index"),
+                "given together with `pkey`; expected one of the two",
+            )),
+            (None, None) => Err(self.err(
+                table,
+                &format!("{field}.pkey"),
+                "missing; expected `pkey` (a value of [port].pkeys) or `pkey_index`",
+            )),
+            (Some(p), None) => {
+                let name = format!("{field}.pkey");
+                let value = self.pkey(p, &name)?;
+                if pkeys.contains(&value) {
+                    Ok(value)
+                } else {
+                    Err(self.err(
+                        p.span(),
+                        &name,
+                        format!("{value:#06x} is not in [port].pkeys {}", hex_list(pkeys)),
+                    ))
+                }
+            }
+            (None, Some(i)) => {
+                let name = format!("{field}.pkey_index");
+                let last = pkeys.len() - 1;
+                let at = self.int(i, &name, last as u64, &format!("an index in 0..={last}"))?;
+                Ok(pkeys[at as usize])
+            }
+        }
+    }
+}
+
+fn hex_list(pkeys: &[u16]) -> String {
+    let items: Vec<String> = pkeys.iter().map(|p| format!("{p:#06x}")).collect();
+    format!("[{}]", items.join(", "))
+}
+
+pub(super) fn parse(path: &Path, text: &str) -> Result<Policy, PolicyError> {
+    let raw: RawPolicy = toml::from_str(text).map_err(|e| {
+        let at = e.span().map_or(0, |s| s.start);
+        PolicyError::at(path, text, at, "", e.message().trim_end().to_string())
+    })?;
+    let cx = Ctx { path, text };
+
+    let port = raw
+        .port
+        .as_ref()
+        .ok_or_else(|| cx.err(0..0, "port", "missing; expected a [port] table with `pkeys`"))?;
+    let pkeys = port_pkeys(&cx, port)?;
+
+    let (monitor, unknown_qp) = enforcement(&cx, raw.enforcement.as_ref())?;
+
+    let mut qps = BTreeMap::new();
+    let mut first_line = BTreeMap::new();
+    for (i, q) in raw.qp.iter().enumerate() {
+        let field = format!("qp[{i}]");
+        let (qpn, rule) = qp(&cx, &pkeys, q, &field)?;
+        let (line, _) = position(text, q.span().start);
+        if let Some(first) = first_line.insert(qpn, line) {
+            return Err(cx.err(
+                q.get_ref().qpn.as_ref().map_or(q.span(), Spanned::span),
+                &format!("{field}.qpn"),
+                format!("QPN {qpn:#x} is already bound at line {first}; expected each QPN once"),
+            ));
+        }
+        qps.insert(qpn, rule);
+    }
+
+    let mut groups = BTreeMap::new();
+    for (i, g) in raw.group.iter().enumerate() {
+        let field = format!("group[{i}]");
+        let group = group(&cx, &pkeys, g, &field)?;
+        let key = Group::key_addr(group.addr);
+        if groups.insert(key, group).is_some() {
+            let addr = g.get_ref().addr.as_ref().map_or(g.span(), Spanned::span);
+            return Err(cx.err(
+                addr,
+                &format!("{field}.addr"),
+                format!("group {} is defined twice", group.addr),
+            ));
+        }
+    }
+
+    Ok(Policy {
+        pkeys,
+        monitor,
+        unknown_qp,
+        qps,
+        groups,
+    })
+}
+
+fn port_pkeys(cx: &Ctx, port: &Spanned<RawPort>) -> Result<Vec<u16>, PolicyError> {
+    let list = cx.need(
+        &port.get_ref().pkeys,
+        port.span(),
+        "port.pkeys",
+        "the port's P_Key table, e.g. pkeys = [0xffff, 0x8001]",
+    )?;
+    if list.get_ref().is_empty() {
+        return Err(cx.err(
+            list.span(),
+            "port.pkeys",
+            "is empty; expected at least the default P_Key (index 0)",
+        ));
+    }
+    if list.get_ref().len() > MAX_PKEYS {
+        return Err(cx.err(
+            list.span(),
+            "port.pkeys",
+            format!("has {} entries; a port holds at most {MAX_PKEYS}", list.get_ref().len()),
+        ));
+    }
+    let mut pkeys = Vec::with_capacity(list.get_ref().len());
+    for (i, v) in list.get_ref().iter().enumerate() {
+        let field = format!("port.pkeys[{i}]");
+        let p = cx.pkey(v, &field)?;
+        if let Some(first) = pkeys.iter().position(|&q| q == p) {
+            return Err(cx.err(
+                v.span(),
+                &field,
+                format!("{p:#06x} repeats index {first}; expected each P_Key once"),
+            ));
+        }
+        pkeys.push(p);
+    }
+    Ok(pkeys)
+}
+
+fn enforcement(cx: &Ctx, e: Option<&RawEnforcement>) -> Result<(bool, UnknownQp), PolicyError> {
+    let Some(e) = e else {
+        return Ok((false, UnknownQp::default()));
+    };
+    let monitor = match &e.mode {
+        None => false,
+        Some(m) => match m.get_ref().as_str() {
+            "enforce" => false,
+            "monitor" => true,
+            other => {
+                return Err(cx.err(
+                    m.span(),
+                    "enforcement.mode",
+                    format!("`{other}` is not a mode; expected \"enforce\" or \"monitor\""),
+                ));
+            }
+        },
+    };
+    let unknown_qp = match &e.unknown_qp {
+        None => UnknownQp::default(),
+        Some(u) => UnknownQp::from_name(u.get_ref()).ok_or_else(|| {
+            cx.err(
+                u.span(),
+                "enforcement.unknown_qp",
+                format!(
+                    "`{}` is not a rule; expected \"default-pkey\", \"drop\" or \"pass\"",
+                    u.get_ref()
+                ),
+            )
+        })?,
+    };
+    Ok((monitor, unknown_qp))
+}
+
+fn qp(
+    cx: &Ctx,
+    pkeys: &[u16],
+    q: &Spanned<RawQp>,
+    field: &str,
+) -> Result<(u32, QpRule), PolicyError> {
+    let raw = q.get_ref();
+    let qpn_field = format!("{field}.qpn");
+    let qpn = cx.need(&raw.qpn, q.span(), &qpn_field, "a QPN in 0x2..=0xfffffe")?;
+    let qpn = u32::try_from(*qpn.get_ref())
+        .ok()
+        .filter(|n| (MIN_QPN..MULTICAST_QPN).contains(n))
+        .ok_or_else(|| {
+            cx.err(
+                qpn.span(),
+                &qpn_field,
+                format!(
+                    "{} is out of range; expected a QPN in 0x2..=0xfffffe (QP0, QP1 and the multicast QPN have fixed rules)",
+                    qpn.get_ref()
+                ),
+            )
+        })?;
+
+    let type_field = format!("{field}.type");
+    let t = cx.need(&raw.qp_type, q.span(), &type_field, "\"rc\", \"uc\", \"ud\" or \"xrc\"")?;
+    let qp_type = QpType::from_name(t.get_ref()).ok_or_else(|| {
+        cx.err(
+            t.span(),
+            &type_field,
+            format!("`{}` is not a QP type; expected \"rc\", \"uc\", \"ud\" or \"xrc\"", t.get_ref()),
+        )
+    })?;
+
+    let pkey = cx.binding(pkeys, &raw.pkey, &raw.pkey_index, q.span(), field)?;
+
+    let qkey_field = format!("{field}.qkey");
+    let qkey = match (&raw.qkey, qp_type) {
+        (Some(k), QpType::Ud) => Some(cx.qkey(k, &qkey_field)?),
+        (None, QpType::Ud) => {
+            return Err(cx.err(
+                q.span(),
+                &qkey_field,
+                "missing; a UD QP needs the Q_Key it accepts",
+            ));
+        }
+        (Some(k), other) => {
+            return Err(cx.err(
+                k.span(),
+                &qkey_field,
+                format!("given for a {} QP; only UD QPs have a Q_Key", other.name()),
+            ));
+        }
+        (None, _) => None,
+    };
+    Ok((
+        qpn,
+        QpRule {
+            qp_type,
+            pkey,
+            qkey,
+        },
+    ))
+}
+
+fn group(
+    cx: &Ctx,
+    pkeys: &[u16],
+    g: &Spanned<RawGroup>,
+    field: &str,
+) -> Result<Group, PolicyError> {
+    let raw = g.get_ref();
+    let addr_field = format!("{field}.addr");
+    let a = cx.need(&raw.addr, g.span(), &addr_field, "a multicast IPv6 or IPv4 address")?;
+    let addr: IpAddr = a.get_ref().parse().map_err(|_| {
+        cx.err(
+            a.span(),
+            &addr_field,
+            format!("`{}` is not an IP address; expected a multicast IPv6 or IPv4 address", a.get_ref()),
+        )
+    })?;
+    if !addr.is_multicast() {
+        return Err(cx.err(
+            a.span(),
+            &addr_field,
+            format!("{addr} is not multicast; expected ff00::/8 or 224.0.0.0/4"),
+        ));
+    }
+    let pkey = cx.binding(pkeys, &raw.pkey, &raw.pkey_index, g.span(), field)?;
+    let qkey_field = format!("{field}.qkey");
+    let qkey = cx.need(&raw.qkey, g.span(), &qkey_field, "the group's 32-bit Q_Key")?;
+    let qkey = cx.qkey(qkey, &qkey_field)?;
+    Ok(Group { addr, pkey, qkey })
+}

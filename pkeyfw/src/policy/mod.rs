@@ -1,0 +1,132 @@
+//! Partition policy: this port's P_Key table, the QPs and multicast groups it
+//! binds, and how to treat what it does not know. Parsed and fully validated
+//! before anything touches the kernel.
+
+mod error;
+mod file;
+
+use std::{collections::BTreeMap, net::IpAddr, path::Path};
+
+use pkeyfw_common::{
+    Tables,
+    maps::{Config, GroupEntry, QpEntry, QpType, UnknownQp},
+    pkey,
+    verdict::v4_mapped,
+};
+
+pub use error::PolicyError;
+
+/// A validated policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// The port's P_Key table; index 0 is the default P_Key.
+    pub pkeys: Vec<u16>,
+    /// Count drops but pass them.
+    pub monitor: bool,
+    pub unknown_qp: UnknownQp,
+    /// Receiving QPs by QPN.
+    pub qps: BTreeMap<u32, QpRule>,
+    /// Multicast groups by destination address (IPv4 as v4-mapped IPv6).
+    pub groups: BTreeMap<[u8; 16], Group>,
+}
+
+/// A QP bound to a partition.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct QpRule {
+    pub qp_type: QpType,
+    pub pkey: u16,
+    /// Required Q_Key; UD only.
+    pub qkey: Option<u32>,
+}
+
+/// A multicast group.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Group {
+    pub addr: IpAddr,
+    pub pkey: u16,
+    pub qkey: u32,
+}
+
+impl Policy {
+    /// Reads and validates a policy file.
+    pub fn load(path: &Path) -> Result<Policy, PolicyError> {
+        let text = std::fs::read_to_string(path).map_err(|e| PolicyError::io(path, &e))?;
+        Policy::parse(path, &text)
+    }
+
+    /// Parses and validates policy text; `path` names it in errors.
+    pub fn parse(path: &Path, text: &str) -> Result<Policy, PolicyError> {
+        file::parse(path, text)
+    }
+
+    /// The port's default P_Key (table index 0).
+    pub fn default_pkey(&self) -> u16 {
+        self.pkeys[0]
+    }
+
+    /// The kernel's view of the global settings.
+    pub fn config(&self) -> Config {
+        Config {
+            default_pkey: self.default_pkey(),
+            unknown_qp: self.unknown_qp as u8,
+            monitor: self.monitor.into(),
+        }
+    }
+
+    /// Port-table membership flags per partition that has any entry.
+    pub fn port_flags(&self) -> BTreeMap<u16, u8> {
+        let mut flags = BTreeMap::new();
+        for &p in &self.pkeys {
+            *flags.entry(pkey::key(p)).or_insert(0) |= pkey::port::flag_of(p);
+        }
+        flags
+    }
+
+    /// The QP-table entry for a rule, with its counter slot.
+    pub fn qp_entry(rule: &QpRule, slot: u32) -> QpEntry {
+        QpEntry {
+            qkey: rule.qkey.unwrap_or(0),
+            slot,
+            pkey: rule.pkey,
+            qp_type: rule.qp_type as u8,
+            _pad: 0,
+        }
+    }
+}
+
+impl Group {
+    /// The key the kernel finds this group by.
+    pub fn key_addr(addr: IpAddr) -> [u8; 16] {
+        match addr {
+            IpAddr::V4(a) => v4_mapped(a.octets()),
+            IpAddr::V6(a) => a.octets(),
+        }
+    }
+
+    pub fn entry(&self) -> GroupEntry {
+        GroupEntry {
+            qkey: self.qkey,
+            pkey: self.pkey,
+            _pad: 0,
+        }
+    }
+}
+
+/// The policy as in-memory tables: what the host-side verdict reads, to check
+/// the kernel's verdicts against. QP slots are the QPNs.
+impl Tables for Policy {
+    fn qp(&self, qpn: u32) -> Option<QpEntry> {
+        self.qps.get(&qpn).map(|r| Policy::qp_entry(r, qpn))
+    }
+
+    fn group(&self, addr: &[u8; 16]) -> Option<GroupEntry> {
+        self.groups.get(addr).map(Group::entry)
+    }
+
+    fn port_flags(&self, key: u16) -> u8 {
+        self.pkeys
+            .iter()
+            .filter(|&&p| pkey::key(p) == key)
+            .fold(0, |f, &p| f | pkey::port::flag_of(p))
+    }
+}

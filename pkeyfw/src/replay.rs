@@ -1,0 +1,113 @@
+//! `pkeyfw replay`: what a policy would do to captured traffic, decided by the
+//! real XDP program in the kernel.
+
+use std::{io::Write, path::Path};
+
+use anyhow::Result;
+use pkeyfw_common::Reason;
+use serde_json::json;
+
+use crate::{capture, describe, filter::Filter, policy::Policy};
+
+/// The verdict the kernel gave one frame.
+pub struct FrameVerdict {
+    pub index: usize,
+    pub pass: bool,
+    pub reason: Reason,
+}
+
+/// Totals over a replay.
+#[derive(Default)]
+pub struct Totals {
+    pub reasons: [u64; Reason::COUNT],
+    pub passed: u64,
+    pub dropped: u64,
+}
+
+impl Totals {
+    fn add(&mut self, v: &FrameVerdict) {
+        self.reasons[v.reason.index() as usize] += 1;
+        if v.pass {
+            self.passed += 1;
+        } else {
+            self.dropped += 1;
+        }
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        let reasons: serde_json::Map<_, _> = Reason::ALL
+            .iter()
+            .map(|r| (r.name().to_string(), json!(self.reasons[r.index() as usize])))
+            .collect();
+        json!({
+            "totals": reasons,
+            "frames": self.passed + self.dropped,
+            "passed": self.passed,
+            "dropped": self.dropped,
+        })
+    }
+}
+
+pub fn verdict_name(pass: bool) -> &'static str {
+    if pass { "pass" } else { "drop" }
+}
+
+/// Runs every frame of `capture` through the program with `policy` applied,
+/// writing one line (or JSON object) per frame and then the totals.
+pub fn run(policy: &Policy, capture: &Path, json: bool, out: &mut impl Write) -> Result<Totals> {
+    let frames = capture::read(capture)?;
+    let mut filter = Filter::load(policy.qps.len() as u32)?;
+    filter.apply(policy)?;
+    let mut totals = Totals::default();
+    let mut cut = 0;
+    if !json {
+        writeln!(out, "{:>6}  {:<7} {:<16} frame", "index", "verdict", "reason")?;
+    }
+    for frame in &frames {
+        let (pass, reason) = filter.judge(&frame.data)?;
+        let verdict = FrameVerdict {
+            index: frame.index,
+            pass,
+            reason,
+        };
+        totals.add(&verdict);
+        cut += usize::from(frame.wire_len > frame.data.len());
+        if json {
+            let line = json!({
+                "index": verdict.index,
+                "verdict": verdict_name(pass),
+                "reason": reason.name(),
+            });
+            writeln!(out, "{line}")?;
+        } else {
+            writeln!(
+                out,
+                "{:>6}  {:<7} {:<16} {}",
+                verdict.index,
+                verdict_name(pass),
+                reason.name(),
+                describe::frame(&frame.data)
+            )?;
+        }
+    }
+    if json {
+        writeln!(out, "{}", totals.json())?;
+    } else {
+        writeln!(
+            out,
+            "\n{} frames: {} passed, {} dropped",
+            frames.len(),
+            totals.passed,
+            totals.dropped
+        )?;
+        for r in Reason::ALL {
+            writeln!(out, "  {:<16} {}", r.name(), totals.reasons[r.index() as usize])?;
+        }
+    }
+    if cut > 0 {
+        eprintln!(
+            "warning: {cut} frames were cut short by the capture's snap length; they were judged as captured"
+        );
+    }
+    Ok(totals)
+}
