@@ -2,11 +2,11 @@
 //! nightly and bpf-linker, so that the CLI can embed the object.
 use anyhow::{Context as _, anyhow};
 
-/// The nightly that builds the eBPF crate; `cargo xtask setup` installs it.
-/// Keep in step with xtask/src/toolchain.rs.
-const EBPF_TOOLCHAIN: &str = "nightly-2026-10-30";
-
 fn main() -> anyhow::Result<()> {
+    // Pinned in .cargo/config.toml; `cargo xtask setup` installs it.
+    println!("cargo::rerun-if-env-changed=PKEYFW_EBPF_TOOLCHAIN");
+    let toolchain = std::env::var("PKEYFW_EBPF_TOOLCHAIN")
+        .context("PKEYFW_EBPF_TOOLCHAIN is not set (see .cargo/config.toml)")?;
     let metadata = cargo_metadata::MetadataCommand::new()
         .no_deps()
         .exec()
@@ -26,6 +26,6 @@ fn main() -> anyhow::Result<()> {
             root_dir: root_dir.as_str(),
             ..Default::default()
         }],
-        aya_build::Toolchain::Custom(EBPF_TOOLCHAIN),
+        aya_build::Toolchain::Custom(&toolchain),
     )
 }

@@ -8,6 +8,7 @@
 #![no_std]
 
 pub mod frame;
+pub mod icrc;
 pub mod maps;
 pub mod parse;
 pub mod pkey;

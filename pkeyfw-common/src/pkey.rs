@@ -116,7 +116,11 @@ mod tests {
             };
             for p in [0x0005, 0x8005, 0x0006, 0x8006, 0x0000, 0x8000] {
                 let want = table.iter().any(|&e| matches(p, e));
-                assert_eq!(port::matches(p, flags(key(p))), want, "{p:#x} vs {table:x?}");
+                assert_eq!(
+                    port::matches(p, flags(key(p))),
+                    want,
+                    "{p:#x} vs {table:x?}"
+                );
             }
         }
     }

@@ -123,5 +123,7 @@ fn group_of<F: Frame + ?Sized>(frame: &F, dst: DstAddr) -> Option<[u8; 16]> {
 /// `::ffff:a.b.c.d`.
 #[inline(always)]
 pub const fn v4_mapped(a: [u8; 4]) -> [u8; 16] {
-    [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a[0], a[1], a[2], a[3]]
+    [
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a[0], a[1], a[2], a[3],
+    ]
 }

@@ -104,7 +104,10 @@ fn to_ethernet(link: DataLink, data: &[u8]) -> Result<Vec<u8>> {
             (&data[0..2], &data[12..18], &data[SLL2_LEN..])
         }
         DataLink::LINUX_SLL | DataLink::LINUX_SLL2 => {
-            bail!("a {} byte frame is shorter than its Linux cooked header", data.len())
+            bail!(
+                "a {} byte frame is shorter than its Linux cooked header",
+                data.len()
+            )
         }
         other => bail!(
             "unsupported link type {other:?}; expected Ethernet (1) or Linux cooked (113, 276)"

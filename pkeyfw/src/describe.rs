@@ -26,7 +26,10 @@ pub fn frame(data: &[u8]) -> String {
                 Transport::Xrc => "XRC",
                 Transport::Cnp => "CNP",
             };
-            let mut s = format!("RoCE {transport} → QP {:#08x}, P_Key {:#06x}", r.dest_qp, r.pkey);
+            let mut s = format!(
+                "RoCE {transport} → QP {:#08x}, P_Key {:#06x}",
+                r.dest_qp, r.pkey
+            );
             if r.transport == Transport::Ud {
                 s += &format!(", Q_Key {:#010x}", r.qkey);
             }

@@ -8,3 +8,4 @@ pub mod describe;
 pub mod filter;
 pub mod policy;
 pub mod replay;
+pub mod wire;

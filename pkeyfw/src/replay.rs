@@ -37,7 +37,12 @@ impl Totals {
     pub fn json(&self) -> serde_json::Value {
         let reasons: serde_json::Map<_, _> = Reason::ALL
             .iter()
-            .map(|r| (r.name().to_string(), json!(self.reasons[r.index() as usize])))
+            .map(|r| {
+                (
+                    r.name().to_string(),
+                    json!(self.reasons[r.index() as usize]),
+                )
+            })
             .collect();
         json!({
             "totals": reasons,
@@ -61,7 +66,11 @@ pub fn run(policy: &Policy, capture: &Path, json: bool, out: &mut impl Write) ->
     let mut totals = Totals::default();
     let mut cut = 0;
     if !json {
-        writeln!(out, "{:>6}  {:<7} {:<16} frame", "index", "verdict", "reason")?;
+        writeln!(
+            out,
+            "{:>6}  {:<7} {:<16} frame",
+            "index", "verdict", "reason"
+        )?;
     }
     for frame in &frames {
         let (pass, reason) = filter.judge(&frame.data)?;
@@ -101,7 +110,12 @@ pub fn run(policy: &Policy, capture: &Path, json: bool, out: &mut impl Write) ->
             totals.dropped
         )?;
         for r in Reason::ALL {
-            writeln!(out, "  {:<16} {}", r.name(), totals.reasons[r.index() as usize])?;
+            writeln!(
+                out,
+                "  {:<16} {}",
+                r.name(),
+                totals.reasons[r.index() as usize]
+            )?;
         }
     }
     if cut > 0 {

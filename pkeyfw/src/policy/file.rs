@@ -1,12 +1,7 @@
 //! The TOML policy file: serde shapes with spans, then validation into a
 //! [`Policy`]. Every refusal names the file, line, column and field.
 
-use std::{
-    collections::BTreeMap,
-    net::IpAddr,
-    ops::Range,
-    path::Path,
-};
+use std::{collections::BTreeMap, net::IpAddr, ops::Range, path::Path};
 
 use pkeyfw_common::{
     maps::{QpType, UnknownQp},
@@ -118,7 +113,12 @@ impl Ctx<'_> {
     }
 
     fn qkey(&self, v: &Spanned<i64>, field: &str) -> Result<u32, PolicyError> {
-        Ok(self.int(v, field, u32::MAX.into(), "a 32-bit Q_Key such as 0x11111111")? as u32)
+        Ok(self.int(
+            v,
+            field,
+            u32::MAX.into(),
+            "a 32-bit Q_Key such as 0x11111111",
+        )? as u32)
     }
 
     /// `pkey` or `pkey_index`, either way an entry of the port's table.
@@ -176,10 +176,13 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Policy, PolicyError> {
     })?;
     let cx = Ctx { path, text };
 
-    let port = raw
-        .port
-        .as_ref()
-        .ok_or_else(|| cx.err(0..0, "port", "missing; expected a [port] table with `pkeys`"))?;
+    let port = raw.port.as_ref().ok_or_else(|| {
+        cx.err(
+            0..0,
+            "port",
+            "missing; expected a [port] table with `pkeys`",
+        )
+    })?;
     let pkeys = port_pkeys(&cx, port)?;
 
     let (monitor, unknown_qp) = enforcement(&cx, raw.enforcement.as_ref())?;
@@ -242,7 +245,10 @@ fn port_pkeys(cx: &Ctx, port: &Spanned<RawPort>) -> Result<Vec<u16>, PolicyError
         return Err(cx.err(
             list.span(),
             "port.pkeys",
-            format!("has {} entries; a port holds at most {MAX_PKEYS}", list.get_ref().len()),
+            format!(
+                "has {} entries; a port holds at most {MAX_PKEYS}",
+                list.get_ref().len()
+            ),
         ));
     }
     let mut pkeys = Vec::with_capacity(list.get_ref().len());
@@ -319,12 +325,20 @@ fn qp(
         })?;
 
     let type_field = format!("{field}.type");
-    let t = cx.need(&raw.qp_type, q.span(), &type_field, "\"rc\", \"uc\", \"ud\" or \"xrc\"")?;
+    let t = cx.need(
+        &raw.qp_type,
+        q.span(),
+        &type_field,
+        "\"rc\", \"uc\", \"ud\" or \"xrc\"",
+    )?;
     let qp_type = QpType::from_name(t.get_ref()).ok_or_else(|| {
         cx.err(
             t.span(),
             &type_field,
-            format!("`{}` is not a QP type; expected \"rc\", \"uc\", \"ud\" or \"xrc\"", t.get_ref()),
+            format!(
+                "`{}` is not a QP type; expected \"rc\", \"uc\", \"ud\" or \"xrc\"",
+                t.get_ref()
+            ),
         )
     })?;
 
@@ -367,12 +381,20 @@ fn group(
 ) -> Result<Group, PolicyError> {
     let raw = g.get_ref();
     let addr_field = format!("{field}.addr");
-    let a = cx.need(&raw.addr, g.span(), &addr_field, "a multicast IPv6 or IPv4 address")?;
+    let a = cx.need(
+        &raw.addr,
+        g.span(),
+        &addr_field,
+        "a multicast IPv6 or IPv4 address",
+    )?;
     let addr: IpAddr = a.get_ref().parse().map_err(|_| {
         cx.err(
             a.span(),
             &addr_field,
-            format!("`{}` is not an IP address; expected a multicast IPv6 or IPv4 address", a.get_ref()),
+            format!(
+                "`{}` is not an IP address; expected a multicast IPv6 or IPv4 address",
+                a.get_ref()
+            ),
         )
     })?;
     if !addr.is_multicast() {

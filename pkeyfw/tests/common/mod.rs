@@ -1,0 +1,38 @@
+//! Shared by the integration tests: policies, the case table, root checks.
+#![allow(dead_code)] // each test binary uses a part
+
+pub mod cases;
+
+use std::path::Path;
+
+use pkeyfw::{filter::Filter, policy::Policy};
+
+/// Parses a policy given inline.
+pub fn policy(toml: &str) -> Policy {
+    Policy::parse(Path::new("test.toml"), toml).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Kernel tests need root: fail loudly, never skip.
+pub fn require_root() {
+    // SAFETY: no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    assert_eq!(
+        uid, 0,
+        "this test loads the XDP program with BPF_PROG_TEST_RUN and needs root; run `sudo -E cargo xtask test`"
+    );
+}
+
+/// A loaded filter with `policy` applied.
+pub fn filter(policy: &Policy) -> Filter {
+    require_root();
+    let mut f = Filter::load(policy.qps.len() as u32).expect("load the XDP program");
+    f.apply(policy).expect("apply the policy");
+    f
+}
+
+/// The repository's shared captures.
+pub fn shared_capture(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/captures")
+        .join(name)
+}

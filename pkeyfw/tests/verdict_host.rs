@@ -1,0 +1,64 @@
+//! The decision logic of pkeyfw-common, on the host: every case of the table.
+
+mod common;
+
+use pkeyfw_common::{Reason, judge};
+
+#[test]
+fn every_case_on_the_host() {
+    let mut failures = Vec::new();
+    for case in common::cases::all() {
+        let got = judge(&case.frame[..], &case.policy, &case.policy.config());
+        if (got.reason, got.pass) != (case.reason, case.pass) {
+            failures.push(format!(
+                "{}: want {:?}/{}, got {:?}/{}",
+                case.name, case.reason, case.pass, got.reason, got.pass
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn the_table_covers_every_reason_both_ways_it_can_go() {
+    let cases = common::cases::all();
+    for reason in Reason::ALL {
+        assert!(
+            cases.iter().any(|c| c.reason == reason),
+            "no case for {}",
+            reason.name()
+        );
+    }
+    assert!(
+        cases
+            .iter()
+            .any(|c| c.reason == Reason::UnknownQp && c.pass)
+    );
+    assert!(
+        cases
+            .iter()
+            .any(|c| c.reason == Reason::UnknownQp && !c.pass)
+    );
+}
+
+#[test]
+fn truncated_frames_are_malformed_on_the_host() {
+    let policy = common::policy(common::cases::BASE);
+    for (name, packet) in common::cases::valid_frames() {
+        let frame = packet.bytes();
+        let full = judge(&frame[..], &policy, &policy.config());
+        assert_eq!(full.reason, Reason::Ok, "{name} is a valid frame");
+        for len in 0..frame.len() {
+            let got = judge(&frame[..len], &policy, &policy.config());
+            if len < packet.headers_end() {
+                assert_eq!(
+                    (got.reason, got.pass),
+                    (Reason::Malformed, false),
+                    "{name} cut at {len}"
+                );
+            } else {
+                assert_eq!(got, full, "{name} cut at {len}, after its headers");
+            }
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! The real XDP program in the kernel (BPF_PROG_TEST_RUN): every case of the
+//! table, and every valid frame cut at every byte offset.
+
+mod common;
+
+use pkeyfw_common::Reason;
+
+#[test]
+fn every_case_in_the_kernel() {
+    let mut failures = Vec::new();
+    let cases = common::cases::all();
+    let mut filter = common::filter(&cases[0].policy);
+    for case in &cases {
+        filter.apply(&case.policy).expect("apply");
+        let (pass, reason) = filter.judge(&case.frame).expect("run");
+        if (reason, pass) != (case.reason, case.pass) {
+            failures.push(format!(
+                "{}: want {:?}/{}, got {reason:?}/{pass}",
+                case.name, case.reason, case.pass
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn truncated_frames_in_the_kernel() {
+    let policy = common::policy(common::cases::BASE);
+    let filter = common::filter(&policy);
+    // BPF_PROG_TEST_RUN refuses XDP input shorter than an Ethernet header.
+    const ETH: usize = 14;
+    for (name, packet) in common::cases::valid_frames() {
+        let frame = packet.bytes();
+        for len in ETH..=frame.len() {
+            let (pass, reason) = filter.judge(&frame[..len]).expect("run");
+            if len < packet.headers_end() {
+                assert_eq!(
+                    (reason, pass),
+                    (Reason::Malformed, false),
+                    "{name} cut at {len}"
+                );
+            } else {
+                assert_eq!((reason, pass), (Reason::Ok, true), "{name} cut at {len}");
+            }
+        }
+    }
+}
+
+#[test]
+fn counters_count_every_frame_once() {
+    let cases = common::cases::all();
+    let policy = &cases[0].policy;
+    let filter = common::filter(policy);
+    let mut want = [0u64; Reason::COUNT];
+    for case in cases.iter().filter(|c| &c.policy == policy) {
+        filter.run(&case.frame).expect("run");
+        want[case.reason.index() as usize] += 1;
+    }
+    assert_eq!(filter.maps().reasons().unwrap(), want);
+}
+
+#[test]
+fn qp_counters_follow_the_verdicts() {
+    let policy = common::policy(common::cases::BASE);
+    let filter = common::filter(&policy);
+    use common::cases::{QPA, QPB};
+    use pkeyfw::wire::Packet;
+    for _ in 0..3 {
+        filter.run(&Packet::rc(0x0001, QPA).bytes()).unwrap(); // ok
+    }
+    for _ in 0..2 {
+        filter.run(&Packet::rc(0x0001, QPB).bytes()).unwrap(); // limited→limited
+    }
+    filter.run(&Packet::rc(0x8001, QPB).bytes()).unwrap(); // ok
+    let stats = filter.maps().qp_counters().unwrap();
+    let get = |qpn| {
+        stats
+            .iter()
+            .find(|(q, _)| *q == qpn)
+            .map(|(_, s)| (s.passed, s.dropped))
+    };
+    assert_eq!(get(QPA), Some((3, 0)));
+    assert_eq!(get(QPB), Some((1, 2)));
+    assert_eq!(stats.len(), policy.qps.len());
+}
+
+#[test]
+fn reapplying_keeps_counters_of_kept_qps_and_forgets_removed_ones() {
+    use common::cases::{QPA, QPB};
+    use pkeyfw::wire::Packet;
+    let policy = common::policy(common::cases::BASE);
+    let mut filter = common::filter(&policy);
+    filter.run(&Packet::rc(0x0001, QPA).bytes()).unwrap();
+    let mut smaller = policy.clone();
+    smaller.qps.remove(&QPB);
+    filter.apply(&smaller).unwrap();
+    filter.run(&Packet::rc(0x0001, QPA).bytes()).unwrap();
+    let (pass, reason) = filter.judge(&Packet::rc(0x8001, QPB).bytes()).unwrap();
+    assert_eq!(
+        (pass, reason),
+        (false, Reason::PkeyViolation),
+        "QPB is unknown now"
+    );
+    let stats = filter.maps().qp_counters().unwrap();
+    assert_eq!(stats.iter().find(|(q, _)| *q == QPA).unwrap().1.passed, 2);
+    assert!(stats.iter().all(|(q, _)| *q != QPB));
+}
