@@ -279,7 +279,7 @@ impl Filter {
                 self.free_slots.push(slot);
             }
         }
-        for (addr, _) in policy.groups.iter() {
+        for addr in policy.groups.keys() {
             let key = GroupKey {
                 generation: g,
                 addr: *addr,

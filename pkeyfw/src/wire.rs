@@ -159,7 +159,6 @@ impl Packet {
         }
         let transport_len = 12 + if self.has_deth() { 8 } else { 0 } + self.payload.len() + 4;
         let l3 = f.len() + 2;
-        let udp_at;
         match &self.net {
             Net::V4 {
                 src,
@@ -183,7 +182,6 @@ impl Packet {
                 f.extend(std::iter::repeat_n(1u8, *options as usize * 4)); // NOPs
                 let sum = ip_checksum(&f[l3..l3 + ihl * 4]);
                 f[l3 + 10..l3 + 12].copy_from_slice(&sum.to_be_bytes());
-                udp_at = f.len();
             }
             Net::V6 { src, dst, ext } => {
                 f.extend_from_slice(&ethertype::IPV6.to_be_bytes());
@@ -199,7 +197,6 @@ impl Packet {
                     let next = ext.get(i + 1).map_or(self.ip_proto, |n| n.kind());
                     push_ext(&mut f, *e, next);
                 }
-                udp_at = f.len();
             }
             Net::V1 {
                 sgid,
@@ -213,9 +210,9 @@ impl Packet {
                 f.push(64);
                 f.extend_from_slice(&sgid.octets());
                 f.extend_from_slice(&dgid.octets());
-                udp_at = f.len();
             }
         }
+        let udp_at = f.len();
         let v2 = !matches!(self.net, Net::V1 { .. });
         if v2 {
             f.extend_from_slice(&0xc000u16.to_be_bytes());

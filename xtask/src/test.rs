@@ -1,11 +1,14 @@
 //! `cargo xtask test`: formatting, lints, and every test of the workspace,
 //! the kernel ones included (they load the real XDP program, hence root).
 
-use std::process::Command;
+use std::{
+    io::{BufRead as _, BufReader},
+    process::{Command, Stdio},
+};
 
 use anyhow::{Result, bail};
 
-use crate::cmd::{cargo, output};
+use crate::cmd::{cargo, cargo_cmd, output};
 
 pub fn run() -> Result<()> {
     let uid = output(Command::new("id").arg("-u")).unwrap_or_default();
@@ -23,5 +26,46 @@ pub fn run() -> Result<()> {
         "--deny",
         "warnings",
     ])?;
-    cargo(&["test", "--release", "--no-fail-fast"])
+    let (passed, failed) = cargo_test(&["test", "--release", "--no-fail-fast"])?;
+    // One closing line for the whole run: the last test binary cargo reports
+    // (a crate's doc tests) usually has none of its own.
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 {
+        bail!("{failed} tests failed");
+    }
+    Ok(())
+}
+
+/// Runs `cargo test`, passing its output through, and adds up its
+/// `test result:` lines.
+fn cargo_test(args: &[&str]) -> Result<(u64, u64)> {
+    let mut cmd = cargo_cmd(args)?;
+    eprintln!("+ cargo {}", args.join(" "));
+    let mut child = cmd
+        .current_dir(crate::cmd::root())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let (mut passed, mut failed) = (0, 0);
+    for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
+        let line = line?;
+        println!("{line}");
+        if let Some(rest) = line.strip_prefix("test result: ") {
+            passed += count(rest, " passed");
+            failed += count(rest, " failed");
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() && failed == 0 {
+        bail!("cargo test failed ({status}) before running its tests");
+    }
+    Ok((passed, failed))
+}
+
+/// The number in front of `what` in `ok. 9 passed; 0 failed; ...`.
+fn count(summary: &str, what: &str) -> u64 {
+    summary
+        .split([';', '.'])
+        .find_map(|part| part.trim().strip_suffix(what.trim_start()))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
 }

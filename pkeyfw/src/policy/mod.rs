@@ -130,3 +130,6 @@ impl Tables for Policy {
             .fold(0, |f, &p| f | pkey::port::flag_of(p))
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -314,7 +314,7 @@ pub fn all() -> Vec<Case> {
     add(
         "cnp to ud qp",
         &base,
-        Packet::v4(opcode::CNP, 0xffff & 0x8001, UD, 0).bytes(),
+        Packet::v4(opcode::CNP, 0x8001, UD, 0).bytes(),
         Ok,
         true,
     );

@@ -1,0 +1,307 @@
+//! Policy files: the documented shape, and every refusal with its position.
+
+use std::path::Path;
+
+use pkeyfw_common::maps::{QpType, UnknownQp};
+
+use super::{Policy, PolicyError};
+
+const EXAMPLE: &str = r#"
+[port]
+pkeys = [0xffff, 0x8001, 0x0002]   # this port's P_Key table; index 0 is the default P_Key
+
+[enforcement]
+mode = "enforce"                   # enforce | monitor
+unknown_qp = "default-pkey"        # default-pkey | drop | pass
+
+[[qp]]
+qpn = 0x11
+type = "ud"                        # rc | uc | ud | xrc
+pkey = 0x8001                      # or pkey_index = 1; either way it must be in [port].pkeys
+qkey = 0x11111111                  # required for ud, refused for the other types
+
+[[group]]
+addr = "ff12:401b::1"              # a multicast IPv6 or IPv4 address
+pkey = 0x8001
+qkey = 0x00000b1b
+"#;
+
+fn parse(text: &str) -> Result<Policy, PolicyError> {
+    Policy::parse(Path::new("p.toml"), text)
+}
+
+/// The error for `text`, as `line:column field: message`.
+fn error(text: &str) -> PolicyError {
+    parse(text).expect_err("must be refused")
+}
+
+#[track_caller]
+fn refused(text: &str, line: usize, field: &str, says: &str) {
+    let e = error(text);
+    assert_eq!((e.line, e.field.as_str()), (line, field), "{e}");
+    assert!(e.message.contains(says), "{e} lacks {says:?}");
+    assert!(e.to_string().starts_with(&format!("p.toml:{line}:")), "{e}");
+}
+
+#[test]
+fn the_documented_example() {
+    let p = parse(EXAMPLE).unwrap();
+    assert_eq!(p.pkeys, [0xffff, 0x8001, 0x0002]);
+    assert!(!p.monitor);
+    assert_eq!(p.unknown_qp, UnknownQp::DefaultPkey);
+    let qp = p.qps[&0x11];
+    assert_eq!(
+        (qp.qp_type, qp.pkey, qp.qkey),
+        (QpType::Ud, 0x8001, Some(0x11111111))
+    );
+    assert_eq!(p.groups.len(), 1);
+    let g = p.groups.values().next().unwrap();
+    assert_eq!(
+        (g.addr.to_string().as_str(), g.pkey, g.qkey),
+        ("ff12:401b::1", 0x8001, 0xb1b)
+    );
+}
+
+#[test]
+fn defaults_and_pkey_index() {
+    let p =
+        parse("[port]\npkeys = [0x7fff, 0x8005]\n[[qp]]\nqpn = 2\ntype = \"rc\"\npkey_index = 1\n")
+            .unwrap();
+    assert!(!p.monitor);
+    assert_eq!(p.unknown_qp, UnknownQp::DefaultPkey);
+    assert_eq!(p.qps[&2].pkey, 0x8005);
+    assert_eq!(p.qps[&2].qkey, None);
+    assert_eq!(p.default_pkey(), 0x7fff);
+    let p = parse(
+        "[port]\npkeys = [0xffff]\n[enforcement]\nmode = \"monitor\"\nunknown_qp = \"drop\"\n",
+    )
+    .unwrap();
+    assert!(p.monitor);
+    assert_eq!(p.unknown_qp, UnknownQp::Drop);
+}
+
+#[test]
+fn ipv4_groups_are_keyed_v4_mapped() {
+    let p = parse(
+        "[port]\npkeys = [0xffff]\n[[group]]\naddr = \"239.1.2.3\"\npkey = 0xffff\nqkey = 1\n",
+    )
+    .unwrap();
+    let key = *p.groups.keys().next().unwrap();
+    assert_eq!(
+        key,
+        [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 239, 1, 2, 3]
+    );
+}
+
+const PORT: &str = "[port]\npkeys = [0xffff, 0x8001]\n";
+
+fn qp(body: &str) -> String {
+    format!("{PORT}[[qp]]\n{body}")
+}
+
+#[test]
+fn toml_syntax_and_types() {
+    refused("[port\npkeys = [1]\n", 1, "", "");
+    refused("[port]\npkeys = [0xffff]\nbogus = 1\n", 3, "", "bogus");
+    refused("[port]\npkeys = \"0xffff\"\n", 2, "", "");
+    refused(
+        &qp("qpn = \"two\"\ntype = \"rc\"\npkey = 0xffff\n"),
+        4,
+        "",
+        "",
+    );
+    refused(
+        &qp("qpn = 2\ntype = \"rc\"\npkey = 0xffff\ncolour = 1\n"),
+        7,
+        "",
+        "colour",
+    );
+}
+
+#[test]
+fn port_table() {
+    refused("[enforcement]\nmode = \"enforce\"\n", 1, "port", "[port]");
+    refused("[port]\n", 1, "port.pkeys", "missing");
+    refused("[port]\npkeys = []\n", 2, "port.pkeys", "empty");
+    refused(
+        "[port]\npkeys = [0xffff, 0x8000]\n",
+        2,
+        "port.pkeys[1]",
+        "key portion 0",
+    );
+    refused(
+        "[port]\npkeys = [0x0000]\n",
+        2,
+        "port.pkeys[0]",
+        "key portion 0",
+    );
+    refused(
+        "[port]\npkeys = [0x10000]\n",
+        2,
+        "port.pkeys[0]",
+        "out of range",
+    );
+    refused("[port]\npkeys = [-1]\n", 2, "port.pkeys[0]", "out of range");
+    refused(
+        "[port]\npkeys = [0xffff, 0x8001, 0xffff]\n",
+        2,
+        "port.pkeys[2]",
+        "repeats index 0",
+    );
+}
+
+#[test]
+fn enforcement() {
+    refused(
+        &format!("{PORT}[enforcement]\nmode = \"strict\"\n"),
+        4,
+        "enforcement.mode",
+        "\"enforce\" or \"monitor\"",
+    );
+    refused(
+        &format!("{PORT}[enforcement]\nunknown_qp = \"allow\"\n"),
+        4,
+        "enforcement.unknown_qp",
+        "\"default-pkey\", \"drop\" or \"pass\"",
+    );
+}
+
+#[test]
+fn qps() {
+    for qpn in ["0", "1", "0xffffff", "0x1000000", "-3"] {
+        refused(
+            &qp(&format!("qpn = {qpn}\ntype = \"rc\"\npkey = 0xffff\n")),
+            4,
+            "qp[0].qpn",
+            "0x2..=0xfffffe",
+        );
+    }
+    refused(
+        &qp("type = \"rc\"\npkey = 0xffff\n"),
+        3,
+        "qp[0].qpn",
+        "missing",
+    );
+    refused(
+        &qp("qpn = 2\ntype = \"rd\"\npkey = 0xffff\n"),
+        5,
+        "qp[0].type",
+        "not a QP type",
+    );
+    refused(&qp("qpn = 2\npkey = 0xffff\n"), 3, "qp[0].type", "missing");
+    refused(
+        &qp("qpn = 2\ntype = \"rc\"\n"),
+        3,
+        "qp[0].pkey",
+        "`pkey_index`",
+    );
+    refused(
+        &qp("qpn = 2\ntype = \"rc\"\npkey = 0x8002\n"),
+        6,
+        "qp[0].pkey",
+        "not in [port].pkeys",
+    );
+    refused(
+        &qp("qpn = 2\ntype = \"rc\"\npkey = 0x0001\n"),
+        6,
+        "qp[0].pkey",
+        "not in [port].pkeys",
+    );
+    refused(
+        &qp("qpn = 2\ntype = \"rc\"\npkey = 0x8000\n"),
+        6,
+        "qp[0].pkey",
+        "key portion 0",
+    );
+    refused(
+        &qp("qpn = 2\ntype = \"rc\"\npkey_index = 2\n"),
+        6,
+        "qp[0].pkey_index",
+        "0..=1",
+    );
+    refused(
+        &qp("qpn = 2\ntype = \"rc\"\npkey = 0xffff\npkey_index = 0\n"),
+        7,
+        "qp[0].pkey_index",
+        "one of the two",
+    );
+    refused(
+        &qp("qpn = 2\ntype = \"ud\"\npkey = 0xffff\n"),
+        3,
+        "qp[0].qkey",
+        "UD QP needs",
+    );
+    refused(
+        &qp("qpn = 2\ntype = \"rc\"\npkey = 0xffff\nqkey = 5\n"),
+        7,
+        "qp[0].qkey",
+        "only UD QPs",
+    );
+    refused(
+        &qp("qpn = 2\ntype = \"ud\"\npkey = 0xffff\nqkey = 0x100000000\n"),
+        7,
+        "qp[0].qkey",
+        "out of range",
+    );
+    let twice = format!(
+        "{}\n[[qp]]\nqpn = 0x2\ntype = \"uc\"\npkey = 0x8001\n",
+        qp("qpn = 2\ntype = \"rc\"\npkey = 0xffff")
+    );
+    refused(&twice, 8, "qp[1].qpn", "already bound at line 3");
+}
+
+#[test]
+fn groups() {
+    let g = |body: &str| format!("{PORT}[[group]]\n{body}");
+    refused(
+        &g("addr = \"10.0.0.1\"\npkey = 0xffff\nqkey = 1\n"),
+        4,
+        "group[0].addr",
+        "not multicast",
+    );
+    refused(
+        &g("addr = \"fe80::1\"\npkey = 0xffff\nqkey = 1\n"),
+        4,
+        "group[0].addr",
+        "not multicast",
+    );
+    refused(
+        &g("addr = \"ff12::zz\"\npkey = 0xffff\nqkey = 1\n"),
+        4,
+        "group[0].addr",
+        "not an IP address",
+    );
+    refused(
+        &g("addr = \"ff12::1\"\npkey = 0x8003\nqkey = 1\n"),
+        5,
+        "group[0].pkey",
+        "not in [port].pkeys",
+    );
+    refused(
+        &g("addr = \"ff12::1\"\npkey = 0xffff\n"),
+        3,
+        "group[0].qkey",
+        "missing",
+    );
+    refused(
+        &g("pkey = 0xffff\nqkey = 1\n"),
+        3,
+        "group[0].addr",
+        "missing",
+    );
+    let twice = format!(
+        "{}[[group]]\naddr = \"ff12:0::1\"\npkey = 0xffff\nqkey = 2\n",
+        g("addr = \"ff12::1\"\npkey = 0xffff\nqkey = 1\n")
+    );
+    refused(&twice, 8, "group[1].addr", "defined twice");
+}
+
+#[test]
+fn unreadable_file() {
+    let e = Policy::load(Path::new("/nonexistent/policy.toml")).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("/nonexistent/policy.toml: cannot read"),
+        "{e}"
+    );
+}

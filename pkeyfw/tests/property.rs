@@ -1,0 +1,222 @@
+//! Random policies and random frames: the kernel's verdict must equal the
+//! host's, frame for frame. The frames are built near RoCE (the interesting
+//! space) and then mutated and cut, to reach every parser path.
+
+mod common;
+
+use std::{collections::BTreeMap, net::IpAddr};
+
+use pkeyfw::{
+    policy::{Group, Policy, QpRule},
+    wire::{Ext, Net, Packet},
+};
+use pkeyfw_common::{
+    judge,
+    maps::{QpType, UnknownQp},
+    verdict::{GSI_QKEY, MULTICAST_QPN},
+};
+use proptest::{
+    prelude::*,
+    test_runner::{Config, TestRunner},
+};
+
+/// A small partition space, so that matches and mismatches are both common.
+fn pkey() -> impl Strategy<Value = u16> {
+    (any::<bool>(), 0u16..5).prop_map(|(full, key)| if full { 0x8000 | key } else { key })
+}
+
+fn qkey() -> impl Strategy<Value = u32> {
+    prop_oneof![Just(GSI_QKEY), 0u32..4, any::<u32>()]
+}
+
+const GROUPS: [&str; 4] = ["ff12:401b::1", "ff0e::2", "239.1.1.1", "224.0.0.9"];
+
+fn policy() -> impl Strategy<Value = Policy> {
+    let table =
+        proptest::collection::btree_set(pkey().prop_filter("valid", |p| p & 0x7fff != 0), 1..6)
+            .prop_shuffle_vec();
+    (table, any::<bool>(), 0usize..3)
+        .prop_flat_map(|(pkeys, monitor, rule)| {
+            let n = pkeys.len();
+            let qps = proptest::collection::btree_map(2u32..24, (0usize..4, 0..n, qkey()), 0..12);
+            let groups = proptest::collection::vec((0..GROUPS.len(), 0..n, qkey()), 0..4);
+            (Just(pkeys), Just(monitor), Just(rule), qps, groups)
+        })
+        .prop_map(|(pkeys, monitor, rule, qps, groups)| {
+            let qps: BTreeMap<u32, QpRule> = qps
+                .into_iter()
+                .map(|(qpn, (t, i, q))| {
+                    let qp_type = QpType::ALL[t];
+                    let qkey = (qp_type == QpType::Ud).then_some(q);
+                    (
+                        qpn,
+                        QpRule {
+                            qp_type,
+                            pkey: pkeys[i],
+                            qkey,
+                        },
+                    )
+                })
+                .collect();
+            let groups = groups
+                .into_iter()
+                .map(|(g, i, qkey)| {
+                    let addr: IpAddr = GROUPS[g].parse().unwrap();
+                    (
+                        Group::key_addr(addr),
+                        Group {
+                            addr,
+                            pkey: pkeys[i],
+                            qkey,
+                        },
+                    )
+                })
+                .collect();
+            Policy {
+                pkeys,
+                monitor,
+                unknown_qp: UnknownQp::ALL[rule],
+                qps,
+                groups,
+            }
+        })
+}
+
+/// `btree_set` gives sorted keys; a real table is in any order.
+trait ShuffleVec {
+    fn prop_shuffle_vec(self) -> BoxedStrategy<Vec<u16>>;
+}
+
+impl<S: Strategy<Value = std::collections::BTreeSet<u16>> + 'static> ShuffleVec for S {
+    fn prop_shuffle_vec(self) -> BoxedStrategy<Vec<u16>> {
+        self.prop_map(|s| s.into_iter().collect::<Vec<_>>())
+            .prop_shuffle()
+            .boxed()
+    }
+}
+
+fn ext() -> impl Strategy<Value = Ext> {
+    prop_oneof![
+        (prop::sample::select(vec![0u8, 43, 60]), 0u8..3)
+            .prop_map(|(kind, units)| Ext::Options { kind, units }),
+        (0u8..4).prop_map(|words| Ext::Ah { words }),
+        (prop_oneof![Just(0u16), 0u16..4], any::<bool>())
+            .prop_map(|(offset, more)| Ext::Fragment { offset, more }),
+    ]
+}
+
+fn packet() -> impl Strategy<Value = Packet> {
+    let opcode = prop_oneof![
+        4 => prop::sample::select(vec![0x04u8, 0x00, 0x0a, 0x11, 0x24, 0x2a, 0x64, 0x65, 0x81, 0xa4, 0xb1]),
+        1 => any::<u8>(),
+    ];
+    let dest_qp = prop_oneof![
+        6 => 2u32..24,
+        1 => Just(0u32),
+        2 => Just(1u32),
+        2 => Just(MULTICAST_QPN),
+        1 => any::<u32>().prop_map(|q| q & 0xff_ffff),
+    ];
+    let net = prop_oneof![
+        3 => (0u8..4, prop_oneof![4 => Just(0u16), 1 => 0u16..3], prop_oneof![4 => Just(false), 1 => Just(true)], 0..GROUPS.len(), any::<bool>())
+            .prop_map(|(options, frag_offset, more_fragments, g, to_group)| Net::V4 {
+                src: [192, 0, 2, 1].into(),
+                dst: if to_group && GROUPS[g].contains('.') { GROUPS[g].parse().unwrap() } else { [192, 0, 2, 2].into() },
+                options,
+                frag_offset,
+                more_fragments,
+            }),
+        2 => (proptest::collection::vec(ext(), 0..6), 0..GROUPS.len()).prop_map(|(ext, g)| Net::V6 {
+            src: "2001:db8::1".parse().unwrap(),
+            dst: GROUPS[g].parse().unwrap_or("2001:db8::2".parse().unwrap()),
+            ext,
+        }),
+        1 => (prop_oneof![4 => Just(0x1bu8), 1 => any::<u8>()], 0..GROUPS.len()).prop_map(|(next_header, g)| Net::V1 {
+            sgid: "fe80::1".parse().unwrap(),
+            dgid: GROUPS[g].parse().unwrap_or("fe80::2".parse().unwrap()),
+            next_header,
+        }),
+    ];
+    let vlans = proptest::collection::vec(prop::sample::select(vec![0x8100u16, 0x88a8]), 0..4);
+    let l4 = (
+        prop_oneof![8 => Just(17u8), 1 => Just(6u8), 1 => any::<u8>()],
+        prop_oneof![8 => Just(4791u16), 1 => any::<u16>()],
+        prop_oneof![8 => Just(0u8), 1 => 1u8..16],
+    );
+    (vlans, net, l4, opcode, pkey(), dest_qp, qkey(), 0usize..64).prop_map(
+        |(vlans, net, (ip_proto, udp_dport, tver), opcode, pkey, dest_qp, qkey, payload)| Packet {
+            vlans,
+            net,
+            ip_proto,
+            udp_dport,
+            opcode,
+            tver,
+            pkey,
+            dest_qp,
+            qkey,
+            src_qp: 7,
+            payload: vec![0x5a; payload],
+        },
+    )
+}
+
+/// A built frame, maybe with a byte overwritten and maybe cut short.
+fn frame() -> impl Strategy<Value = Vec<u8>> {
+    (
+        packet(),
+        prop::option::weighted(0.15, (any::<prop::sample::Index>(), any::<u8>())),
+        prop::option::weighted(0.15, any::<prop::sample::Index>()),
+    )
+        .prop_map(|(p, flip, cut)| {
+            let mut f = p.bytes();
+            if let Some((at, byte)) = flip {
+                let i = at.index(f.len());
+                f[i] = byte;
+            }
+            if let Some(at) = cut {
+                f.truncate(14 + at.index(f.len() - 14));
+            }
+            f
+        })
+}
+
+#[test]
+fn kernel_verdicts_equal_host_verdicts() {
+    common::require_root();
+    let filter = std::cell::RefCell::new(pkeyfw::filter::Filter::load(64).expect("load"));
+    let mut runner = TestRunner::new(Config {
+        cases: 192,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let reasons_seen = std::cell::RefCell::new(std::collections::BTreeSet::new());
+    runner
+        .run(
+            &(policy(), proptest::collection::vec(frame(), 48)),
+            |(policy, frames)| {
+                let mut filter = filter.borrow_mut();
+                filter.apply(&policy).expect("apply");
+                for f in &frames {
+                    let host = judge(&f[..], &policy, &policy.config());
+                    let (pass, reason) = filter.judge(f).expect("run");
+                    prop_assert_eq!(
+                        (reason, pass),
+                        (host.reason, host.pass),
+                        "frame {:02x?}\npolicy {:?}",
+                        f,
+                        policy
+                    );
+                    reasons_seen.borrow_mut().insert(reason);
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+    // The generators must reach every reason, or the property says little.
+    let seen = reasons_seen.into_inner();
+    assert_eq!(
+        seen.len(),
+        pkeyfw_common::Reason::COUNT,
+        "reached only {seen:?}"
+    );
+}
