@@ -14,6 +14,8 @@ pub mod name {
     pub const PORT_KEYS: &str = "PORT_KEYS";
     pub const REASONS: &str = "REASONS";
     pub const QP_STATS: &str = "QP_STATS";
+    pub const EVENTS: &str = "EVENTS";
+    pub const EVENT_BUDGET: &str = "EVENT_BUDGET";
 }
 
 /// Policy generations: the live one and the one being written.
@@ -158,8 +160,45 @@ pub struct QpStats {
     pub dropped: u64,
 }
 
+/// A refused frame, reported through the `EVENTS` ring buffer.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub struct Event {
+    /// Source and destination (IPv4 as v4-mapped IPv6, or the GIDs); zero
+    /// when the frame was too malformed to tell.
+    pub src: [u8; 16],
+    pub dst: [u8; 16],
+    /// DETH Q_Key, for UD.
+    pub qkey: u32,
+    pub dest_qp: u32,
+    pub pkey: u16,
+    pub opcode: u8,
+    /// A [`Reason`](crate::Reason) as u8.
+    pub reason: u8,
+    /// Non-zero when monitor mode passed the frame anyway.
+    pub monitor: u8,
+    pub _pad: [u8; 7],
+}
+
+/// Size of the `EVENTS` ring buffer.
+pub const EVENTS_BYTES: u32 = 1 << 16;
+/// Events each CPU may send per window: a flood of violations costs the host
+/// a counter increment per frame, not a ring-buffer write.
+pub const EVENTS_PER_WINDOW: u32 = 64;
+/// The window: 2^30 ns, about a second.
+pub const EVENT_WINDOW_SHIFT: u32 = 30;
+
+/// `EVENT_BUDGET`: per CPU, the current window and the events sent in it.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct EventBudget {
+    pub window: u64,
+    pub sent: u64,
+}
+
 #[cfg(feature = "user")]
 mod pod {
+    unsafe impl aya::Pod for super::Event {}
     // SAFETY: plain `repr(C)` data with no padding bytes left uninitialised by
     // construction (explicit `_pad` fields), valid for any bit pattern.
     unsafe impl aya::Pod for super::Config {}

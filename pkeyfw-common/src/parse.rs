@@ -144,25 +144,41 @@ impl Transport {
     }
 }
 
-/// Where the destination address of a RoCE frame is, to find a multicast
-/// group: read only when the destination QP is the multicast QPN.
+/// Where a RoCE frame's addresses are: read only when needed (a multicast
+/// destination, an event), not on every frame.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum DstAddr {
-    /// IPv4 destination; groups key it as v4-mapped IPv6.
-    V4([u8; 4]),
-    /// Offset of a 16-byte IPv6 destination or RoCE v1 DGID.
+pub enum Addrs {
+    /// Offset of the IPv4 header's source address; the destination follows.
+    V4At(usize),
+    /// Offset of the IPv6 source address or RoCE v1 SGID; the destination
+    /// (DGID) follows.
     V6At(usize),
+}
+
+impl Addrs {
+    /// The source (`dst == false`) or destination address, IPv4 as v4-mapped
+    /// IPv6.
+    #[inline(always)]
+    pub fn read<F: Frame + ?Sized>(self, frame: &F, dst: bool) -> Option<[u8; 16]> {
+        match self {
+            Addrs::V4At(off) => frame
+                .header::<[u8; 4]>(off + if dst { 4 } else { 0 })
+                .map(crate::verdict::v4_mapped),
+            Addrs::V6At(off) => frame.header::<[u8; 16]>(off + if dst { 16 } else { 0 }),
+        }
+    }
 }
 
 /// The fields of a RoCE frame the verdict needs.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Roce {
+    pub opcode: u8,
     pub transport: Transport,
     pub pkey: u16,
     pub dest_qp: u32,
     /// The DETH Q_Key, for UD.
     pub qkey: u32,
-    pub dst: DstAddr,
+    pub addrs: Addrs,
 }
 
 /// A classified frame.
@@ -224,7 +240,7 @@ fn ipv4<F: Frame + ?Sized>(frame: &F, off: usize) -> Parsed {
     }
     // More Fragments: a first fragment, which the kernel would reassemble.
     let first_fragment = ip.frag_flags() & 0b001 != 0;
-    udp(frame, off + ihl, first_fragment, DstAddr::V4(ip.dst_addr))
+    udp(frame, off + ihl, first_fragment, Addrs::V4At(off + 12))
 }
 
 #[inline(always)]
@@ -233,14 +249,14 @@ fn ipv6<F: Frame + ?Sized>(frame: &F, off: usize) -> Parsed {
     if ip.version() != 6 {
         return Parsed::Malformed;
     }
-    let dst = DstAddr::V6At(off + 16 + 8);
+    let addrs = Addrs::V6At(off + 8);
     let mut next = ip.next_hdr;
     let mut off = off + Ipv6Hdr::LEN;
     let mut fragment = false;
     let mut seen = 0;
     loop {
         let len = match next {
-            proto::UDP => return udp(frame, off, fragment, dst),
+            proto::UDP => return udp(frame, off, fragment, addrs),
             proto::HOP_BY_HOP | proto::ROUTING | proto::DEST_OPTS | proto::AH | proto::FRAGMENT => {
                 if seen == MAX_IPV6_EXT {
                     return Parsed::Malformed;
@@ -270,7 +286,7 @@ fn ipv6<F: Frame + ?Sized>(frame: &F, off: usize) -> Parsed {
 }
 
 #[inline(always)]
-fn udp<F: Frame + ?Sized>(frame: &F, off: usize, fragment: bool, dst: DstAddr) -> Parsed {
+fn udp<F: Frame + ?Sized>(frame: &F, off: usize, fragment: bool, addrs: Addrs) -> Parsed {
     let udp = header_or!(frame, UdpHdr, off, Parsed::Malformed);
     if be16(udp.dst) != ROCE_V2_PORT {
         return Parsed::NotRoce;
@@ -279,7 +295,7 @@ fn udp<F: Frame + ?Sized>(frame: &F, off: usize, fragment: bool, dst: DstAddr) -
         // RoCE is never fragmented; reassembly would happen after XDP.
         return Parsed::Malformed;
     }
-    bth(frame, off + UdpHdr::LEN, dst)
+    bth(frame, off + UdpHdr::LEN, addrs)
 }
 
 #[inline(always)]
@@ -289,11 +305,11 @@ fn roce_v1<F: Frame + ?Sized>(frame: &F, off: usize) -> Parsed {
     if grh.next_hdr != proto::IBA_BTH {
         return Parsed::Malformed;
     }
-    bth(frame, off + Ipv6Hdr::LEN, DstAddr::V6At(off + 24))
+    bth(frame, off + Ipv6Hdr::LEN, Addrs::V6At(off + 8))
 }
 
 #[inline(always)]
-fn bth<F: Frame + ?Sized>(frame: &F, off: usize, dst: DstAddr) -> Parsed {
+fn bth<F: Frame + ?Sized>(frame: &F, off: usize, addrs: Addrs) -> Parsed {
     let bth = header_or!(frame, Bth, off, Parsed::Malformed);
     if bth.tver() != 0 {
         return Parsed::Malformed;
@@ -307,10 +323,11 @@ fn bth<F: Frame + ?Sized>(frame: &F, off: usize, dst: DstAddr) -> Parsed {
         0
     };
     Parsed::Roce(Roce {
+        opcode: bth.opcode,
         transport,
         pkey: bth.pkey(),
         dest_qp: bth.dest_qp(),
         qkey,
-        dst,
+        addrs,
     })
 }

@@ -69,8 +69,12 @@ impl Reason {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Outcome {
     pub reason: Reason,
-    /// `false` means XDP_DROP. Monitor mode turns every drop into a pass.
+    /// Whether the partition rules let the frame in.
+    pub allowed: bool,
+    /// `false` means XDP_DROP: not allowed, and not in monitor mode.
     pub pass: bool,
     /// Counter slot of the QP-table entry that judged the frame, if any.
     pub qp_slot: Option<u32>,
+    /// The RoCE headers, when the frame is RoCE.
+    pub roce: Option<crate::parse::Roce>,
 }

@@ -3,7 +3,7 @@
 use crate::{
     frame::Frame,
     maps::{Config, GroupEntry, QpEntry, UnknownQp},
-    parse::{self, DstAddr, Parsed, Roce, Transport},
+    parse::{self, Parsed, Roce, Transport},
     pkey,
     reason::{Outcome, Reason},
 };
@@ -31,15 +31,17 @@ pub trait Tables {
 /// Judges one frame: classification, then the partition rules, then monitor mode.
 #[inline(always)]
 pub fn judge<F: Frame + ?Sized, T: Tables>(frame: &F, tables: &T, config: &Config) -> Outcome {
-    let (reason, pass, qp_slot) = match parse::classify(frame) {
-        Parsed::NotRoce => (Reason::NotRoce, true, None),
-        Parsed::Malformed => (Reason::Malformed, false, None),
-        Parsed::Roce(roce) => decide(frame, &roce, tables, config),
+    let (roce, (reason, allowed, qp_slot)) = match parse::classify(frame) {
+        Parsed::NotRoce => (None, (Reason::NotRoce, true, None)),
+        Parsed::Malformed => (None, (Reason::Malformed, false, None)),
+        Parsed::Roce(roce) => (Some(roce), decide(frame, &roce, tables, config)),
     };
     Outcome {
         reason,
-        pass: pass || config.monitor != 0,
+        allowed,
+        pass: allowed || config.monitor != 0,
         qp_slot,
+        roce,
     }
 }
 
@@ -61,7 +63,7 @@ fn decide<F: Frame + ?Sized, T: Tables>(
             pkey::port::matches(roce.pkey, tables.port_flags(pkey::key(roce.pkey))),
             roce.qkey == GSI_QKEY,
         ),
-        MULTICAST_QPN => match group_of(frame, roce.dst).and_then(|a| tables.group(&a)) {
+        MULTICAST_QPN => match roce.addrs.read(frame, true).and_then(|a| tables.group(&a)) {
             Some(g) => check(ud, pkey::matches(roce.pkey, g.pkey), roce.qkey == g.qkey),
             None => return unknown(roce.pkey, config),
         },
@@ -108,15 +110,6 @@ fn unknown(frame_pkey: u16, config: &Config) -> (Reason, bool, Option<u32>) {
         UnknownQp::DefaultPkey => (Reason::PkeyViolation, false, None),
         UnknownQp::Drop => (Reason::UnknownQp, false, None),
         UnknownQp::Pass => (Reason::UnknownQp, true, None),
-    }
-}
-
-/// The group key of a destination: IPv6 or DGID as is, IPv4 v4-mapped.
-#[inline(always)]
-fn group_of<F: Frame + ?Sized>(frame: &F, dst: DstAddr) -> Option<[u8; 16]> {
-    match dst {
-        DstAddr::V4(a) => Some(v4_mapped(a)),
-        DstAddr::V6At(off) => frame.header::<[u8; 16]>(off),
     }
 }
 

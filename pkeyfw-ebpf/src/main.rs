@@ -8,17 +8,19 @@
 
 use aya_ebpf::{
     bindings::xdp_action,
-    btf_maps::{Array, HashMap, PerCpuArray},
+    btf_maps::{Array, HashMap, PerCpuArray, RingBuf},
+    helpers::bpf_ktime_get_ns,
     macros::{btf_map, xdp},
     programs::XdpContext,
 };
 use pkeyfw_common::{
-    Frame, Reason, Tables,
+    Frame, Outcome, Reason, Tables,
     frame::MAX_OFFSET,
     judge,
     maps::{
-        Config, DEFAULT_QP_CAPACITY, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, PARTITIONS,
-        QpEntry, QpStats, port_key_index, qp_key,
+        Config, DEFAULT_QP_CAPACITY, EVENT_WINDOW_SHIFT, EVENTS_BYTES, EVENTS_PER_WINDOW, Event,
+        EventBudget, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, PARTITIONS, QpEntry,
+        QpStats, port_key_index, qp_key,
     },
 };
 
@@ -44,6 +46,13 @@ static REASONS: PerCpuArray<u64, { Reason::COUNT }> = PerCpuArray::new();
 /// Frames passed and dropped per QP-table entry (indexed by its slot).
 #[btf_map]
 static QP_STATS: Array<QpStats, { DEFAULT_QP_CAPACITY as usize }> = Array::new();
+
+/// Refused frames, for the CLI's violation lines.
+#[btf_map]
+static EVENTS: RingBuf<Event, { EVENTS_BYTES as usize }> = RingBuf::new();
+/// Per CPU: events sent in the current window.
+#[btf_map]
+static EVENT_BUDGET: PerCpuArray<EventBudget, 1> = PerCpuArray::new();
 
 #[xdp]
 pub fn pkeyfw(ctx: XdpContext) -> u32 {
@@ -77,11 +86,55 @@ pub fn pkeyfw(ctx: XdpContext) -> u32 {
             })
         };
     }
+    if !outcome.allowed {
+        report(&frame, &outcome, config.monitor != 0);
+    }
     if outcome.pass {
         xdp_action::XDP_PASS
     } else {
         xdp_action::XDP_DROP
     }
+}
+
+/// An empty XDP_PASS program: the benchmark's baseline.
+#[xdp]
+pub fn pkeyfw_empty(_ctx: XdpContext) -> u32 {
+    xdp_action::XDP_PASS
+}
+
+/// Sends an event for a refused frame, within this CPU's budget.
+#[inline(always)]
+fn report(frame: &Packet, outcome: &Outcome, monitor: bool) {
+    let Some(budget) = EVENT_BUDGET.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: this CPU's slot; nothing else writes it.
+    let budget = unsafe { &mut *budget };
+    // SAFETY: no preconditions.
+    let window = unsafe { bpf_ktime_get_ns() } >> EVENT_WINDOW_SHIFT;
+    if budget.window != window {
+        budget.window = window;
+        budget.sent = 0;
+    }
+    if budget.sent >= EVENTS_PER_WINDOW as u64 {
+        return;
+    }
+    budget.sent += 1;
+    let mut event = Event {
+        reason: outcome.reason as u8,
+        monitor: monitor.into(),
+        ..Event::default()
+    };
+    if let Some(roce) = outcome.roce {
+        event.src = roce.addrs.read(frame, false).unwrap_or_default();
+        event.dst = roce.addrs.read(frame, true).unwrap_or_default();
+        event.qkey = roce.qkey;
+        event.dest_qp = roce.dest_qp;
+        event.pkey = roce.pkey;
+        event.opcode = roce.opcode;
+    }
+    // A full ring only loses the line; the counters still have the frame.
+    let _ = EVENTS.output(&event, 0);
 }
 
 /// `lock *(u64 *)counter += 1`: a BPF atomic add. core's `AtomicU64` has no

@@ -4,13 +4,14 @@
 
 use std::{
     collections::HashMap as StdHashMap,
+    os::fd::{AsFd as _, AsRawFd as _},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap, MapData, PerCpuArray},
+    maps::{Array, HashMap, Map, MapData, MapInfo, PerCpuArray},
     programs::{TestRun, TestRunOptions, Xdp},
 };
 use pkeyfw_common::{
@@ -25,6 +26,8 @@ use crate::policy::Policy;
 
 /// The program's name in the object.
 pub const PROGRAM: &str = "pkeyfw";
+/// The empty XDP_PASS program the benchmark compares against.
+pub const EMPTY_PROGRAM: &str = "pkeyfw_empty";
 
 /// The XDP object built from pkeyfw-ebpf.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pkeyfw"));
@@ -43,6 +46,8 @@ pub type ReasonCounts = [u64; Reason::COUNT];
 
 /// The program's maps, typed.
 pub struct Maps {
+    /// (name, kernel id) of every map, for memory accounting.
+    ids: Vec<(&'static str, u32)>,
     active: Array<MapData, u32>,
     config: Array<MapData, Config>,
     qps: HashMap<MapData, u32, QpEntry>,
@@ -54,24 +59,54 @@ pub struct Maps {
 
 impl Maps {
     fn take(ebpf: &mut Ebpf) -> Result<Maps> {
-        fn take<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(
-            ebpf: &mut Ebpf,
-            name: &str,
-        ) -> Result<T> {
+        let mut ids = Vec::new();
+        let mut take = |name: &'static str| -> Result<Map> {
             let map = ebpf
                 .take_map(name)
                 .ok_or_else(|| anyhow!("the XDP object has no map {name}"))?;
-            T::try_from(map).with_context(|| format!("map {name}"))
-        }
+            ids.push((name, data(&map)?.info()?.id()));
+            Ok(map)
+        };
+        let maps = [
+            take(name::ACTIVE)?,
+            take(name::CONFIG)?,
+            take(name::QPS)?,
+            take(name::GROUPS)?,
+            take(name::PORT_KEYS)?,
+            take(name::REASONS)?,
+            take(name::QP_STATS)?,
+        ];
+        let [active, config, qps, groups, port_keys, reasons, qp_stats] = maps;
         Ok(Maps {
-            active: take(ebpf, name::ACTIVE)?,
-            config: take(ebpf, name::CONFIG)?,
-            qps: take(ebpf, name::QPS)?,
-            groups: take(ebpf, name::GROUPS)?,
-            port_keys: take(ebpf, name::PORT_KEYS)?,
-            reasons: take(ebpf, name::REASONS)?,
-            qp_stats: take(ebpf, name::QP_STATS)?,
+            ids,
+            active: typed(active, name::ACTIVE)?,
+            config: typed(config, name::CONFIG)?,
+            qps: typed(qps, name::QPS)?,
+            groups: typed(groups, name::GROUPS)?,
+            port_keys: typed(port_keys, name::PORT_KEYS)?,
+            reasons: typed(reasons, name::REASONS)?,
+            qp_stats: typed(qp_stats, name::QP_STATS)?,
         })
+    }
+
+    /// Kernel memory of each map (its fdinfo `memlock`), in bytes.
+    pub fn memory(&self) -> Result<Vec<(&'static str, u64)>> {
+        self.ids
+            .iter()
+            .map(|&(name, id)| {
+                let fd = MapInfo::from_id(id)?.fd()?;
+                let info = std::fs::read_to_string(format!(
+                    "/proc/self/fdinfo/{}",
+                    fd.as_fd().as_raw_fd()
+                ))?;
+                let bytes = info
+                    .lines()
+                    .find_map(|l| l.strip_prefix("memlock:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .with_context(|| format!("no memlock in the fdinfo of map {name}"))?;
+                Ok((name, bytes))
+            })
+            .collect()
     }
 
     /// The generation the program reads.
@@ -108,6 +143,18 @@ impl Maps {
         }
         out.sort_unstable_by_key(|&(qpn, _)| qpn);
         Ok(out)
+    }
+}
+
+fn typed<T: TryFrom<Map, Error = aya::maps::MapError>>(map: Map, name: &str) -> Result<T> {
+    T::try_from(map).with_context(|| format!("map {name}"))
+}
+
+/// The map data behind the map kinds pkeyfw uses.
+fn data(map: &Map) -> Result<&MapData> {
+    match map {
+        Map::Array(d) | Map::HashMap(d) | Map::PerCpuArray(d) | Map::RingBuf(d) => Ok(d),
+        _ => bail!("unexpected map kind"),
     }
 }
 
@@ -346,10 +393,19 @@ impl Filter {
         }
     }
 
-    /// Per-packet run time of `frame` over `repeat` kernel-side repetitions.
-    pub fn time(&self, frame: &[u8], repeat: u32) -> Result<Duration> {
-        let result = self
-            .program()
+    /// Total run time of `repeat` kernel-side repetitions of `frame`, through
+    /// the filter or (`empty`) through the empty XDP_PASS program.
+    pub fn time(&mut self, empty: bool, frame: &[u8], repeat: u32) -> Result<Duration> {
+        let name = if empty { EMPTY_PROGRAM } else { PROGRAM };
+        let program: &mut Xdp = self
+            .ebpf
+            .program_mut(name)
+            .ok_or_else(|| anyhow!("the XDP object has no program {name}"))?
+            .try_into()?;
+        if program.fd().is_err() {
+            program.load()?;
+        }
+        let result = program
             .test_run(TestRunOptions {
                 data_in: Some(frame),
                 repeat,
