@@ -9,7 +9,7 @@ use pkeyfw_common::{
 /// `0x8001 (full, partition 0x0001)`.
 pub fn pkey(p: u16) -> String {
     let membership = if pkey::is_full(p) { "full" } else { "limited" };
-    format!("{p:#06x} ({membership} {:#06x})", pkey::key(p))
+    format!("{p:#06x} ({membership}, partition {:#06x})", pkey::key(p))
 }
 
 /// A one-line summary of what a frame carries, e.g.

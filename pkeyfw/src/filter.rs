@@ -5,14 +5,15 @@
 use std::{
     collections::HashMap as StdHashMap,
     os::fd::{AsFd as _, AsRawFd as _},
+    path::Path,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap, Map, MapData, MapInfo, PerCpuArray},
-    programs::{TestRun, TestRunOptions, Xdp},
+    maps::{Array, HashMap, Map, MapData, MapInfo, PerCpuArray, RingBuf},
+    programs::{TestRun, TestRunOptions, Xdp, XdpMode, links::FdLink},
 };
 use pkeyfw_common::{
     Reason,
@@ -55,28 +56,84 @@ pub struct Maps {
     port_keys: Array<MapData, u8>,
     reasons: PerCpuArray<MapData, u64>,
     qp_stats: Array<MapData, QpStats>,
+    events: RingBuf<MapData>,
 }
 
+/// Every map, in the order [`Maps::build`] takes them.
+const MAP_NAMES: [&str; 8] = [
+    name::ACTIVE,
+    name::CONFIG,
+    name::QPS,
+    name::GROUPS,
+    name::PORT_KEYS,
+    name::REASONS,
+    name::QP_STATS,
+    name::EVENTS,
+];
+
 impl Maps {
-    fn take(ebpf: &mut Ebpf) -> Result<Maps> {
-        let mut ids = Vec::new();
-        let mut take = |name: &'static str| -> Result<Map> {
+    /// Takes the maps out of a freshly loaded object, pinning each under
+    /// `pin` when given.
+    fn take(ebpf: &mut Ebpf, pin: Option<&Path>) -> Result<Maps> {
+        let maps = MAP_NAMES.map(|name| {
             let map = ebpf
                 .take_map(name)
                 .ok_or_else(|| anyhow!("the XDP object has no map {name}"))?;
-            ids.push((name, data(&map)?.info()?.id()));
+            if let Some(dir) = pin {
+                map.pin(dir.join(name))
+                    .with_context(|| format!("pinning map {name} under {}", dir.display()))?;
+            }
             Ok(map)
-        };
-        let maps = [
-            take(name::ACTIVE)?,
-            take(name::CONFIG)?,
-            take(name::QPS)?,
-            take(name::GROUPS)?,
-            take(name::PORT_KEYS)?,
-            take(name::REASONS)?,
-            take(name::QP_STATS)?,
+        });
+        Maps::build(maps)
+    }
+
+    /// Opens the maps a pinned or foreground attachment pinned under `dir`.
+    pub fn from_pins(dir: &Path) -> Result<Maps> {
+        let maps = MAP_NAMES.map(|name| {
+            let path = dir.join(name);
+            let data = MapData::from_pin(&path)
+                .with_context(|| format!("opening pinned map {}", path.display()))?;
+            Ok(match name {
+                name::QPS | name::GROUPS => Map::HashMap(data),
+                name::REASONS => Map::PerCpuArray(data),
+                name::EVENTS => Map::RingBuf(data),
+                _ => Map::Array(data),
+            })
+        });
+        Maps::build(maps)
+    }
+
+    fn build(maps: [Result<Map>; MAP_NAMES.len()]) -> Result<Maps> {
+        let [
+            active,
+            config,
+            qps,
+            groups,
+            port_keys,
+            reasons,
+            qp_stats,
+            events,
+        ] = maps;
+        let [
+            active,
+            config,
+            qps,
+            groups,
+            port_keys,
+            reasons,
+            qp_stats,
+            events,
+        ] = [
+            active?, config?, qps?, groups?, port_keys?, reasons?, qp_stats?, events?,
         ];
-        let [active, config, qps, groups, port_keys, reasons, qp_stats] = maps;
+        let ids = MAP_NAMES
+            .iter()
+            .zip([
+                &active, &config, &qps, &groups, &port_keys, &reasons, &qp_stats, &events,
+            ])
+            .map(|(&name, map)| Ok((name, data(map)?.info()?.id())))
+            .collect::<Result<_>>()?;
         Ok(Maps {
             ids,
             active: typed(active, name::ACTIVE)?,
@@ -86,6 +143,7 @@ impl Maps {
             port_keys: typed(port_keys, name::PORT_KEYS)?,
             reasons: typed(reasons, name::REASONS)?,
             qp_stats: typed(qp_stats, name::QP_STATS)?,
+            events: typed(events, name::EVENTS)?,
         })
     }
 
@@ -107,6 +165,11 @@ impl Maps {
                 Ok((name, bytes))
             })
             .collect()
+    }
+
+    /// The ring buffer of violation events.
+    pub fn events(&mut self) -> &mut RingBuf<MapData> {
+        &mut self.events
     }
 
     /// The generation the program reads.
@@ -175,12 +238,23 @@ pub struct Filter {
     slots: StdHashMap<u32, u32>,
     free_slots: Vec<u32>,
     next_slot: u32,
+    link: Option<aya::programs::xdp::XdpLinkId>,
 }
 
 impl Filter {
     /// Loads the program into the kernel with room for `qp_capacity` QPs per
     /// policy. Nothing is attached; the policy is empty until [`apply`](Self::apply).
     pub fn load(qp_capacity: u32) -> Result<Filter> {
+        Filter::load_with(qp_capacity, None)
+    }
+
+    /// [`load`](Self::load), pinning the program and its maps under `dir`
+    /// so that other pkeyfw processes reach them.
+    pub fn load_pinned(qp_capacity: u32, dir: &Path) -> Result<Filter> {
+        Filter::load_with(qp_capacity, Some(dir))
+    }
+
+    fn load_with(qp_capacity: u32, pin: Option<&Path>) -> Result<Filter> {
         let capacity = qp_capacity.max(DEFAULT_QP_CAPACITY).next_power_of_two();
         raise_memlock();
         let mut ebpf = EbpfLoader::new()
@@ -195,7 +269,12 @@ impl Filter {
         program
             .load()
             .map_err(|e| privileged("loading the XDP program (verifier)", e.into()))?;
-        let maps = Maps::take(&mut ebpf)?;
+        if let Some(dir) = pin {
+            program
+                .pin(dir.join(PROGRAM))
+                .with_context(|| format!("pinning the program under {}", dir.display()))?;
+        }
+        let maps = Maps::take(&mut ebpf, pin)?;
         Ok(Filter {
             ebpf,
             maps,
@@ -205,15 +284,51 @@ impl Filter {
             slots: StdHashMap::new(),
             free_slots: Vec::new(),
             next_slot: 0,
+            link: None,
         })
     }
 
-    /// The loaded (not yet attached) program.
-    pub fn program_mut(&mut self) -> &mut Xdp {
+    fn program_mut(&mut self) -> &mut Xdp {
         self.ebpf
             .program_mut(PROGRAM)
             .and_then(|p| p.try_into().ok())
             .expect("loaded at construction")
+    }
+
+    /// The kernel's id of the loaded program.
+    pub fn program_id(&self) -> Result<u32> {
+        Ok(self.program().info()?.id())
+    }
+
+    /// Attaches the program to interface `iface` of this network namespace.
+    /// The attachment lives as long as this `Filter`, unless
+    /// [`pin_link`](Self::pin_link) hands it to bpffs.
+    pub fn attach(&mut self, iface: &str, mode: XdpMode) -> Result<()> {
+        let name = std::ffi::CString::new(iface)?;
+        let id = self.program_mut().attach(name.as_c_str(), mode)?;
+        self.link = Some(id);
+        Ok(())
+    }
+
+    /// Pins the attachment at `path`: it outlives this process until the pin
+    /// is removed.
+    pub fn pin_link(&mut self, path: &Path) -> Result<()> {
+        let id = self.link.take().context("not attached")?;
+        let link = self.program_mut().take_link(id)?;
+        let link: FdLink = link
+            .try_into()
+            .context("this kernel attached XDP without a bpf_link, which cannot be pinned")?;
+        link.pin(path)
+            .with_context(|| format!("pinning the link at {}", path.display()))?;
+        Ok(())
+    }
+
+    /// Detaches the program, if this `Filter` holds its attachment.
+    pub fn detach(&mut self) -> Result<()> {
+        if let Some(id) = self.link.take() {
+            self.program_mut().detach(id)?;
+        }
+        Ok(())
     }
 
     fn program(&self) -> &Xdp {
@@ -225,6 +340,10 @@ impl Filter {
 
     pub fn maps(&self) -> &Maps {
         &self.maps
+    }
+
+    pub fn maps_mut(&mut self) -> &mut Maps {
+        &mut self.maps
     }
 
     /// Switches the program to `policy`. The policy is written into the idle

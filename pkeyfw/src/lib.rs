@@ -4,8 +4,11 @@
 //! XDP program, and the commands built on them.
 
 pub mod capture;
+pub mod cmd;
 pub mod describe;
+pub mod events;
 pub mod filter;
+pub mod netlink;
+pub mod pins;
 pub mod policy;
-pub mod replay;
 pub mod wire;

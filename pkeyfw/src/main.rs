@@ -4,11 +4,17 @@ use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use pkeyfw::{policy::Policy, replay};
+use pkeyfw::{
+    cmd::{attach, detach, replay, stats},
+    policy::Policy,
+};
 
 /// InfiniBand partition isolation (P_Keys, Q_Keys) for RoCE, enforced in XDP.
+///
+/// Exit status: 0 on success, 1 on any error (the message says what and
+/// where), 2 on a usage error.
 #[derive(Parser)]
-#[command(version, about, long_about = None)]
+#[command(version, about, long_about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -16,6 +22,46 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Enforce a policy on an interface.
+    ///
+    /// Loads the XDP program, fills its maps from the policy and attaches it.
+    /// In the foreground it prints a line per refused frame (at most
+    /// --log-rate a second, then how many more) and, on Ctrl-C or SIGTERM,
+    /// detaches and prints the final counters. With --pin it pins the
+    /// program, its maps and the link under /sys/fs/bpf/pkeyfw/IFACE/ and
+    /// exits; the filter runs on without any process. Needs root.
+    Attach {
+        /// The interface, in this network namespace.
+        iface: String,
+        /// Partition policy (TOML).
+        #[arg(long, value_name = "FILE")]
+        policy: PathBuf,
+        /// XDP mode: native (in the driver) or skb (generic); auto tries
+        /// native first.
+        #[arg(long, value_enum, default_value = "auto")]
+        mode: attach::Mode,
+        /// Pin and exit instead of staying in the foreground.
+        #[arg(long)]
+        pin: bool,
+        /// Violation lines printed per second, at most.
+        #[arg(long, value_name = "N", default_value_t = 10)]
+        log_rate: u64,
+    },
+    /// Remove a pinned attachment (`attach --pin`) and its pins.
+    Detach { iface: String },
+    /// Counters per reason and per QP of running attachments.
+    ///
+    /// Reads the maps of foreground and pinned attachments alike.
+    Stats {
+        /// Only this interface (default: every attachment).
+        iface: Option<String>,
+        /// One JSON object per interface.
+        #[arg(long)]
+        json: bool,
+        /// Print again every SECONDS, until interrupted.
+        #[arg(long, value_name = "SECONDS")]
+        watch: Option<f64>,
+    },
     /// Run a capture through the XDP program in the kernel (BPF_PROG_TEST_RUN)
     /// and print each frame's verdict and reason, then totals per reason.
     ///
@@ -44,6 +90,21 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
+        Command::Attach {
+            iface,
+            policy,
+            mode,
+            pin,
+            log_rate,
+        } => attach::run(&attach::Options {
+            iface: &iface,
+            policy_path: &policy,
+            mode,
+            pin,
+            log_rate,
+        }),
+        Command::Detach { iface } => detach::run(&iface),
+        Command::Stats { iface, json, watch } => stats::run(iface.as_deref(), json, watch),
         Command::Replay {
             policy,
             capture,

@@ -1,0 +1,488 @@
+//! `cargo xtask bench`: what the filter costs in the real kernel.
+//!
+//! Every figure comes from the loaded XDP program: per-packet cost of each
+//! verdict path beside the empty XDP_PASS program (BPF_PROG_TEST_RUN), the
+//! same at table sizes from 1 to 1,000,000 QPs, the maps' kernel memory, and
+//! the wall-clock time to load a filter and apply a policy. Needs root.
+
+use std::{
+    collections::BTreeMap,
+    net::{IpAddr, Ipv6Addr},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, ensure};
+use pkeyfw::{
+    filter::Filter,
+    policy::{Group, Policy, QpRule},
+    wire::{Net, Packet},
+};
+use pkeyfw_common::{
+    Reason,
+    maps::{QpType, UnknownQp, name},
+    verdict::{GSI_QKEY, MULTICAST_QPN},
+};
+
+/// Kernel repetitions per timed run: enough that the syscall around them
+/// does not matter and the kernel's whole-ns mean is stable.
+const REPEAT: u32 = 1_000_000;
+/// Alternating filter/empty runs per path; the median of each is reported,
+/// so that one disturbed run (the machine has 2 CPUs) does not show.
+const ROUNDS: usize = 5;
+/// QPs in the policy of the per-path table: a busy host.
+const PATH_QPS: u32 = 1_000;
+/// Table sizes of the scaling, memory and load tables.
+const SIZES: [u32; 4] = [1, 1_000, 100_000, 1_000_000];
+
+/// The partition of every QP and of the group.
+const PKEY: u16 = 0x8001;
+/// In the port's table, but bound to no QP: a P_Key violation at any QP.
+const OTHER_PKEY: u16 = 0x8002;
+const QKEY: u32 = 0x1111_1111;
+const GROUP_QKEY: u32 = 0x0b1b;
+/// The QP the known-QP paths address; the policy gives it their type.
+const TARGET_QPN: u32 = 2;
+/// Above the QPNs of the largest policy.
+const UNKNOWN_QPN: u32 = 0x00fe_0000;
+const GROUP: Ipv6Addr = Ipv6Addr::new(0xff12, 0x401b, 0, 0, 0, 0, 0, 1);
+
+fn main() -> Result<()> {
+    let header = header()?;
+    println!("{header}\n");
+    let paths = paths();
+    let sized: Vec<Path> = paths.iter().filter(|p| p.sized).cloned().collect();
+
+    eprintln!("bench: every path at {PATH_QPS} QPs");
+    let per_path = run(PATH_QPS, &paths)?;
+    let mut runs = Vec::new();
+    for qps in SIZES {
+        eprintln!("bench: {qps} QPs");
+        runs.push(run(qps, &sized)?);
+    }
+
+    let tables = [
+        cost_table(&paths, &per_path),
+        scaling_table(&sized, &runs),
+        memory_table(&runs)?,
+        load_table(&runs),
+    ];
+    for table in &tables {
+        println!("{}\n", table.text());
+    }
+    println!("<!-- bench:begin -->");
+    println!("{header}");
+    for table in &tables {
+        println!("\n{}", table.markdown());
+    }
+    println!("<!-- bench:end -->");
+    Ok(())
+}
+
+/// The command, the kernel and the CPU the figures belong to.
+fn header() -> Result<String> {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .context("reading the kernel version")?;
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map_or("unknown CPU", |(_, m)| m.trim());
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    Ok(format!(
+        "`cargo xtask bench` on Linux {}, {model} ({cpus} CPUs); \
+         BPF_PROG_TEST_RUN, {REPEAT} repetitions per run, median of {ROUNDS} interleaved runs",
+        kernel.trim()
+    ))
+}
+
+/// One verdict path: a frame and the verdict the kernel must give it.
+#[derive(Clone)]
+struct Path {
+    name: &'static str,
+    frame: Vec<u8>,
+    pass: bool,
+    reason: Reason,
+    /// The type QP 2 must have for the frame to take this path.
+    qp_type: QpType,
+    /// Also measured at every table size.
+    sized: bool,
+}
+
+fn path(name: &'static str, packet: Packet, pass: bool, reason: Reason) -> Path {
+    Path {
+        name,
+        frame: packet.bytes(),
+        pass,
+        reason,
+        qp_type: QpType::Rc,
+        sized: false,
+    }
+}
+
+impl Path {
+    fn at(self, qp_type: QpType) -> Path {
+        Path { qp_type, ..self }
+    }
+
+    fn sized(self) -> Path {
+        Path {
+            sized: true,
+            ..self
+        }
+    }
+}
+
+/// Every path through the program, from cheapest to most lookups.
+fn paths() -> Vec<Path> {
+    use Reason::*;
+    let mut tcp = Packet::rc(PKEY, TARGET_QPN);
+    tcp.ip_proto = 6;
+    let mut tver = Packet::rc(PKEY, TARGET_QPN);
+    tver.tver = 1;
+    let mut mcast = Packet::ud(PKEY, MULTICAST_QPN, GROUP_QKEY).over_v6(vec![]);
+    if let Net::V6 { dst, .. } = &mut mcast.net {
+        *dst = GROUP;
+    }
+    vec![
+        path("not_roce (TCP)", tcp, true, NotRoce).sized(),
+        path("malformed (TVer 1)", tver, false, Malformed),
+        path("smi (QP0)", Packet::ud(0xffff, 0, 0), true, Smi),
+        path("ok GSI (QP1)", Packet::ud(0xffff, 1, GSI_QKEY), true, Ok),
+        path("ok RC", Packet::rc(PKEY, TARGET_QPN), true, Ok).sized(),
+        path("ok UD", Packet::ud(PKEY, TARGET_QPN, QKEY), true, Ok)
+            .at(QpType::Ud)
+            .sized(),
+        path("ok multicast group", mcast, true, Ok),
+        path(
+            "unknown_qp (drop rule)",
+            Packet::rc(PKEY, UNKNOWN_QPN),
+            false,
+            UnknownQp,
+        )
+        .sized(),
+        path(
+            "pkey_violation",
+            Packet::rc(OTHER_PKEY, TARGET_QPN),
+            false,
+            PkeyViolation,
+        )
+        .sized(),
+        path(
+            "qkey_violation",
+            Packet::ud(PKEY, TARGET_QPN, QKEY + 1),
+            false,
+            QkeyViolation,
+        )
+        .at(QpType::Ud),
+        path(
+            "opcode_mismatch (UD to RC)",
+            Packet::ud(PKEY, TARGET_QPN, QKEY),
+            false,
+            OpcodeMismatch,
+        ),
+    ]
+}
+
+/// A policy binding `qps` QPs, QPNs 2 to qps+1, all in [`PKEY`]. QP 2, which
+/// the known-QP paths address, has `target`'s type (so that even a one-QP
+/// table serves them); the others cycle through all four types.
+fn policy(qps: u32, target: QpType) -> Policy {
+    let rule = |qp_type| QpRule {
+        qp_type,
+        pkey: PKEY,
+        qkey: (qp_type == QpType::Ud).then_some(QKEY),
+    };
+    let qps = (TARGET_QPN..TARGET_QPN + qps)
+        .map(|qpn| {
+            let qp_type = if qpn == TARGET_QPN {
+                target
+            } else {
+                QpType::ALL[qpn as usize % QpType::ALL.len()]
+            };
+            (qpn, rule(qp_type))
+        })
+        .collect();
+    let group = Group {
+        addr: IpAddr::V6(GROUP),
+        pkey: PKEY,
+        qkey: GROUP_QKEY,
+    };
+    Policy {
+        pkeys: vec![0xffff, PKEY, OTHER_PKEY],
+        monitor: false,
+        unknown_qp: UnknownQp::Drop,
+        qps,
+        groups: BTreeMap::from([(Group::key_addr(group.addr), group)]),
+    }
+}
+
+/// Per-packet cost of a path, in ns, through the filter and the empty program.
+#[derive(Clone, Copy)]
+struct Cost {
+    filter: f64,
+    empty: f64,
+}
+
+/// Everything measured on one freshly loaded filter.
+struct Run {
+    qps: u32,
+    /// `Filter::load`: the verifier and the maps.
+    load: Duration,
+    /// The first `apply`, into the fresh filter.
+    apply: Duration,
+    memory: Vec<(&'static str, u64)>,
+    /// In the order of the paths measured.
+    costs: Vec<Cost>,
+}
+
+/// Loads a filter for `qps` QPs and measures `paths` under policies of that
+/// size: one with QP 2 of RC type, then one with it UD.
+fn run(qps: u32, paths: &[Path]) -> Result<Run> {
+    let (filter, load) = timed(|| Filter::load(qps));
+    let mut filter = filter?;
+    let mut apply = None;
+    let mut costs = vec![None; paths.len()];
+    for target in [QpType::Rc, QpType::Ud] {
+        let policy = policy(qps, target);
+        let (applied, took) = timed(|| filter.apply(&policy));
+        applied.with_context(|| format!("applying {qps} QPs"))?;
+        apply.get_or_insert(took);
+        for (i, path) in paths.iter().enumerate() {
+            if path.qp_type == target {
+                costs[i] = Some(measure(&mut filter, path)?);
+            }
+        }
+    }
+    Ok(Run {
+        qps,
+        load,
+        apply: apply.expect("applied at least once"),
+        memory: filter.maps().memory()?,
+        costs: costs
+            .into_iter()
+            .map(|c| c.expect("every path has an RC or UD target"))
+            .collect(),
+    })
+}
+
+/// Checks that the kernel gives `path` its intended verdict, then times it
+/// through the filter and the empty program, alternating, so that a change
+/// of machine state in between hits both.
+fn measure(filter: &mut Filter, path: &Path) -> Result<Cost> {
+    let judged = filter.judge(&path.frame)?;
+    ensure!(
+        judged == (path.pass, path.reason),
+        "{}: the kernel judged (pass, reason) = {judged:?}, expected ({}, {:?})",
+        path.name,
+        path.pass,
+        path.reason
+    );
+    let (mut through_filter, mut through_empty) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        through_filter.push(ns_per_packet(filter.time(false, &path.frame, REPEAT)?));
+        through_empty.push(ns_per_packet(filter.time(true, &path.frame, REPEAT)?));
+    }
+    Ok(Cost {
+        filter: median(through_filter),
+        empty: median(through_empty),
+    })
+}
+
+/// The kernel reports the mean run time of the repetitions (in whole ns), not
+/// their total: `Filter::time`'s duration already is the per-packet cost.
+fn ns_per_packet(mean: Duration) -> f64 {
+    mean.as_nanos() as f64
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+    let start = Instant::now();
+    let out = f();
+    (out, start.elapsed())
+}
+
+fn cost_table(paths: &[Path], run: &Run) -> Table {
+    Table {
+        title: format!(
+            "Per-packet cost, {} QPs (unknown_qp = \"drop\")",
+            thousands(run.qps)
+        ),
+        columns: Vec::from(["path", "filter ns", "empty ns", "filter/empty"].map(String::from)),
+        rows: paths
+            .iter()
+            .zip(&run.costs)
+            .map(|(path, cost)| {
+                vec![
+                    path.name.to_string(),
+                    format!("{:.0}", cost.filter),
+                    format!("{:.0}", cost.empty),
+                    format!("{:.2}x", cost.filter / cost.empty),
+                ]
+            })
+            .collect(),
+    }
+}
+
+/// Filter cost per path at every size, and its spread across sizes; the
+/// empty program's row shows how much of a spread is the machine's noise.
+fn scaling_table(paths: &[Path], runs: &[Run]) -> Table {
+    let mut columns = vec!["path".to_string()];
+    columns.extend(runs.iter().map(|r| format!("{} QPs", thousands(r.qps))));
+    columns.push("spread".to_string());
+    let row = |name: &str, ns: Vec<f64>| {
+        let mut row = vec![name.to_string()];
+        row.extend(ns.iter().map(|v| format!("{v:.0}")));
+        row.push(format!("{:.1}%", spread(&ns)));
+        row
+    };
+    let mut rows: Vec<Vec<String>> = paths
+        .iter()
+        .enumerate()
+        .map(|(i, path)| row(path.name, runs.iter().map(|r| r.costs[i].filter).collect()))
+        .collect();
+    let empty = runs
+        .iter()
+        .map(|r| median(r.costs.iter().map(|c| c.empty).collect()))
+        .collect();
+    rows.push(row("(empty program)", empty));
+    Table {
+        title: "Filter ns/packet by QPs in the table (spread = max/min - 1)".to_string(),
+        columns,
+        rows,
+    }
+}
+
+/// max/min - 1, in percent.
+fn spread(values: &[f64]) -> f64 {
+    let max = values.iter().copied().fold(f64::MIN, f64::max);
+    let min = values.iter().copied().fold(f64::MAX, f64::min);
+    (max / min - 1.0) * 100.0
+}
+
+/// The maps that grow with the QP capacity, then the rest together.
+fn memory_table(runs: &[Run]) -> Result<Table> {
+    let big = [name::QPS, name::QP_STATS];
+    let mut rows = Vec::new();
+    for run in runs {
+        let of = |map: &str| -> Result<u64> {
+            run.memory
+                .iter()
+                .find(|(m, _)| *m == map)
+                .map(|&(_, bytes)| bytes)
+                .with_context(|| format!("no memory figure for map {map}"))
+        };
+        let total: u64 = run.memory.iter().map(|&(_, bytes)| bytes).sum();
+        let big_bytes = big.iter().map(|m| of(m)).collect::<Result<Vec<_>>>()?;
+        let mut row = vec![thousands(run.qps)];
+        row.extend(big_bytes.iter().map(|&b| mib(b)));
+        row.push(mib(total - big_bytes.iter().sum::<u64>()));
+        row.push(mib(total));
+        rows.push(row);
+    }
+    Ok(Table {
+        title: "Kernel memory of the maps, MiB (fdinfo memlock)".to_string(),
+        columns: Vec::from(["QPs", big[0], big[1], "other maps", "total"].map(String::from)),
+        rows,
+    })
+}
+
+fn load_table(runs: &[Run]) -> Table {
+    Table {
+        title: "Wall-clock time to load a filter and apply a policy into it".to_string(),
+        columns: Vec::from(["QPs", "load", "apply", "apply per QP"].map(String::from)),
+        rows: runs
+            .iter()
+            .map(|r| {
+                vec![
+                    thousands(r.qps),
+                    millis(r.load),
+                    millis(r.apply),
+                    format!("{:.2} µs", r.apply.as_secs_f64() * 1e6 / f64::from(r.qps)),
+                ]
+            })
+            .collect(),
+    }
+}
+
+fn thousands(n: u32) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / f64::from(1 << 20))
+}
+
+fn millis(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1e3)
+}
+
+/// A table printed twice: aligned for the terminal, in markdown for the README.
+struct Table {
+    title: String,
+    columns: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// First column left-aligned, the figures right-aligned.
+    fn text(&self) -> String {
+        let widths: Vec<usize> = (0..self.columns.len())
+            .map(|c| {
+                self.rows
+                    .iter()
+                    .map(|r| r[c].chars().count())
+                    .chain([self.columns[c].chars().count()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let line = |cells: Vec<&str>| {
+            cells
+                .iter()
+                .zip(&widths)
+                .enumerate()
+                .map(|(c, (cell, &w))| {
+                    if c == 0 {
+                        format!("{cell:<w$}")
+                    } else {
+                        format!("{cell:>w$}")
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("  ")
+        };
+        let rules: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
+        let mut out = vec![self.title.clone(), line(strs(&self.columns))];
+        out.push(line(strs(&rules)));
+        out.extend(self.rows.iter().map(|r| line(strs(r))));
+        out.join("\n")
+    }
+
+    fn markdown(&self) -> String {
+        let line = |cells: Vec<&str>| format!("| {} |", cells.join(" | "));
+        let mut align = vec![":---"];
+        align.resize(self.columns.len(), "---:");
+        let mut out = vec![format!("**{}**", self.title), String::new()];
+        out.push(line(strs(&self.columns)));
+        out.push(line(align));
+        out.extend(self.rows.iter().map(|r| line(strs(r))));
+        out.join("\n")
+    }
+}
+
+fn strs(cells: &[String]) -> Vec<&str> {
+    cells.iter().map(String::as_str).collect()
+}

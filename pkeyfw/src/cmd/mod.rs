@@ -1,0 +1,6 @@
+//! The CLI's commands, one module each.
+
+pub mod attach;
+pub mod detach;
+pub mod replay;
+pub mod stats;

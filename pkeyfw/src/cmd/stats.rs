@@ -1,0 +1,142 @@
+//! `pkeyfw stats`: counters per reason and per QP of running attachments,
+//! read from their pinned maps (foreground and pinned alike).
+
+use std::{io::Write, time::Duration};
+
+use anyhow::{Result, bail};
+use pkeyfw_common::{Reason, maps::QpStats};
+use serde_json::json;
+
+use crate::{
+    filter::{Maps, ReasonCounts},
+    netlink::XdpMode,
+    pins::{Pins, State},
+};
+
+/// One attachment's counters at one moment.
+pub struct Snapshot {
+    pub iface: String,
+    pub mode: XdpMode,
+    pub pinned: bool,
+    pub reasons: ReasonCounts,
+    pub qps: Vec<(u32, QpStats)>,
+}
+
+impl Snapshot {
+    pub fn read(iface: &str, mode: XdpMode, pinned: bool, maps: &Maps) -> Result<Snapshot> {
+        Ok(Snapshot {
+            iface: iface.to_string(),
+            mode,
+            pinned,
+            reasons: maps.reasons()?,
+            qps: maps.qp_counters()?,
+        })
+    }
+
+    /// The documented JSON object.
+    pub fn json(&self) -> serde_json::Value {
+        let reasons: serde_json::Map<_, _> = Reason::ALL
+            .iter()
+            .map(|r| {
+                (
+                    r.name().to_string(),
+                    json!(self.reasons[r.index() as usize]),
+                )
+            })
+            .collect();
+        let qps: Vec<_> = self
+            .qps
+            .iter()
+            .map(|(qpn, s)| json!({"qpn": qpn, "passed": s.passed, "dropped": s.dropped}))
+            .collect();
+        json!({"interface": self.iface, "mode": self.mode.name(), "reasons": reasons, "qps": qps})
+    }
+
+    pub fn text(&self, out: &mut impl Write) -> std::io::Result<()> {
+        let how = if self.pinned { "pinned" } else { "foreground" };
+        let total: u64 = self.reasons.iter().sum();
+        writeln!(
+            out,
+            "{}  {} mode, {how}: {total} frames",
+            self.iface,
+            self.mode.name()
+        )?;
+        for r in Reason::ALL {
+            writeln!(
+                out,
+                "  {:<16} {:>12}",
+                r.name(),
+                self.reasons[r.index() as usize]
+            )?;
+        }
+        if !self.qps.is_empty() {
+            writeln!(out, "  {:<10} {:>12} {:>12}", "QP", "passed", "dropped")?;
+            for (qpn, s) in &self.qps {
+                writeln!(out, "  {:<#10x} {:>12} {:>12}", qpn, s.passed, s.dropped)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The live attachments named (or all), with their maps.
+fn attachments(iface: Option<&str>) -> Result<Vec<(Pins, XdpMode, bool, Maps)>> {
+    let all = match iface {
+        Some(i) => {
+            let pins = Pins::of(i);
+            if !pins.exists() {
+                bail!(
+                    "{i} is not managed by pkeyfw (nothing under {})",
+                    pins.dir.display()
+                );
+            }
+            vec![pins]
+        }
+        None => Pins::list()?,
+    };
+    let mut live = Vec::new();
+    for pins in all {
+        match pins.state()? {
+            State::Live { mode, pinned } => {
+                let maps = Maps::from_pins(&pins.dir)?;
+                live.push((pins, mode, pinned, maps));
+            }
+            State::Stale if iface.is_some() => bail!(
+                "{} is not attached any more (its foreground pkeyfw exited without cleaning up); `pkeyfw detach {}` removes what it left",
+                pins.iface,
+                pins.iface
+            ),
+            State::Stale => eprintln!(
+                "pkeyfw: {}: stale pins of an exited attachment (`pkeyfw detach {}` removes them)",
+                pins.iface, pins.iface
+            ),
+        }
+    }
+    Ok(live)
+}
+
+pub fn run(iface: Option<&str>, json: bool, watch: Option<f64>) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    loop {
+        let live = attachments(iface)?;
+        if live.is_empty() && !json {
+            writeln!(out, "no pkeyfw attachments")?;
+        }
+        for (pins, mode, pinned, maps) in &live {
+            let snap = Snapshot::read(&pins.iface, *mode, *pinned, maps)?;
+            if json {
+                writeln!(out, "{}", snap.json())?;
+            } else {
+                snap.text(&mut out)?;
+            }
+        }
+        out.flush()?;
+        let Some(period) = watch else {
+            return Ok(());
+        };
+        std::thread::sleep(Duration::from_secs_f64(period));
+        if !json {
+            writeln!(out)?;
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! Violation lines: what the kernel reported through the `EVENTS` ring
+//! buffer, printed at a bounded rate.
+
+use std::net::{IpAddr, Ipv6Addr};
+
+use pkeyfw_common::{Reason, maps::Event};
+
+use crate::describe;
+
+/// Decodes one ring-buffer record.
+pub fn decode(bytes: &[u8]) -> Option<Event> {
+    (bytes.len() >= size_of::<Event>()).then(|| {
+        // SAFETY: long enough, and Event is plain data valid for any bytes.
+        unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<Event>()) }
+    })
+}
+
+/// `::ffff:a.b.c.d` back to IPv4; `::` for "unknown".
+fn addr(a: [u8; 16]) -> IpAddr {
+    let v6 = Ipv6Addr::from(a);
+    v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
+}
+
+/// One line per refused frame.
+pub fn line(e: &Event) -> String {
+    let reason = Reason::ALL
+        .get(usize::from(e.reason))
+        .map_or("?", |r| r.name());
+    let verdict = if e.monitor != 0 { "would drop" } else { "drop" };
+    if e.src == [0; 16] && e.dst == [0; 16] {
+        return format!("{verdict} {reason}");
+    }
+    let mut s = format!(
+        "{verdict} {reason}: {} → {} QP {:#08x} opcode {:#04x} P_Key {}",
+        addr(e.src),
+        addr(e.dst),
+        e.dest_qp,
+        e.opcode,
+        describe::pkey(e.pkey)
+    );
+    if e.opcode & 0xe0 == 0x60 {
+        s += &format!(" Q_Key {:#010x}", e.qkey);
+    }
+    s
+}
+
+/// At most `per_second` lines a second; the rest are counted.
+pub struct Limiter {
+    per_second: u64,
+    shown: u64,
+}
+
+impl Limiter {
+    pub fn new(per_second: u64) -> Limiter {
+        Limiter {
+            per_second,
+            shown: 0,
+        }
+    }
+
+    /// Whether one more line may be shown in this second.
+    pub fn allow(&mut self) -> bool {
+        let ok = self.shown < self.per_second;
+        self.shown += u64::from(ok);
+        ok
+    }
+
+    /// Ends a second in which the counters saw `violations` refused frames:
+    /// the number not shown, if any.
+    pub fn tick(&mut self, violations: u64) -> Option<u64> {
+        let hidden = violations.saturating_sub(self.shown);
+        self.shown = 0;
+        (hidden > 0).then_some(hidden)
+    }
+}

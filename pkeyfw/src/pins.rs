@@ -1,0 +1,150 @@
+//! Where attachments live in bpffs, so that other pkeyfw processes (stats,
+//! detach, reload) reach them: `/sys/fs/bpf/pkeyfw/IFACE/` holds the program
+//! (`pkeyfw`), its maps by name and, for `attach --pin`, the `link` that
+//! keeps it attached without any process.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context as _, Result, bail};
+use aya::programs::{ProgramInfo, links::PinnedLink};
+
+use crate::{
+    filter::PROGRAM,
+    netlink::{self, XdpMode},
+};
+
+/// bpffs mount point.
+pub const BPFFS: &str = "/sys/fs/bpf";
+/// `statfs` magic of bpffs.
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// The pins of one interface.
+pub struct Pins {
+    pub iface: String,
+    pub dir: PathBuf,
+}
+
+/// What the kernel says of an interface's pins.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Our program is attached; `pinned` when bpffs holds the link, else a
+    /// foreground `pkeyfw attach` holds it.
+    Live { mode: XdpMode, pinned: bool },
+    /// The program is no longer attached (its foreground process died).
+    Stale,
+}
+
+impl Pins {
+    pub fn of(iface: &str) -> Pins {
+        Pins {
+            iface: iface.to_string(),
+            dir: Path::new(BPFFS).join("pkeyfw").join(iface),
+        }
+    }
+
+    /// Every interface with pins, by name.
+    pub fn list() -> Result<Vec<Pins>> {
+        let root = Path::new(BPFFS).join("pkeyfw");
+        let Ok(entries) = fs::read_dir(&root) else {
+            return Ok(Vec::new());
+        };
+        let mut all: Vec<Pins> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| Pins::of(&e.file_name().to_string_lossy()))
+            .collect();
+        all.sort_by(|a, b| a.iface.cmp(&b.iface));
+        Ok(all)
+    }
+
+    pub fn exists(&self) -> bool {
+        self.dir.exists()
+    }
+
+    pub fn link(&self) -> PathBuf {
+        self.dir.join("link")
+    }
+
+    /// Whether the interface runs the pinned program, and how.
+    pub fn state(&self) -> Result<State> {
+        let ours = ProgramInfo::from_pin(self.dir.join(PROGRAM))
+            .with_context(|| format!("opening the program pinned under {}", self.dir.display()))?
+            .id();
+        let Ok(index) = netlink::if_index(&self.iface) else {
+            return Ok(State::Stale);
+        };
+        Ok(match netlink::xdp_attached(index)? {
+            Some(a) if a.prog_id == ours => State::Live {
+                mode: a.mode,
+                pinned: self.link().exists(),
+            },
+            _ => State::Stale,
+        })
+    }
+
+    /// Creates the directory, mounting bpffs first if needed.
+    pub fn create(&self) -> Result<()> {
+        ensure_bpffs()?;
+        fs::create_dir_all(&self.dir).with_context(|| format!("creating {}", self.dir.display()))
+    }
+
+    /// Removes every pin and the directory. Removing `link` detaches a
+    /// pinned attachment.
+    pub fn remove(&self) -> Result<()> {
+        if self.link().exists() {
+            PinnedLink::from_pin(self.link())
+                .context("opening the pinned link")?
+                .unpin()
+                .context("unpinning the link")?;
+        }
+        if let Ok(entries) = fs::read_dir(&self.dir) {
+            for e in entries.filter_map(|e| e.ok()) {
+                fs::remove_file(e.path())
+                    .with_context(|| format!("removing {}", e.path().display()))?;
+            }
+        }
+        match fs::remove_dir(&self.dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("removing {}", self.dir.display()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Mounts bpffs at /sys/fs/bpf unless it is there already.
+pub fn ensure_bpffs() -> Result<()> {
+    if is_bpffs(Path::new(BPFFS)) {
+        return Ok(());
+    }
+    let (src, target, fstype) = (c"bpf", c"/sys/fs/bpf", c"bpf");
+    // SAFETY: valid NUL-terminated strings; no data argument.
+    let rc = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        bail!(
+            "mounting bpffs at {BPFFS}: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+fn is_bpffs(path: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs writes into a zeroed struct of the right type.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid path and output pointer.
+    unsafe { libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == BPF_FS_MAGIC }
+}
