@@ -8,6 +8,7 @@ pub mod cmd;
 pub mod describe;
 pub mod events;
 pub mod filter;
+pub mod lab;
 pub mod netlink;
 pub mod pins;
 pub mod policy;

@@ -30,8 +30,9 @@ fn pkeyfw(args: &[&str]) -> Output {
         .expect("run pkeyfw")
 }
 
+/// A scratch file in the directory cargo keeps for integration tests.
 fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("pkeyfw-replay-{}", std::process::id()));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("replay");
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
 }

@@ -1,0 +1,3 @@
+//! The RoCE partition lab: namespaces, veths and real frames.
+
+pub mod netns;

@@ -1,0 +1,337 @@
+//! `pkeyfw attach / stats / detach` on a veth pair between two namespaces the
+//! test creates (and always removes): what crosses the veth is exactly what
+//! the verdict passes, the counters match, detach leaves nothing behind.
+
+mod common;
+
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
+    time::Duration,
+};
+
+use pkeyfw::{
+    lab::netns::{VethPair, capture_during, in_netns, send},
+    netlink,
+    pins::Pins,
+};
+use pkeyfw_common::{Reason, judge};
+use serde_json::Value;
+
+/// A short unique tag per test (interface names are at most 15 bytes).
+fn tag() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "pk{}{}",
+        std::process::id() % 10000,
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn pkeyfw_in(ns: &str) -> Command {
+    let mut cmd = Command::new("nsenter");
+    cmd.arg(format!("--net={}", VethPair::netns_path(ns)))
+        .arg(env!("CARGO_BIN_EXE_pkeyfw"));
+    cmd
+}
+
+/// A policy file, removed with the returned directory.
+fn policy_file(text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.toml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+/// A foreground `pkeyfw attach`, stopped (and its pins removed) on drop.
+struct Foreground {
+    child: Child,
+    pins: Pins,
+}
+
+impl Foreground {
+    fn start(pair: &VethPair, policy: &Path, mode: &str) -> Foreground {
+        let mut child = pkeyfw_in(&pair.ns_b)
+            .args([
+                "attach",
+                &pair.b,
+                "--policy",
+                policy.to_str().unwrap(),
+                "--mode",
+                mode,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert!(first.contains("attached to"), "attach said {first:?}");
+        Foreground {
+            child,
+            pins: Pins::of(&pair.b),
+        }
+    }
+
+    /// SIGTERM, then everything the process printed after its first line.
+    fn stop(mut self) -> Output {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let child = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap());
+        child.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Foreground {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = self.pins.remove();
+    }
+}
+
+/// Pins of a `--pin` attachment, removed on drop whatever happens.
+struct Pinned(Pins);
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        let _ = self.0.remove();
+    }
+}
+
+fn stats_json(pair: &VethPair) -> Value {
+    let out = pkeyfw_in(&pair.ns_b)
+        .args(["stats", &pair.b, "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "one object per interface: {text}");
+    serde_json::from_str(lines[0]).unwrap()
+}
+
+fn xdp_on(pair: &VethPair) -> Option<netlink::Attached> {
+    let b = pair.b.clone();
+    in_netns(&pair.ns_b, move || {
+        netlink::xdp_attached(netlink::if_index(&b).unwrap()).unwrap()
+    })
+    .unwrap()
+}
+
+/// Sends every case frame of the base policy; checks what crossed and the
+/// counters against the host verdict.
+fn check_traffic(pair: &VethPair, mode: &str) {
+    let policy = common::policy(common::cases::BASE);
+    let cases: Vec<_> = common::cases::all()
+        .into_iter()
+        .filter(|c| c.policy == policy)
+        .collect();
+    let frames: Vec<Vec<u8>> = cases.iter().map(|c| c.frame.clone()).collect();
+    let mut want_reasons = [0u64; Reason::COUNT];
+    let mut want: Vec<Vec<u8>> = Vec::new();
+    for f in &frames {
+        let o = judge(&f[..], &policy, &policy.config());
+        want_reasons[o.reason.index() as usize] += 1;
+        if o.pass {
+            want.push(f.clone());
+        }
+    }
+    let (sent, mut got) = capture_during(&pair.ns_b, &pair.b, Duration::from_millis(300), || {
+        send(&pair.ns_a, &pair.a, &frames)
+    })
+    .unwrap();
+    sent.unwrap();
+    got.sort();
+    want.sort();
+    if got != want {
+        let show = |v: &[Vec<u8>], other: &[Vec<u8>]| -> Vec<String> {
+            v.iter()
+                .filter(|f| !other.contains(f))
+                .map(|f| pkeyfw::describe::frame(f))
+                .collect()
+        };
+        panic!(
+            "the frames that crossed the veth are not those the verdict passes\nunexpected: {:#?}\nmissing: {:#?}",
+            show(&got, &want),
+            show(&want, &got)
+        );
+    }
+    assert!(
+        want.len() < frames.len(),
+        "some frames must be dropped for this to mean anything"
+    );
+
+    let stats = stats_json(pair);
+    assert_eq!(stats["interface"], pair.b.as_str());
+    assert_eq!(stats["mode"], mode);
+    for r in Reason::ALL {
+        assert_eq!(
+            stats["reasons"][r.name()],
+            want_reasons[r.index() as usize],
+            "{}",
+            r.name()
+        );
+    }
+    let qps = stats["qps"].as_array().unwrap();
+    assert_eq!(qps.len(), policy.qps.len());
+    let qpa = qps.iter().find(|q| q["qpn"] == common::cases::QPA).unwrap();
+    assert!(qpa["passed"].as_u64().unwrap() > 0 && qpa["dropped"].as_u64().unwrap() > 0);
+}
+
+fn foreground(mode: &str, reported: &str) {
+    common::require_root();
+    let pair = VethPair::create(&tag()).unwrap();
+    let (_dir, policy) = policy_file(common::cases::BASE);
+    let fg = Foreground::start(&pair, &policy, mode);
+    check_traffic(&pair, reported);
+    let out = fg.stop();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("drop pkey_violation"),
+        "violation lines: {text}"
+    );
+    assert!(text.contains("detached from"), "{text}");
+    assert!(text.contains("pkey_violation"), "final counters: {text}");
+    assert_eq!(xdp_on(&pair), None, "no program left on the interface");
+    assert!(!Pins::of(&pair.b).exists(), "no pins left");
+}
+
+#[test]
+fn foreground_native() {
+    foreground("native", "native");
+}
+
+#[test]
+fn foreground_skb() {
+    foreground("skb", "skb");
+}
+
+fn pinned(mode: &str, reported: &str) {
+    common::require_root();
+    let pair = VethPair::create(&tag()).unwrap();
+    let (_dir, policy) = policy_file(common::cases::BASE);
+    let _cleanup = Pinned(Pins::of(&pair.b));
+    let out = pkeyfw_in(&pair.ns_b)
+        .args([
+            "attach",
+            &pair.b,
+            "--policy",
+            policy.to_str().unwrap(),
+            "--pin",
+            "--mode",
+            mode,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The process is gone; the filter runs on.
+    check_traffic(&pair, reported);
+    let out = pkeyfw_in(&pair.ns_b)
+        .args(["detach", &pair.b])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(xdp_on(&pair), None, "no program left on the interface");
+    assert!(!Pins::of(&pair.b).exists(), "no pins left");
+    let again = pkeyfw_in(&pair.ns_b)
+        .args(["detach", &pair.b])
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("no pinned pkeyfw attachment"));
+}
+
+#[test]
+fn pinned_native() {
+    pinned("native", "native");
+}
+
+#[test]
+fn pinned_skb() {
+    pinned("skb", "skb");
+}
+
+#[test]
+fn auto_mode_gets_native_on_veth() {
+    common::require_root();
+    let pair = VethPair::create(&tag()).unwrap();
+    let (_dir, policy) = policy_file("[port]\npkeys = [0xffff]\n");
+    let _fg = Foreground::start(&pair, &policy, "auto");
+    assert_eq!(stats_json(&pair)["mode"], "native");
+}
+
+#[test]
+fn a_second_attach_is_refused_and_changes_nothing() {
+    common::require_root();
+    let pair = VethPair::create(&tag()).unwrap();
+    let (_dir, policy) = policy_file(common::cases::BASE);
+    let _fg = Foreground::start(&pair, &policy, "native");
+    let before = xdp_on(&pair).expect("attached");
+    for extra in [&[][..], &["--pin"][..]] {
+        let out = pkeyfw_in(&pair.ns_b)
+            .args(["attach", &pair.b, "--policy", policy.to_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("already managed by pkeyfw"));
+    }
+    assert_eq!(xdp_on(&pair), Some(before));
+    let detach = pkeyfw_in(&pair.ns_b)
+        .args(["detach", &pair.b])
+        .output()
+        .unwrap();
+    assert!(
+        !detach.status.success(),
+        "detach refuses a foreground attachment"
+    );
+    assert!(String::from_utf8_lossy(&detach.stderr).contains("foreground"));
+}
+
+#[test]
+fn bad_policy_or_interface_attaches_nothing() {
+    common::require_root();
+    let pair = VethPair::create(&tag()).unwrap();
+    let (_bad_dir, bad) =
+        policy_file("[port]\npkeys = [0xffff]\n[[qp]]\nqpn = 5\ntype = \"ud\"\npkey = 0xffff\n");
+    let out = pkeyfw_in(&pair.ns_b)
+        .args(["attach", &pair.b, "--policy", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(":3:1: qp[0].qkey"), "{err}");
+    assert_eq!(xdp_on(&pair), None);
+    assert!(!Pins::of(&pair.b).exists());
+
+    let (_good_dir, good) = policy_file("[port]\npkeys = [0xffff]\n");
+    let out = pkeyfw_in(&pair.ns_b)
+        .args(["attach", "nosuchif0", "--policy", good.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no interface nosuchif0"));
+    assert!(!Pins::of("nosuchif0").exists());
+}
