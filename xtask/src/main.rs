@@ -1,4 +1,4 @@
-//! Project tasks: `cargo xtask setup | build | test`.
+//! Project tasks: `cargo xtask setup | build | lab | test | bench`.
 //!
 //! xtask must build with whatever stable toolchain the machine has: it is what
 //! installs the pinned ones.
@@ -23,6 +23,8 @@ enum Task {
     Setup,
     /// Set up, then build target/release/pkeyfw with the XDP object embedded.
     Build,
+    /// Set up, build, then run the RoCE partition lab (`pkeyfw lab`, root).
+    Lab,
     /// Set up, then run every test of the project (needs root).
     Test,
 }
@@ -31,6 +33,7 @@ fn main() -> std::process::ExitCode {
     let result = match Cli::parse().task {
         Task::Setup => setup::run(),
         Task::Build => setup::run().and_then(|()| build()),
+        Task::Lab => setup::run().and_then(|()| build()).and_then(|()| lab()),
         Task::Test => setup::run().and_then(|()| test::run()),
     };
     match result {
@@ -40,6 +43,12 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Runs the lab with the release CLI.
+fn lab() -> Result<()> {
+    let pkeyfw = cmd::root().join("target/release/pkeyfw");
+    cmd::run(std::process::Command::new(pkeyfw).arg("lab"))
 }
 
 /// Builds the release CLI.
