@@ -38,8 +38,9 @@ static QPS: HashMap<u32, QpEntry, { (GENERATIONS * DEFAULT_QP_CAPACITY) as usize
 #[btf_map]
 static GROUPS: HashMap<GroupKey, GroupEntry, { GROUP_CAPACITY as usize }> = HashMap::new();
 /// (generation, partition) → which memberships the port's P_Key table holds.
+/// Only QP1 frames look here; a hash keeps a generation cheap to clear.
 #[btf_map]
-static PORT_KEYS: Array<u8, { (GENERATIONS * PARTITIONS) as usize }> = Array::new();
+static PORT_KEYS: HashMap<u32, u8, { (GENERATIONS * PARTITIONS) as usize }> = HashMap::new();
 /// Frames per reason, per CPU.
 #[btf_map]
 static REASONS: PerCpuArray<u64, { Reason::COUNT }> = PerCpuArray::new();
@@ -201,8 +202,8 @@ impl Tables for Maps {
 
     #[inline(always)]
     fn port_flags(&self, key: u16) -> u8 {
-        PORT_KEYS
-            .get(port_key_index(self.generation, key))
+        // SAFETY: the value is copied out at once.
+        unsafe { PORT_KEYS.get(&port_key_index(self.generation, key)) }
             .copied()
             .unwrap_or(0)
     }

@@ -9,6 +9,7 @@ pub mod describe;
 pub mod events;
 pub mod filter;
 pub mod lab;
+pub mod maps;
 pub mod netlink;
 pub mod pins;
 pub mod policy;

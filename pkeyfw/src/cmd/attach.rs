@@ -18,7 +18,8 @@ use tokio::{
 use crate::{
     cmd::stats::Snapshot,
     describe, events,
-    filter::{Filter, ReasonCounts},
+    filter::Filter,
+    maps::ReasonCounts,
     netlink::{self, XdpMode},
     pins::{Pins, State},
     policy::Policy,

@@ -8,7 +8,7 @@ use pkeyfw_common::{Reason, maps::QpStats};
 use serde_json::json;
 
 use crate::{
-    filter::{Maps, ReasonCounts},
+    maps::{Maps, ReasonCounts},
     netlink::XdpMode,
     pins::{Pins, State},
 };

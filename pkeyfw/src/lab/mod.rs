@@ -19,7 +19,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use pkeyfw_common::Reason;
 
-use crate::{cmd::stats::Snapshot, describe, filter::Maps, netlink::XdpMode, pins::Pins};
+use crate::{cmd::stats::Snapshot, describe, maps::Maps, netlink::XdpMode, pins::Pins};
 use netns::VethPair;
 
 /// Set by SIGINT/SIGTERM: stop after the current case and clean up.
@@ -150,9 +150,17 @@ fn verdict(pass: bool) -> &'static str {
 
 /// Prints the table; whether every case matched.
 fn table(cases: &[scenario::Case], rows: &[Observed]) -> bool {
+    let header = [
+        "#",
+        "sender (P_Key, Q_Key)",
+        "receiver",
+        "receiver's keys",
+        "expected",
+        "observed",
+    ];
     println!(
-        "\n {:>2}  {:<28} {:<19} {:<24} {:<21} {:<21} {}",
-        "#", "sender (P_Key, Q_Key)", "receiver", "receiver's keys", "expected", "observed", "rule"
+        "\n {:>2}  {:<28} {:<19} {:<24} {:<21} {:<21} rule",
+        header[0], header[1], header[2], header[3], header[4], header[5]
     );
     let mut all_ok = true;
     for (i, (c, o)) in cases.iter().zip(rows).enumerate() {
