@@ -5,7 +5,7 @@ use std::{path::PathBuf, process::ExitCode};
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use pkeyfw::{
-    cmd::{attach, detach, replay, stats},
+    cmd::{attach, detach, reload, replay, stats},
     lab,
     policy::Policy,
 };
@@ -47,6 +47,17 @@ enum Command {
         /// Violation lines printed per second, at most.
         #[arg(long, value_name = "N", default_value_t = 10)]
         log_rate: u64,
+    },
+    /// Switch a running attachment to a new policy, without a gap.
+    ///
+    /// The policy is validated in full first; an invalid one changes
+    /// nothing. Every frame is judged by the old policy or the new one, never
+    /// a mix. A foreground attach also reloads its policy file on SIGHUP.
+    Reload {
+        iface: String,
+        /// The new policy (default: the file the attachment runs).
+        #[arg(long, value_name = "FILE")]
+        policy: Option<PathBuf>,
     },
     /// Remove a pinned attachment (`attach --pin`) and its pins.
     Detach { iface: String },
@@ -112,6 +123,7 @@ fn run(cli: Cli) -> Result<()> {
             log_rate,
         }),
         Command::Detach { iface } => detach::run(&iface),
+        Command::Reload { iface, policy } => reload::run(&iface, policy.as_deref()),
         Command::Lab => match lab::run()? {
             true => Ok(()),
             false => anyhow::bail!("some lab cases did not go as the partition rules say"),

@@ -18,6 +18,8 @@ use crate::{
 
 /// bpffs mount point.
 pub const BPFFS: &str = "/sys/fs/bpf";
+/// Run-time notes that are not BPF objects.
+const RUN_DIR: &str = "/run/pkeyfw";
 /// `statfs` magic of bpffs.
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 
@@ -67,6 +69,33 @@ impl Pins {
         self.dir.join("link")
     }
 
+    /// Where the policy file an attachment was started with is remembered
+    /// (bpffs holds only BPF objects), for `pkeyfw reload` without --policy.
+    fn policy_note(&self) -> PathBuf {
+        Path::new(RUN_DIR).join(format!("{}.policy", self.iface))
+    }
+
+    /// Remembers the attachment's policy file.
+    pub fn remember_policy(&self, policy: &Path) -> Result<()> {
+        let path = std::path::absolute(policy)?;
+        fs::create_dir_all(RUN_DIR)?;
+        fs::write(self.policy_note(), path.as_os_str().as_encoded_bytes())
+            .with_context(|| format!("writing {}", self.policy_note().display()))
+    }
+
+    /// The policy file the attachment was started (or last reloaded) with.
+    pub fn remembered_policy(&self) -> Result<PathBuf> {
+        let note = self.policy_note();
+        let text = fs::read_to_string(&note).with_context(|| {
+            format!(
+                "no policy remembered for {} ({}); give --policy",
+                self.iface,
+                note.display()
+            )
+        })?;
+        Ok(PathBuf::from(text))
+    }
+
     /// Whether the interface runs the pinned program, and how.
     pub fn state(&self) -> Result<State> {
         let ours = ProgramInfo::from_pin(self.dir.join(PROGRAM))
@@ -105,6 +134,7 @@ impl Pins {
                     .with_context(|| format!("removing {}", e.path().display()))?;
             }
         }
+        let _ = fs::remove_file(self.policy_note());
         match fs::remove_dir(&self.dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(e).with_context(|| format!("removing {}", self.dir.display()))

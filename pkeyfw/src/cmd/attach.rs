@@ -49,8 +49,19 @@ pub fn run(opts: &Options) -> Result<()> {
     let pins = Pins::of(opts.iface);
     refuse_if_taken(&pins, index)?;
 
+    // Signals are caught from before the attachment exists, so that one sent
+    // as soon as "attached" is printed is never lost.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let signals = {
+        let _entered = runtime.enter();
+        Signals::new()?
+    };
     pins.create()?;
-    let attached = attach(&pins, &policy, opts);
+    let attached = pins
+        .remember_policy(opts.policy_path)
+        .and_then(|()| attach(&pins, &policy, opts));
     let (mut filter, mode) = match attached {
         Ok(done) => done,
         Err(e) => {
@@ -73,7 +84,7 @@ pub fn run(opts: &Options) -> Result<()> {
         );
         return Ok(());
     }
-    let result = foreground(&mut filter, &policy, opts.log_rate);
+    let result = runtime.block_on(foreground(&mut filter, policy, opts, signals));
     let last = Snapshot::read(opts.iface, mode, false, filter.maps());
     filter.detach()?;
     pins.remove()?;
@@ -178,6 +189,13 @@ fn violations(counts: &ReasonCounts, policy: &Policy) -> u64 {
         }
 }
 
+/// Re-reads and applies the policy file.
+fn reload(filter: &mut Filter, path: &Path) -> Result<Policy> {
+    let policy = Policy::load(path)?;
+    filter.apply(&policy)?;
+    Ok(policy)
+}
+
 /// The ring buffer's descriptor, for readiness only.
 struct Fd(RawFd);
 
@@ -187,45 +205,68 @@ impl AsRawFd for Fd {
     }
 }
 
-/// Prints violations (rate-limited) until SIGINT or SIGTERM.
-fn foreground(filter: &mut Filter, policy: &Policy, log_rate: u64) -> Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        let fd = Fd(filter.maps_mut().events().as_raw_fd());
-        // SAFETY: the ring buffer's fd stays open, owned by `filter`, until
-        // after this future (and `ready` with it) is gone.
-        let ready = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
-            .map_err(|e| e.into_parts().1)?;
-        let mut interrupt = signal(SignalKind::interrupt())?;
-        let mut terminate = signal(SignalKind::terminate())?;
-        let mut second = tokio::time::interval(Duration::from_secs(1));
-        let mut limiter = events::Limiter::new(log_rate);
-        let mut last = violations(&filter.maps().reasons()?, policy);
-        loop {
-            tokio::select! {
-                guard = ready.readable() => {
-                    let mut guard = guard?;
-                    while let Some(item) = filter.maps_mut().events().next() {
-                        if let Some(e) = events::decode(&item)
-                            && limiter.allow()
-                        {
-                            println!("{}", events::line(&e));
-                        }
+/// The signals a foreground attachment answers.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Signals> {
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+            hangup: signal(SignalKind::hangup())?,
+        })
+    }
+}
+
+/// Prints violations (rate-limited) until SIGINT or SIGTERM; SIGHUP reloads
+/// the policy file.
+async fn foreground(
+    filter: &mut Filter,
+    mut policy: Policy,
+    opts: &Options<'_>,
+    mut signals: Signals,
+) -> Result<()> {
+    let fd = Fd(filter.maps_mut().events().as_raw_fd());
+    // SAFETY: the ring buffer's fd stays open, owned by `filter`, until
+    // after this future (and `ready` with it) is gone.
+    let ready = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)?;
+    let mut second = tokio::time::interval(Duration::from_secs(1));
+    let mut limiter = events::Limiter::new(opts.log_rate);
+    let mut last = violations(&filter.maps().reasons()?, &policy);
+    loop {
+        tokio::select! {
+            guard = ready.readable() => {
+                let mut guard = guard?;
+                while let Some(item) = filter.maps_mut().events().next() {
+                    if let Some(e) = events::decode(&item)
+                        && limiter.allow()
+                    {
+                        println!("{}", events::line(&e));
                     }
-                    guard.clear_ready();
                 }
-                _ = second.tick() => {
-                    let now = violations(&filter.maps().reasons()?, policy);
-                    if let Some(hidden) = limiter.tick(now - last) {
-                        println!("… and {hidden} more refused frames in the last second");
-                    }
-                    last = now;
-                }
-                _ = interrupt.recv() => return Ok(()),
-                _ = terminate.recv() => return Ok(()),
+                guard.clear_ready();
             }
+            _ = second.tick() => {
+                let now = violations(&filter.maps().reasons()?, &policy);
+                if let Some(hidden) = limiter.tick(now - last) {
+                    println!("… and {hidden} more refused frames in the last second");
+                }
+                last = now;
+            }
+            _ = signals.hangup.recv() => match reload(filter, opts.policy_path) {
+                Ok(new) => {
+                    println!("pkeyfw: reloaded {}: {}", opts.iface, summary(&new, opts.policy_path));
+                    policy = new;
+                }
+                Err(e) => println!("pkeyfw: reload refused, the running policy stays: {e:#}"),
+            },
+            _ = signals.interrupt.recv() => return Ok(()),
+            _ = signals.terminate.recv() => return Ok(()),
         }
-    })
+    }
 }

@@ -2,5 +2,6 @@
 
 pub mod attach;
 pub mod detach;
+pub mod reload;
 pub mod replay;
 pub mod stats;
