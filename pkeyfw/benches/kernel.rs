@@ -23,12 +23,12 @@ use pkeyfw_common::{
     verdict::{GSI_QKEY, MULTICAST_QPN},
 };
 
-/// Kernel repetitions per timed run: enough that the syscall around them
-/// does not matter and the kernel's whole-ns mean is stable.
+/// Kernel repetitions per timed run: the kernel reports their mean in whole
+/// ns, which takes many repetitions to be stable.
 const REPEAT: u32 = 1_000_000;
 /// Alternating filter/empty runs per path; the median of each is reported,
-/// so that one disturbed run (the machine has 2 CPUs) does not show.
-const ROUNDS: usize = 5;
+/// so that a few disturbed runs (the machine has 2 CPUs) do not show.
+const ROUNDS: usize = 7;
 /// QPs in the policy of the per-path table: a busy host.
 const PATH_QPS: u32 = 1_000;
 /// Table sizes of the scaling, memory and load tables.
@@ -53,11 +53,11 @@ fn main() -> Result<()> {
     let sized: Vec<Path> = paths.iter().filter(|p| p.sized).cloned().collect();
 
     eprintln!("bench: every path at {PATH_QPS} QPs");
-    let per_path = run(PATH_QPS, &paths)?;
+    let per_path = bench_at(PATH_QPS, &paths)?;
     let mut runs = Vec::new();
     for qps in SIZES {
         eprintln!("bench: {qps} QPs");
-        runs.push(run(qps, &sized)?);
+        runs.push(bench_at(qps, &sized)?);
     }
 
     let tables = [
@@ -91,8 +91,9 @@ fn header() -> Result<String> {
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     Ok(format!(
         "`cargo xtask bench` on Linux {}, {model} ({cpus} CPUs); \
-         BPF_PROG_TEST_RUN, {REPEAT} repetitions per run, median of {ROUNDS} interleaved runs",
-        kernel.trim()
+         BPF_PROG_TEST_RUN, {} repetitions per run, median of {ROUNDS} interleaved runs",
+        kernel.trim(),
+        thousands(REPEAT)
     ))
 }
 
@@ -103,7 +104,7 @@ struct Path {
     frame: Vec<u8>,
     pass: bool,
     reason: Reason,
-    /// The type QP 2 must have for the frame to take this path.
+    /// The type the QP at [`TARGET_QPN`] must have for the frame to take this path.
     qp_type: QpType,
     /// Also measured at every table size.
     sized: bool,
@@ -133,7 +134,7 @@ impl Path {
     }
 }
 
-/// Every path through the program, from cheapest to most lookups.
+/// Every verdict path through the program.
 fn paths() -> Vec<Path> {
     use Reason::*;
     let mut tcp = Packet::rc(PKEY, TARGET_QPN);
@@ -238,7 +239,7 @@ struct Run {
 
 /// Loads a filter for `qps` QPs and measures `paths` under policies of that
 /// size: one with QP 2 of RC type, then one with it UD.
-fn run(qps: u32, paths: &[Path]) -> Result<Run> {
+fn bench_at(qps: u32, paths: &[Path]) -> Result<Run> {
     let (filter, load) = timed(|| Filter::load(qps));
     let mut filter = filter?;
     let mut apply = None;
@@ -332,7 +333,7 @@ fn cost_table(paths: &[Path], run: &Run) -> Table {
 /// empty program's row shows how much of a spread is the machine's noise.
 fn scaling_table(paths: &[Path], runs: &[Run]) -> Table {
     let mut columns = vec!["path".to_string()];
-    columns.extend(runs.iter().map(|r| format!("{} QPs", thousands(r.qps))));
+    columns.extend(runs.iter().map(|r| thousands(r.qps)));
     columns.push("spread".to_string());
     let row = |name: &str, ns: Vec<f64>| {
         let mut row = vec![name.to_string()];
@@ -351,7 +352,7 @@ fn scaling_table(paths: &[Path], runs: &[Run]) -> Table {
         .collect();
     rows.push(row("(empty program)", empty));
     Table {
-        title: "Filter ns/packet by QPs in the table (spread = max/min - 1)".to_string(),
+        title: "Filter ns/packet by QPs in the table (spread: max/min - 1)".to_string(),
         columns,
         rows,
     }
@@ -364,9 +365,9 @@ fn spread(values: &[f64]) -> f64 {
     (max / min - 1.0) * 100.0
 }
 
-/// The maps that grow with the QP capacity, then the rest together.
+/// The big maps, then the rest together.
 fn memory_table(runs: &[Run]) -> Result<Table> {
-    let big = [name::QPS, name::QP_STATS];
+    let big = [name::QPS, name::QP_STATS, name::PORT_KEYS];
     let mut rows = Vec::new();
     for run in runs {
         let of = |map: &str| -> Result<u64> {
@@ -386,7 +387,9 @@ fn memory_table(runs: &[Run]) -> Result<Table> {
     }
     Ok(Table {
         title: "Kernel memory of the maps, MiB (fdinfo memlock)".to_string(),
-        columns: Vec::from(["QPs", big[0], big[1], "other maps", "total"].map(String::from)),
+        columns: Vec::from(
+            ["QPs", big[0], big[1], big[2], "other maps", "total"].map(String::from),
+        ),
         rows,
     })
 }
@@ -400,9 +403,9 @@ fn load_table(runs: &[Run]) -> Table {
             .map(|r| {
                 vec![
                     thousands(r.qps),
-                    millis(r.load),
-                    millis(r.apply),
-                    format!("{:.2} µs", r.apply.as_secs_f64() * 1e6 / f64::from(r.qps)),
+                    duration(r.load),
+                    duration(r.apply),
+                    format!("{:.1} µs", r.apply.as_secs_f64() * 1e6 / f64::from(r.qps)),
                 ]
             })
             .collect(),
@@ -425,8 +428,12 @@ fn mib(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / f64::from(1 << 20))
 }
 
-fn millis(d: Duration) -> String {
-    format!("{:.0} ms", d.as_secs_f64() * 1e3)
+fn duration(d: Duration) -> String {
+    match d.as_secs_f64() {
+        s if s < 1e-3 => format!("{:.0} µs", s * 1e6),
+        s if s < 1.0 => format!("{:.0} ms", s * 1e3),
+        s => format!("{s:.2} s"),
+    }
 }
 
 /// A table printed twice: aligned for the terminal, in markdown for the README.

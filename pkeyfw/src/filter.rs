@@ -174,8 +174,9 @@ impl Filter {
         }
     }
 
-    /// Total run time of `repeat` kernel-side repetitions of `frame`, through
-    /// the filter or (`empty`) through the empty XDP_PASS program.
+    /// Mean run time per repetition (the kernel's own figure) of `repeat`
+    /// kernel-side repetitions of `frame`, through the filter or (`empty`)
+    /// through the empty XDP_PASS program.
     pub fn time(&mut self, empty: bool, frame: &[u8], repeat: u32) -> Result<Duration> {
         let name = if empty { EMPTY_PROGRAM } else { PROGRAM };
         let program: &mut Xdp = self

@@ -49,8 +49,20 @@ pub fn if_index(name: &str) -> Result<u32> {
     Ok(index)
 }
 
-/// The XDP program attached to interface `index`.
-pub fn xdp_attached(index: u32) -> Result<Option<Attached>> {
+/// The interface's link-layer address (its MAC on Ethernet).
+pub fn mac_address(index: u32) -> Result<[u8; 6]> {
+    get_link(index)?
+        .attributes
+        .iter()
+        .find_map(|a| match a {
+            LinkAttribute::Address(mac) => <[u8; 6]>::try_from(mac.as_slice()).ok(),
+            _ => None,
+        })
+        .with_context(|| format!("interface {index} has no Ethernet address"))
+}
+
+/// RTM_GETLINK for one interface.
+fn get_link(index: u32) -> Result<LinkMessage> {
     let mut socket = Socket::new(NETLINK_ROUTE).context("netlink socket")?;
     socket.bind_auto()?;
     socket.connect(&SocketAddr::new(0, 0))?;
@@ -71,11 +83,16 @@ pub fn xdp_attached(index: u32) -> Result<Option<Attached>> {
     let (reply, _) = socket.recv_from_full().context("RTM_GETLINK reply")?;
     let message = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&reply)
         .context("decoding the RTM_GETLINK reply")?;
-    let link = match message.payload {
-        NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => link,
+    match message.payload {
+        NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => Ok(link),
         NetlinkPayload::Error(e) => bail!("RTM_GETLINK for interface {index}: {e}"),
         other => bail!("unexpected RTM_GETLINK reply {other:?}"),
-    };
+    }
+}
+
+/// The XDP program attached to interface `index`.
+pub fn xdp_attached(index: u32) -> Result<Option<Attached>> {
+    let link = get_link(index)?;
     let Some(xdp) = link.attributes.iter().find_map(|a| match a {
         LinkAttribute::Xdp(x) => Some(x),
         _ => None,

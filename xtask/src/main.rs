@@ -3,6 +3,7 @@
 //! xtask must build with whatever stable toolchain the machine has: it is what
 //! installs the pinned ones.
 
+mod bench;
 mod cmd;
 mod setup;
 mod test;
@@ -27,6 +28,8 @@ enum Task {
     Lab,
     /// Set up, then run every test of the project (needs root).
     Test,
+    /// Set up, then benchmark the XDP program in the kernel (needs root).
+    Bench,
 }
 
 fn main() -> std::process::ExitCode {
@@ -35,6 +38,7 @@ fn main() -> std::process::ExitCode {
         Task::Build => setup::run().and_then(|()| build()),
         Task::Lab => setup::run().and_then(|()| build()).and_then(|()| lab()),
         Task::Test => setup::run().and_then(|()| test::run()),
+        Task::Bench => setup::run().and_then(|()| bench::run()),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
