@@ -311,3 +311,37 @@ fn unprivileged_run_says_it_needs_root() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("needs root"), "{err}");
 }
+
+/// A frame shorter than an Ethernet header is reported, not run.
+#[test]
+fn runt_frames_are_skipped_with_a_warning() {
+    common::require_root();
+    let policy = write("runt.toml", "[port]\npkeys = [0xffff]\n");
+    let capture = tmp("runt.pcap");
+    let mut w = PcapWriter::new(std::fs::File::create(&capture).unwrap()).unwrap();
+    let good = Packet::rc(0xffff, 0x45).bytes();
+    for f in [&good[..], &good[..10], &good[..]] {
+        w.write_packet(&PcapPacket::new(Default::default(), f.len() as u32, f))
+            .unwrap();
+    }
+    drop(w);
+    let out = pkeyfw(&[
+        "replay",
+        "--policy",
+        policy.to_str().unwrap(),
+        capture.to_str().unwrap(),
+        "--json",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    let lines = json_lines(&out);
+    let indexes: Vec<u64> = lines[..lines.len() - 1]
+        .iter()
+        .map(|l| l["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(indexes, [0, 2]);
+    assert_eq!(lines.last().unwrap()["frames"], 2);
+    assert!(
+        err.contains("frames [1] are shorter than an Ethernet header"),
+        "{err}"
+    );
+}

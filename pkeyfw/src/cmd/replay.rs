@@ -9,6 +9,9 @@ use serde_json::json;
 
 use crate::{capture, describe, filter::Filter, policy::Policy};
 
+/// Bytes of an Ethernet header.
+const ETH_HLEN: usize = 14;
+
 /// The verdict the kernel gave one frame.
 pub struct FrameVerdict {
     pub index: usize,
@@ -72,7 +75,14 @@ pub fn run(policy: &Policy, capture: &Path, json: bool, out: &mut impl Write) ->
             "index", "verdict", "reason"
         )?;
     }
+    let mut runts = Vec::new();
     for frame in &frames {
+        // No driver hands XDP a frame shorter than its Ethernet header, and
+        // BPF_PROG_TEST_RUN refuses one.
+        if frame.data.len() < ETH_HLEN {
+            runts.push(frame.index);
+            continue;
+        }
         let (pass, reason) = filter.judge(&frame.data)?;
         let verdict = FrameVerdict {
             index: frame.index,
@@ -105,7 +115,7 @@ pub fn run(policy: &Policy, capture: &Path, json: bool, out: &mut impl Write) ->
         writeln!(
             out,
             "\n{} frames: {} passed, {} dropped",
-            frames.len(),
+            totals.passed + totals.dropped,
             totals.passed,
             totals.dropped
         )?;
@@ -117,6 +127,11 @@ pub fn run(policy: &Policy, capture: &Path, json: bool, out: &mut impl Write) ->
                 totals.reasons[r.index() as usize]
             )?;
         }
+    }
+    if !runts.is_empty() {
+        eprintln!(
+            "warning: frames {runts:?} are shorter than an Ethernet header ({ETH_HLEN} bytes); no XDP program sees such frames, so they were not run"
+        );
     }
     if cut > 0 {
         eprintln!(

@@ -60,7 +60,8 @@ pub fn run() -> Result<bool> {
         bail!("the lab creates network namespaces and attaches XDP; run it as root");
     }
     catch_signals();
-    let pair = VethPair::create("pkeyfw-lab")?;
+    // Per process, so that two labs (or a lab and the tests) never collide.
+    let pair = VethPair::create(&format!("pkeyfw-lab{}", std::process::id() % 10000))?;
     let dir = std::env::temp_dir().join(format!("pkeyfw-lab-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let result = run_in(&pair, &dir);
