@@ -4,6 +4,7 @@
 
 mod error;
 mod file;
+pub mod partitions;
 
 use std::{collections::BTreeMap, net::IpAddr, path::Path};
 
