@@ -65,6 +65,7 @@ fn main() -> Result<()> {
         scaling_table(&sized, &runs),
         memory_table(&runs)?,
         load_table(&runs),
+        partitions_table()?,
     ];
     for table in &tables {
         println!("{}\n", table.text());
@@ -210,11 +211,10 @@ fn policy(qps: u32, target: QpType) -> Policy {
         qkey: GROUP_QKEY,
     };
     Policy {
-        pkeys: vec![0xffff, PKEY, OTHER_PKEY],
-        monitor: false,
         unknown_qp: UnknownQp::Drop,
         qps,
         groups: BTreeMap::from([(Group::key_addr(group.addr), group)]),
+        ..Policy::with_table(vec![0xffff, PKEY, OTHER_PKEY])
     }
 }
 
@@ -410,6 +410,49 @@ fn load_table(runs: &[Run]) -> Table {
             })
             .collect(),
     }
+}
+
+/// Parsing a large OpenSM partitions.conf: every valid partition (0x0001 to
+/// 0x7ffe, plus the default 0x7fff: 32,767, key 0 being invalid) naming
+/// 100,000 member GUIDs, this port in every one of them, so that the derived
+/// table has 32,767 entries.
+fn partitions_table() -> Result<Table> {
+    const PARTITIONS: u32 = 0x7ffe;
+    const GUIDS: u32 = 100_000;
+    const PORT: u64 = 0x0002_c903_00a1_b2c3;
+    let mut text = String::from("Default=0x7fff : ALL=full ;\n");
+    for p in 1..=PARTITIONS {
+        text += &format!("p{p}=0x{p:04x} : {PORT:#x}=full");
+        // Spread the other member GUIDs over the partitions.
+        for g in (p - 1) * GUIDS / PARTITIONS..p * GUIDS / PARTITIONS {
+            text += &format!(", {:#x}", 0x1000 + u64::from(g));
+        }
+        text += " ;\n";
+    }
+    let opts = pkeyfw::policy::partitions::Options {
+        port_guid: PORT,
+        is_sm: false,
+    };
+    let path = std::path::Path::new("bench-partitions.conf");
+    let rounds: Vec<f64> = (0..5)
+        .map(|_| {
+            let (derived, took) = timed(|| pkeyfw::policy::partitions::derive(path, &text, &opts));
+            derived.map(|d| {
+                assert_eq!(d.pkeys.len(), PARTITIONS as usize + 1);
+                took.as_secs_f64()
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Table {
+        title: "Parsing partitions.conf (median of 5)".to_string(),
+        columns: Vec::from(["partitions", "member GUIDs", "size", "parse"].map(String::from)),
+        rows: vec![vec![
+            thousands(PARTITIONS + 1),
+            thousands(GUIDS),
+            format!("{:.1} MiB", text.len() as f64 / (1 << 20) as f64),
+            duration(Duration::from_secs_f64(median(rounds))),
+        ]],
+    })
 }
 
 fn thousands(n: u32) -> String {

@@ -5,7 +5,7 @@ use std::{path::PathBuf, process::ExitCode};
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use pkeyfw::{
-    cmd::{attach, detach, reload, replay, stats},
+    cmd::{self, attach, detach, reload, replay, stats},
     lab,
     policy::Policy,
 };
@@ -81,6 +81,9 @@ enum Command {
     /// other: a table of each case, expected and observed. Everything it
     /// creates is removed at the end. Needs root.
     Lab,
+    /// Check a policy file.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
     /// Run a capture through the XDP program in the kernel (BPF_PROG_TEST_RUN)
     /// and print each frame's verdict and reason, then totals per reason.
     ///
@@ -94,7 +97,46 @@ enum Command {
         /// One JSON object per frame, then one with the totals.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        port: PortArgs,
     },
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Validate a policy and print what it gives this port: the port GUID,
+    /// the P_Key table (index, value, membership, partition name), the bound
+    /// QPs, the multicast groups and every warning. Exit status 1 on any
+    /// error.
+    Check {
+        /// Partition policy (TOML).
+        #[arg(long, value_name = "FILE")]
+        policy: PathBuf,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        port: PortArgs,
+    },
+}
+
+/// This port's identity, for policies whose table comes from partitions.conf
+/// (unless the policy sets [port].guid).
+#[derive(clap::Args)]
+#[group(multiple = false)]
+struct PortArgs {
+    /// This port's GUID, e.g. 0x0002c90300a1b2c3.
+    #[arg(long, value_name = "GUID")]
+    port_guid: Option<String>,
+    /// Derive the GUID from this interface's MAC (EUI-64, as RoCE does).
+    #[arg(long, value_name = "IFACE")]
+    iface: Option<String>,
+}
+
+impl PortArgs {
+    fn guid(&self) -> Result<Option<u64>> {
+        cmd::port_guid(self.port_guid.as_deref(), self.iface.as_deref())
+    }
 }
 
 fn main() -> ExitCode {
@@ -129,12 +171,16 @@ fn run(cli: Cli) -> Result<()> {
             false => anyhow::bail!("some lab cases did not go as the partition rules say"),
         },
         Command::Stats { iface, json, watch } => stats::run(iface.as_deref(), json, watch),
+        Command::Policy(PolicyCommand::Check { policy, json, port }) => {
+            cmd::policy::check(&policy, port.guid()?, json)
+        }
         Command::Replay {
             policy,
             capture,
             json,
+            port,
         } => {
-            let policy = Policy::load(&policy)?;
+            let policy = Policy::load_for(&policy, port.guid()?)?;
             replay::run(&policy, &capture, json, &mut std::io::stdout().lock())?;
             Ok(())
         }

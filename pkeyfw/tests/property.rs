@@ -73,11 +73,11 @@ fn policy() -> impl Strategy<Value = Policy> {
                 })
                 .collect();
             Policy {
-                pkeys,
                 monitor,
                 unknown_qp: UnknownQp::ALL[rule],
                 qps,
                 groups,
+                ..Policy::with_table(pkeys)
             }
         })
 }

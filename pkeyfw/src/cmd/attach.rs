@@ -44,8 +44,12 @@ pub struct Options<'a> {
 
 pub fn run(opts: &Options) -> Result<()> {
     require_root()?;
-    let policy = Policy::load(opts.policy_path)?;
     let index = netlink::if_index(opts.iface)?;
+    let guid = super::iface_guid(opts.iface)?;
+    let policy = Policy::load_for(opts.policy_path, Some(guid))?;
+    for w in &policy.warnings {
+        eprintln!("pkeyfw: warning: {w}");
+    }
     let pins = Pins::of(opts.iface);
     refuse_if_taken(&pins, index)?;
 
@@ -190,8 +194,8 @@ fn violations(counts: &ReasonCounts, policy: &Policy) -> u64 {
 }
 
 /// Re-reads and applies the policy file.
-fn reload(filter: &mut Filter, path: &Path) -> Result<Policy> {
-    let policy = Policy::load(path)?;
+fn reload(filter: &mut Filter, opts: &Options) -> Result<Policy> {
+    let policy = Policy::load_for(opts.policy_path, Some(super::iface_guid(opts.iface)?))?;
     filter.apply(&policy)?;
     Ok(policy)
 }
@@ -258,7 +262,7 @@ async fn foreground(
                 }
                 last = now;
             }
-            _ = signals.hangup.recv() => match reload(filter, opts.policy_path) {
+            _ = signals.hangup.recv() => match reload(filter, opts) {
                 Ok(new) => {
                     println!("pkeyfw: reloaded {}: {}", opts.iface, summary(&new, opts.policy_path));
                     policy = new;

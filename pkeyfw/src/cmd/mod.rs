@@ -2,6 +2,31 @@
 
 pub mod attach;
 pub mod detach;
+pub mod policy;
 pub mod reload;
 pub mod replay;
 pub mod stats;
+
+use anyhow::{Context as _, Result};
+
+use crate::{
+    netlink,
+    policy::{guid_from_mac, parse_guid},
+};
+
+/// This port's GUID: `--port-guid` if given, else the EUI-64 of `iface`'s MAC
+/// (as RoCE derives its GID), else unknown.
+pub fn port_guid(guid: Option<&str>, iface: Option<&str>) -> Result<Option<u64>> {
+    if let Some(g) = guid {
+        return parse_guid(g).map(Some).with_context(|| {
+            format!("--port-guid {g}: expected 64 bits such as 0x0002c90300a1b2c3")
+        });
+    }
+    iface.map(iface_guid).transpose()
+}
+
+/// The EUI-64 port GUID of an interface in this network namespace.
+pub fn iface_guid(iface: &str) -> Result<u64> {
+    let mac = netlink::mac_address(netlink::if_index(iface)?)?;
+    Ok(guid_from_mac(mac))
+}

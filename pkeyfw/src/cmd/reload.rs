@@ -26,7 +26,7 @@ pub fn run(iface: &str, policy: Option<&Path>) -> Result<()> {
         Some(p) => p.to_path_buf(),
         None => pins.remembered_policy()?,
     };
-    let policy = Policy::load(&path)?;
+    let policy = Policy::load_for(&path, Some(super::iface_guid(iface)?))?;
     let mut maps = Maps::from_pins(&pins.dir)?;
     maps.apply(&policy)?;
     pins.remember_policy(&path)?;

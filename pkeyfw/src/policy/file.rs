@@ -11,7 +11,7 @@ use pkeyfw_common::{
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{Group, Policy, PolicyError, QpRule, error::position};
+use super::{Group, Policy, PolicyError, QpRule, error::position, partitions};
 
 /// Largest P_Key table a port can have (IBA: 32K entries).
 const MAX_PKEYS: usize = 1 << 15;
@@ -33,6 +33,10 @@ struct RawPolicy {
 #[serde(deny_unknown_fields)]
 struct RawPort {
     pkeys: Option<Spanned<Vec<Spanned<i64>>>>,
+    partitions: Option<Spanned<String>>,
+    guid: Option<Spanned<String>>,
+    #[serde(rename = "self")]
+    is_sm: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -169,7 +173,11 @@ fn hex_list(pkeys: &[u16]) -> String {
     format!("[{}]", items.join(", "))
 }
 
-pub(super) fn parse(path: &Path, text: &str) -> Result<Policy, PolicyError> {
+pub(super) fn parse(
+    path: &Path,
+    text: &str,
+    port_guid: Option<u64>,
+) -> Result<Policy, PolicyError> {
     let raw: RawPolicy = toml::from_str(text).map_err(|e| {
         let at = e.span().map_or(0, |s| s.start);
         PolicyError::at(path, text, at, "", e.message().trim_end().to_string())
@@ -180,10 +188,11 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Policy, PolicyError> {
         cx.err(
             0..0,
             "port",
-            "missing; expected a [port] table with `pkeys`",
+            "missing; expected a [port] table with `pkeys` or `partitions`",
         )
     })?;
-    let pkeys = port_pkeys(&cx, port)?;
+    let table = port_table(&cx, port, port_guid)?;
+    let pkeys = table.pkeys.clone();
 
     let (monitor, unknown_qp) = enforcement(&cx, raw.enforcement.as_ref())?;
 
@@ -203,7 +212,11 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Policy, PolicyError> {
         qps.insert(qpn, rule);
     }
 
-    let mut groups = BTreeMap::new();
+    let mut groups: BTreeMap<[u8; 16], Group> = table
+        .groups
+        .iter()
+        .map(|g| (Group::key_addr(g.addr), *g))
+        .collect();
     for (i, g) in raw.group.iter().enumerate() {
         let field = format!("group[{i}]");
         let group = group(&cx, &pkeys, g, &field)?;
@@ -213,18 +226,144 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Policy, PolicyError> {
             return Err(cx.err(
                 addr,
                 &format!("{field}.addr"),
-                format!("group {} is defined twice", group.addr),
+                format!(
+                    "group {} is defined twice (here, or in the partitions file too)",
+                    group.addr
+                ),
             ));
         }
     }
 
     Ok(Policy {
         pkeys,
+        names: table.names,
+        guid: table.guid,
+        warnings: table.warnings,
         monitor,
         unknown_qp,
         qps,
         groups,
     })
+}
+
+/// The port's P_Key table, given as `pkeys` or derived from `partitions`.
+struct PortTable {
+    pkeys: Vec<u16>,
+    names: Vec<String>,
+    guid: Option<u64>,
+    groups: Vec<Group>,
+    warnings: Vec<String>,
+}
+
+fn port_table(
+    cx: &Ctx,
+    port: &Spanned<RawPort>,
+    port_guid: Option<u64>,
+) -> Result<PortTable, PolicyError> {
+    let raw = port.get_ref();
+    let guid = match &raw.guid {
+        Some(g) => Some(parse_guid(g.get_ref()).ok_or_else(|| {
+            cx.err(
+                g.span(),
+                "port.guid",
+                format!(
+                    "`{}` is not a GUID; expected 64 bits such as \"0x0002c90300a1b2c3\"",
+                    g.get_ref()
+                ),
+            )
+        })?),
+        None => port_guid,
+    };
+    match (&raw.pkeys, &raw.partitions) {
+        (Some(_), Some(p)) => Err(cx.err(
+            p.span(),
+            "port.partitions",
+            "given together with `pkeys`; expected one of the two",
+        )),
+        (None, None) => Err(cx.err(
+            port.span(),
+            "port.pkeys",
+            "missing; expected `pkeys` (the P_Key table) or `partitions` (an OpenSM partitions.conf)",
+        )),
+        (Some(_), None) => Ok(PortTable {
+            pkeys: port_pkeys(cx, port)?,
+            names: Vec::new(),
+            guid,
+            groups: Vec::new(),
+            warnings: Vec::new(),
+        }),
+        (None, Some(file)) => {
+            let Some(guid) = guid else {
+                return Err(cx.err(
+                    file.span(),
+                    "port.partitions",
+                    "needs this port's GUID: set `guid` under [port], or give --port-guid or --iface",
+                ));
+            };
+            partitions_table(cx, file, guid, raw.is_sm.unwrap_or(false))
+        }
+    }
+}
+
+/// Derives the table from an OpenSM partitions file, relative to the policy.
+fn partitions_table(
+    cx: &Ctx,
+    file: &Spanned<String>,
+    guid: u64,
+    is_sm: bool,
+) -> Result<PortTable, PolicyError> {
+    let path = cx
+        .path
+        .parent()
+        .unwrap_or(Path::new(""))
+        .join(file.get_ref());
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        cx.err(
+            file.span(),
+            "port.partitions",
+            format!("cannot read {}: {e}", path.display()),
+        )
+    })?;
+    let derived = partitions::derive(
+        &path,
+        &text,
+        &partitions::Options {
+            port_guid: guid,
+            is_sm,
+        },
+    )
+    .map_err(|e| PolicyError {
+        file: e.file,
+        line: e.line,
+        column: e.column,
+        field: String::new(),
+        message: e.message,
+    })?;
+    let groups = derived
+        .groups
+        .iter()
+        .map(|g| Group {
+            addr: IpAddr::V6(g.mgid),
+            pkey: g.pkey,
+            qkey: g.qkey,
+        })
+        .collect();
+    Ok(PortTable {
+        pkeys: derived.pkeys,
+        names: derived.names,
+        guid: Some(guid),
+        groups,
+        warnings: derived.warnings,
+    })
+}
+
+/// A GUID written as hex (`0x…`) or decimal.
+pub fn parse_guid(s: &str) -> Option<u64> {
+    let s = s.trim();
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => s.parse().ok(),
+    }
 }
 
 fn port_pkeys(cx: &Ctx, port: &Spanned<RawPort>) -> Result<Vec<u16>, PolicyError> {

@@ -16,12 +16,19 @@ use pkeyfw_common::{
 };
 
 pub use error::PolicyError;
+pub use file::parse_guid;
 
 /// A validated policy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Policy {
     /// The port's P_Key table; index 0 is the default P_Key.
     pub pkeys: Vec<u16>,
+    /// Partition names per table entry, when derived from partitions.conf.
+    pub names: Vec<String>,
+    /// The port GUID the table was derived for, when known.
+    pub guid: Option<u64>,
+    /// What the partitions file did that deserves a look.
+    pub warnings: Vec<String>,
     /// Count drops but pass them.
     pub monitor: bool,
     pub unknown_qp: UnknownQp,
@@ -51,13 +58,34 @@ pub struct Group {
 impl Policy {
     /// Reads and validates a policy file.
     pub fn load(path: &Path) -> Result<Policy, PolicyError> {
+        Policy::load_for(path, None)
+    }
+
+    /// Reads and validates a policy file for a port whose GUID, unless the
+    /// file names one, is `port_guid` (needed with `partitions`).
+    pub fn load_for(path: &Path, port_guid: Option<u64>) -> Result<Policy, PolicyError> {
         let text = std::fs::read_to_string(path).map_err(|e| PolicyError::io(path, &e))?;
-        Policy::parse(path, &text)
+        file::parse(path, &text, port_guid)
     }
 
     /// Parses and validates policy text; `path` names it in errors.
     pub fn parse(path: &Path, text: &str) -> Result<Policy, PolicyError> {
-        file::parse(path, text)
+        file::parse(path, text, None)
+    }
+
+    /// A policy with this P_Key table and nothing else: enforce, the
+    /// default unknown-QP rule, no QPs or groups.
+    pub fn with_table(pkeys: Vec<u16>) -> Policy {
+        Policy {
+            pkeys,
+            names: Vec::new(),
+            guid: None,
+            warnings: Vec::new(),
+            monitor: false,
+            unknown_qp: UnknownQp::default(),
+            qps: BTreeMap::new(),
+            groups: BTreeMap::new(),
+        }
     }
 
     /// The port's default P_Key (table index 0).
@@ -93,6 +121,21 @@ impl Policy {
             _pad: 0,
         }
     }
+}
+
+/// The port GUID RoCE derives from a MAC (the GID's interface ID, EUI-64):
+/// flip the universal/local bit and insert ff:fe in the middle.
+pub fn guid_from_mac(mac: [u8; 6]) -> u64 {
+    u64::from_be_bytes([
+        mac[0] ^ 0x02,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ])
 }
 
 impl Group {

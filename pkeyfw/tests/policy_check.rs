@@ -1,0 +1,226 @@
+//! `pkeyfw policy check` and partitions.conf policies end to end: the CLI,
+//! the port GUID from --port-guid or from a real interface's MAC (EUI-64),
+//! and attach deriving its table from the interface it is attached to.
+
+mod common;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+use pkeyfw::lab::netns::VethPair;
+use serde_json::Value;
+
+const PARTITIONS: &str = "\
+# storage is shared: servers full, clients limited
+Default=0x7fff : ALL=full ;
+storage=0x0001 , ipoib : 0x021122fffe334455=full, 0x0000000000000042 ;
+compute=0x0002 : 0x42=full ;
+";
+
+const POLICY: &str = "[port]\npartitions = \"partitions.conf\"\n\n[[qp]]\nqpn = 0x11\ntype = \"rc\"\npkey_index = 1\n";
+
+fn files(dir: &Path, policy: &str) -> PathBuf {
+    std::fs::write(dir.join("partitions.conf"), PARTITIONS).unwrap();
+    let path = dir.join("policy.toml");
+    std::fs::write(&path, policy).unwrap();
+    path
+}
+
+fn pkeyfw(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pkeyfw"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn check_json(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn the_table_depends_on_the_port_guid() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = files(dir.path(), POLICY);
+    let p = policy.to_str().unwrap();
+
+    let server = check_json(&pkeyfw(&[
+        "policy",
+        "check",
+        "--policy",
+        p,
+        "--port-guid",
+        "0x021122fffe334455",
+        "--json",
+    ]));
+    assert_eq!(server["guid"], "0x021122fffe334455");
+    assert_eq!(server["pkeys"], serde_json::json!([0xffff, 0x8001]));
+    assert_eq!(server["qps"][0]["pkey"], 0x8001);
+    assert_eq!(server["groups"][0]["addr"], "ff12:401b:8001::ffff:ffff");
+
+    let client = check_json(&pkeyfw(&[
+        "policy",
+        "check",
+        "--policy",
+        p,
+        "--port-guid",
+        "66",
+        "--json",
+    ]));
+    assert_eq!(client["pkeys"], serde_json::json!([0xffff, 0x0001, 0x8002]));
+    assert_eq!(
+        client["qps"][0]["pkey"], 0x0001,
+        "pkey_index 1 is this port's entry"
+    );
+
+    // A port in no partition but the default one has a one-entry table.
+    let out = pkeyfw(&["policy", "check", "--policy", p, "--port-guid", "0x99"]);
+    assert!(
+        !out.status.success(),
+        "pkey_index 1 does not exist on this port"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains(
+        "policy.toml:7:14: qp[0].pkey_index: 1 is out of range; expected an index in 0..=0"
+    ));
+
+    let text = pkeyfw(&[
+        "policy",
+        "check",
+        "--policy",
+        p,
+        "--port-guid",
+        "0x021122fffe334455",
+    ]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("[1] 0x8001 (full, partition 0x0001)") && text.contains("storage"),
+        "{text}"
+    );
+}
+
+#[test]
+fn policy_errors_point_into_the_right_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let both = files(
+        dir.path(),
+        "[port]\npkeys = [0xffff]\npartitions = \"partitions.conf\"\n",
+    );
+    let out = pkeyfw(&[
+        "policy",
+        "check",
+        "--policy",
+        both.to_str().unwrap(),
+        "--port-guid",
+        "1",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("policy.toml:3:14: port.partitions: given together with `pkeys`")
+    );
+
+    let no_guid = files(dir.path(), POLICY);
+    let out = pkeyfw(&["policy", "check", "--policy", no_guid.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs this port's GUID"));
+
+    std::fs::write(
+        dir.path().join("partitions.conf"),
+        "storage=0x18001 : ALL ;\n",
+    )
+    .unwrap();
+    let out = pkeyfw(&[
+        "policy",
+        "check",
+        "--policy",
+        no_guid.to_str().unwrap(),
+        "--port-guid",
+        "1",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("partitions.conf:1:9:"), "{err}");
+
+    let out = pkeyfw(&[
+        "policy",
+        "check",
+        "--policy",
+        no_guid.to_str().unwrap(),
+        "--port-guid",
+        "0xnope",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--port-guid 0xnope"));
+}
+
+/// A port's GUID is the EUI-64 of its MAC: 02:11:22:33:44:55 → 0x001122fffe334455.
+#[test]
+fn guid_from_a_real_interface() {
+    common::require_root();
+    let pair = VethPair::create(&format!("pg{}", std::process::id() % 10000)).unwrap();
+    let ip = |args: &[&str]| assert!(Command::new("ip").args(args).status().unwrap().success());
+    ip(&[
+        "-n",
+        &pair.ns_b,
+        "link",
+        "set",
+        &pair.b,
+        "address",
+        "02:11:22:33:44:55",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    // 0x001122fffe334455 is a full member of "storage" in this file.
+    let conf = PARTITIONS.replace("0x021122fffe334455", "0x001122fffe334455");
+    std::fs::write(dir.path().join("partitions.conf"), conf).unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let in_b = |args: &[&str]| {
+        Command::new("nsenter")
+            .arg(format!("--net={}", VethPair::netns_path(&pair.ns_b)))
+            .arg(env!("CARGO_BIN_EXE_pkeyfw"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let checked = check_json(&in_b(&[
+        "policy",
+        "check",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--iface",
+        &pair.b,
+        "--json",
+    ]));
+    assert_eq!(checked["guid"], "0x001122fffe334455");
+    assert_eq!(checked["pkeys"], serde_json::json!([0xffff, 0x8001]));
+
+    // attach derives the same GUID from the interface it attaches to.
+    let _cleanup = Unpin(pkeyfw::pins::Pins::of(&pair.b));
+    let out = in_b(&[
+        "attach",
+        &pair.b,
+        "--pin",
+        "--policy",
+        policy.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("0x8001 (full, partition 0x0001)"));
+    let stats = check_json(&in_b(&["stats", &pair.b, "--json"]));
+    assert_eq!(stats["qps"][0]["qpn"], 0x11);
+}
+
+struct Unpin(pkeyfw::pins::Pins);
+
+impl Drop for Unpin {
+    fn drop(&mut self) {
+        let _ = self.0.remove();
+    }
+}
