@@ -2,9 +2,11 @@
 //! only: verdicts always come from the kernel.
 
 use pkeyfw_common::{
+    Reason,
     parse::{self, Parsed, Transport},
     pkey,
 };
+use serde_json::{Map, Value, json};
 
 /// `0x8001 (full, partition 0x0001)`.
 pub fn pkey(p: u16) -> String {
@@ -36,4 +38,13 @@ pub fn frame(data: &[u8]) -> String {
             s
         }
     }
+}
+
+/// Counts per reason as a JSON object with all eight names, in counter order.
+pub fn reasons_json(counts: &[u64; Reason::COUNT]) -> Value {
+    let reasons: Map<_, _> = Reason::ALL
+        .iter()
+        .map(|r| (r.name().to_string(), json!(counts[r.index() as usize])))
+        .collect();
+    Value::Object(reasons)
 }

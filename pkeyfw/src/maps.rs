@@ -108,36 +108,22 @@ impl Maps {
     }
 
     fn build(maps: [Result<Map>; MAP_NAMES.len()]) -> Result<Maps> {
-        let [
-            active,
-            config,
-            qps,
-            groups,
-            port_keys,
-            reasons,
-            qp_stats,
-            events,
-        ] = maps;
-        let [
-            active,
-            config,
-            qps,
-            groups,
-            port_keys,
-            reasons,
-            qp_stats,
-            events,
-        ] = [
-            active?, config?, qps?, groups?, port_keys?, reasons?, qp_stats?, events?,
-        ];
-        let all = [
-            &active, &config, &qps, &groups, &port_keys, &reasons, &qp_stats, &events,
-        ];
+        let maps = maps.into_iter().collect::<Result<Vec<Map>>>()?;
         let ids = MAP_NAMES
             .iter()
-            .zip(all)
+            .zip(&maps)
             .map(|(&name, map)| Ok((name, data(map)?.info()?.id())))
             .collect::<Result<_>>()?;
+        let [
+            active,
+            config,
+            qps,
+            groups,
+            port_keys,
+            reasons,
+            qp_stats,
+            events,
+        ] = <[Map; MAP_NAMES.len()]>::try_from(maps).map_err(|_| anyhow!("one map per name"))?;
         let capacity = data(&qp_stats)?.info()?.max_entries();
         Ok(Maps {
             ids,

@@ -30,13 +30,6 @@ fn tag() -> String {
     )
 }
 
-fn pkeyfw_in(ns: &str) -> Command {
-    let mut cmd = Command::new("nsenter");
-    cmd.arg(format!("--net={}", VethPair::netns_path(ns)))
-        .arg(env!("CARGO_BIN_EXE_pkeyfw"));
-    cmd
-}
-
 /// A policy file, removed with the returned directory.
 fn policy_file(text: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -53,7 +46,7 @@ struct Foreground {
 
 impl Foreground {
     fn start(pair: &VethPair, policy: &Path, mode: &str) -> Foreground {
-        let mut child = pkeyfw_in(&pair.ns_b)
+        let mut child = common::pkeyfw_in(&pair.ns_b)
             .args([
                 "attach",
                 &pair.b,
@@ -94,25 +87,8 @@ impl Drop for Foreground {
     }
 }
 
-/// Pins of a `--pin` attachment, removed on drop whatever happens.
-struct Pinned(Pins);
-
-impl Drop for Pinned {
-    fn drop(&mut self) {
-        let _ = self.0.remove();
-    }
-}
-
 fn stats_json(pair: &VethPair) -> Value {
-    let out = pkeyfw_in(&pair.ns_b)
-        .args(["stats", &pair.b, "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = common::succeed(common::pkeyfw_in(&pair.ns_b).args(["stats", &pair.b, "--json"]));
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 1, "one object per interface: {text}");
@@ -224,38 +200,22 @@ fn pinned(mode: &str, reported: &str) {
     common::require_root();
     let pair = VethPair::create(&tag()).unwrap();
     let (_dir, policy) = policy_file(common::cases::BASE);
-    let _cleanup = Pinned(Pins::of(&pair.b));
-    let out = pkeyfw_in(&pair.ns_b)
-        .args([
-            "attach",
-            &pair.b,
-            "--policy",
-            policy.to_str().unwrap(),
-            "--pin",
-            "--mode",
-            mode,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let _cleanup = common::Unpin(Pins::of(&pair.b));
+    common::succeed(common::pkeyfw_in(&pair.ns_b).args([
+        "attach",
+        &pair.b,
+        "--policy",
+        policy.to_str().unwrap(),
+        "--pin",
+        "--mode",
+        mode,
+    ]));
     // The process is gone; the filter runs on.
     check_traffic(&pair, reported);
-    let out = pkeyfw_in(&pair.ns_b)
-        .args(["detach", &pair.b])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::succeed(common::pkeyfw_in(&pair.ns_b).args(["detach", &pair.b]));
     assert_eq!(xdp_on(&pair), None, "no program left on the interface");
     assert!(!Pins::of(&pair.b).exists(), "no pins left");
-    let again = pkeyfw_in(&pair.ns_b)
+    let again = common::pkeyfw_in(&pair.ns_b)
         .args(["detach", &pair.b])
         .output()
         .unwrap();
@@ -290,7 +250,7 @@ fn a_second_attach_is_refused_and_changes_nothing() {
     let _fg = Foreground::start(&pair, &policy, "native");
     let before = xdp_on(&pair).expect("attached");
     for extra in [&[][..], &["--pin"][..]] {
-        let out = pkeyfw_in(&pair.ns_b)
+        let out = common::pkeyfw_in(&pair.ns_b)
             .args(["attach", &pair.b, "--policy", policy.to_str().unwrap()])
             .args(extra)
             .output()
@@ -299,7 +259,7 @@ fn a_second_attach_is_refused_and_changes_nothing() {
         assert!(String::from_utf8_lossy(&out.stderr).contains("already managed by pkeyfw"));
     }
     assert_eq!(xdp_on(&pair), Some(before));
-    let detach = pkeyfw_in(&pair.ns_b)
+    let detach = common::pkeyfw_in(&pair.ns_b)
         .args(["detach", &pair.b])
         .output()
         .unwrap();
@@ -316,7 +276,7 @@ fn bad_policy_or_interface_attaches_nothing() {
     let pair = VethPair::create(&tag()).unwrap();
     let (_bad_dir, bad) =
         policy_file("[port]\npkeys = [0xffff]\n[[qp]]\nqpn = 5\ntype = \"ud\"\npkey = 0xffff\n");
-    let out = pkeyfw_in(&pair.ns_b)
+    let out = common::pkeyfw_in(&pair.ns_b)
         .args(["attach", &pair.b, "--policy", bad.to_str().unwrap()])
         .output()
         .unwrap();
@@ -327,7 +287,7 @@ fn bad_policy_or_interface_attaches_nothing() {
     assert!(!Pins::of(&pair.b).exists());
 
     let (_good_dir, good) = policy_file("[port]\npkeys = [0xffff]\n");
-    let out = pkeyfw_in(&pair.ns_b)
+    let out = common::pkeyfw_in(&pair.ns_b)
         .args(["attach", "nosuchif0", "--policy", good.to_str().unwrap()])
         .output()
         .unwrap();

@@ -178,14 +178,7 @@ fn guid_from_a_real_interface() {
     std::fs::write(dir.path().join("partitions.conf"), conf).unwrap();
     let policy = dir.path().join("policy.toml");
     std::fs::write(&policy, POLICY).unwrap();
-    let in_b = |args: &[&str]| {
-        Command::new("nsenter")
-            .arg(format!("--net={}", VethPair::netns_path(&pair.ns_b)))
-            .arg(env!("CARGO_BIN_EXE_pkeyfw"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let in_b = |args: &[&str]| common::pkeyfw_in(&pair.ns_b).args(args).output().unwrap();
     let checked = check_json(&in_b(&[
         "policy",
         "check",
@@ -199,7 +192,7 @@ fn guid_from_a_real_interface() {
     assert_eq!(checked["pkeys"], serde_json::json!([0xffff, 0x8001]));
 
     // attach derives the same GUID from the interface it attaches to.
-    let _cleanup = Unpin(pkeyfw::pins::Pins::of(&pair.b));
+    let _cleanup = common::Unpin(pkeyfw::pins::Pins::of(&pair.b));
     let out = in_b(&[
         "attach",
         &pair.b,
@@ -215,12 +208,4 @@ fn guid_from_a_real_interface() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("0x8001 (full, partition 0x0001)"));
     let stats = check_json(&in_b(&["stats", &pair.b, "--json"]));
     assert_eq!(stats["qps"][0]["qpn"], 0x11);
-}
-
-struct Unpin(pkeyfw::pins::Pins);
-
-impl Drop for Unpin {
-    fn drop(&mut self) {
-        let _ = self.0.remove();
-    }
 }

@@ -5,7 +5,6 @@
 mod common;
 
 use std::{
-    process::Command,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -28,13 +27,6 @@ use pkeyfw_common::judge;
 const P1: &str = "[port]\npkeys = [0xffff, 0x8001]\n[enforcement]\nunknown_qp = \"pass\"\n[[qp]]\nqpn = 0x10\ntype = \"rc\"\npkey = 0x8001\n[[qp]]\nqpn = 0x11\ntype = \"rc\"\npkey = 0xffff\n";
 const P2: &str = "[port]\npkeys = [0xffff, 0x8002]\n[enforcement]\nunknown_qp = \"drop\"\n[[qp]]\nqpn = 0x11\ntype = \"rc\"\npkey = 0xffff\n";
 
-fn pkeyfw_in(ns: &str) -> Command {
-    let mut cmd = Command::new("nsenter");
-    cmd.arg(format!("--net={}", VethPair::netns_path(ns)))
-        .arg(env!("CARGO_BIN_EXE_pkeyfw"));
-    cmd
-}
-
 /// Frame `n` of a kind, made unique by its PSN-like payload.
 fn frame(pkey: u16, qpn: u32, n: u32) -> Vec<u8> {
     let mut p = Packet::rc(pkey, qpn);
@@ -51,17 +43,15 @@ fn reload_under_flood_never_mixes_policies() {
     std::fs::write(&f1, P1).unwrap();
     std::fs::write(&f2, P2).unwrap();
     let (p1, p2) = (common::policy(P1), common::policy(P2));
-    let _cleanup = Cleanup(Pins::of(&pair.b));
+    let _cleanup = common::Unpin(Pins::of(&pair.b));
 
-    let out = pkeyfw_in(&pair.ns_b)
-        .args(["attach", &pair.b, "--pin", "--policy", f1.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::succeed(common::pkeyfw_in(&pair.ns_b).args([
+        "attach",
+        &pair.b,
+        "--pin",
+        "--policy",
+        f1.to_str().unwrap(),
+    ]));
 
     // The mixed-state detector and a frame every policy passes.
     let verdicts = |f: &[u8], p: &Policy| judge(f, p, &p.config()).pass;
@@ -89,15 +79,12 @@ fn reload_under_flood_never_mixes_policies() {
                 let mut reloads = 0;
                 for i in 0..30 {
                     let file = if i % 2 == 0 { &f2 } else { &f1 };
-                    let out = pkeyfw_in(&pair.ns_b)
-                        .args(["reload", &pair.b, "--policy", file.to_str().unwrap()])
-                        .output()
-                        .unwrap();
-                    assert!(
-                        out.status.success(),
-                        "{}",
-                        String::from_utf8_lossy(&out.stderr)
-                    );
+                    common::succeed(common::pkeyfw_in(&pair.ns_b).args([
+                        "reload",
+                        &pair.b,
+                        "--policy",
+                        file.to_str().unwrap(),
+                    ]));
                     reloads += 1;
                 }
                 stop.store(true, Ordering::Relaxed);
@@ -129,7 +116,7 @@ fn reload_under_flood_never_mixes_policies() {
     )
     .unwrap();
     let before = stats_qps(&pair);
-    let out = pkeyfw_in(&pair.ns_b)
+    let out = common::pkeyfw_in(&pair.ns_b)
         .args(["reload", &pair.b, "--policy", bad.to_str().unwrap()])
         .output()
         .unwrap();
@@ -138,20 +125,12 @@ fn reload_under_flood_never_mixes_policies() {
     assert_eq!(stats_qps(&pair), before, "the running policy is untouched");
 
     // Without --policy, reload re-reads the file the attachment runs.
-    let out = pkeyfw_in(&pair.ns_b)
-        .args(["reload", &pair.b])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = common::succeed(common::pkeyfw_in(&pair.ns_b).args(["reload", &pair.b]));
     assert!(String::from_utf8_lossy(&out.stdout).contains("p1.toml"));
 }
 
 fn stats_qps(pair: &VethPair) -> Vec<u64> {
-    let out = pkeyfw_in(&pair.ns_b)
+    let out = common::pkeyfw_in(&pair.ns_b)
         .args(["stats", &pair.b, "--json"])
         .output()
         .unwrap();
@@ -164,14 +143,6 @@ fn stats_qps(pair: &VethPair) -> Vec<u64> {
         .collect()
 }
 
-struct Cleanup(Pins);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = self.0.remove();
-    }
-}
-
 #[test]
 fn sighup_reloads_a_foreground_attachment_and_refuses_a_bad_file() {
     use std::io::{BufRead, BufReader};
@@ -180,8 +151,8 @@ fn sighup_reloads_a_foreground_attachment_and_refuses_a_bad_file() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("policy.toml");
     std::fs::write(&file, P1).unwrap();
-    let _cleanup = Cleanup(Pins::of(&pair.b));
-    let mut child = pkeyfw_in(&pair.ns_b)
+    let _cleanup = common::Unpin(Pins::of(&pair.b));
+    let mut child = common::pkeyfw_in(&pair.ns_b)
         .args(["attach", &pair.b, "--policy", file.to_str().unwrap()])
         .stdout(std::process::Stdio::piped())
         .spawn()

@@ -38,15 +38,7 @@ impl Totals {
     }
 
     pub fn json(&self) -> serde_json::Value {
-        let reasons: serde_json::Map<_, _> = Reason::ALL
-            .iter()
-            .map(|r| {
-                (
-                    r.name().to_string(),
-                    json!(self.reasons[r.index() as usize]),
-                )
-            })
-            .collect();
+        let reasons = describe::reasons_json(&self.reasons);
         json!({
             "totals": reasons,
             "frames": self.passed + self.dropped,

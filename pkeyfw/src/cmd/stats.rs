@@ -8,6 +8,7 @@ use pkeyfw_common::{Reason, maps::QpStats};
 use serde_json::json;
 
 use crate::{
+    describe,
     maps::{Maps, ReasonCounts},
     netlink::XdpMode,
     pins::{Pins, State},
@@ -35,15 +36,7 @@ impl Snapshot {
 
     /// The documented JSON object.
     pub fn json(&self) -> serde_json::Value {
-        let reasons: serde_json::Map<_, _> = Reason::ALL
-            .iter()
-            .map(|r| {
-                (
-                    r.name().to_string(),
-                    json!(self.reasons[r.index() as usize]),
-                )
-            })
-            .collect();
+        let reasons = describe::reasons_json(&self.reasons);
         let qps: Vec<_> = self
             .qps
             .iter()

@@ -3,9 +3,12 @@
 
 pub mod cases;
 
-use std::path::Path;
+use std::{
+    path::Path,
+    process::{Command, Output},
+};
 
-use pkeyfw::{filter::Filter, policy::Policy};
+use pkeyfw::{filter::Filter, lab::netns::VethPair, pins::Pins, policy::Policy};
 
 /// Parses a policy given inline.
 pub fn policy(toml: &str) -> Policy {
@@ -35,4 +38,34 @@ pub fn shared_capture(name: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../shared/captures")
         .join(name)
+}
+
+/// `pkeyfw` run in network namespace `ns` (the network only: bpffs stays
+/// shared, so pins are seen from everywhere).
+pub fn pkeyfw_in(ns: &str) -> Command {
+    let mut cmd = Command::new("nsenter");
+    cmd.arg(format!("--net={}", VethPair::netns_path(ns)))
+        .arg(env!("CARGO_BIN_EXE_pkeyfw"));
+    cmd
+}
+
+/// Runs `cmd`, which must succeed.
+pub fn succeed(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("run");
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        cmd,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Removes an interface's pins when dropped, whatever the test did.
+pub struct Unpin(pub Pins);
+
+impl Drop for Unpin {
+    fn drop(&mut self) {
+        let _ = self.0.remove();
+    }
 }
