@@ -40,6 +40,17 @@ pub fn frame(data: &[u8]) -> String {
     }
 }
 
+/// Counts per reason, one `  name  count` line each, in counter order.
+pub fn reasons_text(
+    counts: &[u64; Reason::COUNT],
+    out: &mut impl std::io::Write,
+) -> std::io::Result<()> {
+    for r in Reason::ALL {
+        writeln!(out, "  {:<16} {:>12}", r.name(), counts[r.index() as usize])?;
+    }
+    Ok(())
+}
+
 /// Counts per reason as a JSON object with all eight names, in counter order.
 pub fn reasons_json(counts: &[u64; Reason::COUNT]) -> Value {
     let reasons: Map<_, _> = Reason::ALL

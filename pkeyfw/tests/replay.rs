@@ -122,7 +122,7 @@ fn text_output_has_a_line_per_frame_and_totals() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("unknown_qp       105"), "{text}");
+    assert!(text.contains("unknown_qp                105"), "{text}");
     assert!(
         text.contains("RoCE RC → QP 0x000045, P_Key 0xffff"),
         "{text}"

@@ -111,14 +111,7 @@ pub fn run(policy: &Policy, capture: &Path, json: bool, out: &mut impl Write) ->
             totals.passed,
             totals.dropped
         )?;
-        for r in Reason::ALL {
-            writeln!(
-                out,
-                "  {:<16} {}",
-                r.name(),
-                totals.reasons[r.index() as usize]
-            )?;
-        }
+        describe::reasons_text(&totals.reasons, out)?;
     }
     if !runts.is_empty() {
         eprintln!(

@@ -4,7 +4,7 @@
 use std::{io::Write, time::Duration};
 
 use anyhow::{Result, bail};
-use pkeyfw_common::{Reason, maps::QpStats};
+use pkeyfw_common::maps::QpStats;
 use serde_json::json;
 
 use crate::{
@@ -54,14 +54,7 @@ impl Snapshot {
             self.iface,
             self.mode.name()
         )?;
-        for r in Reason::ALL {
-            writeln!(
-                out,
-                "  {:<16} {:>12}",
-                r.name(),
-                self.reasons[r.index() as usize]
-            )?;
-        }
+        describe::reasons_text(&self.reasons, out)?;
         if !self.qps.is_empty() {
             writeln!(out, "  {:<10} {:>12} {:>12}", "QP", "passed", "dropped")?;
             for (qpn, s) in &self.qps {

@@ -168,10 +168,7 @@ impl Tables for Policy {
     }
 
     fn port_flags(&self, key: u16) -> u8 {
-        self.pkeys
-            .iter()
-            .filter(|&&p| pkey::key(p) == key)
-            .fold(0, |f, &p| f | pkey::port::flag_of(p))
+        Policy::port_flags(self).get(&key).copied().unwrap_or(0)
     }
 }
 
