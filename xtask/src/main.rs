@@ -1,10 +1,12 @@
-//! Project tasks: `cargo xtask setup | build | lab | test | bench`.
+//! Project tasks: `cargo xtask setup | build | lab | rxe-lab | test | bench`.
 //!
 //! xtask must build with whatever stable toolchain the machine has: it is what
 //! installs the pinned ones.
 
 mod bench;
 mod cmd;
+mod guest;
+mod rxe_lab;
 mod setup;
 mod test;
 
@@ -26,6 +28,13 @@ enum Task {
     Build,
     /// Set up, build, then run the RoCE partition lab (`pkeyfw lab`, root).
     Lab,
+    /// Set up, build, then run real ibverbs programs over soft-RoCE (rdma_rxe)
+    /// in a qemu guest with pkeyfw enforcing (root; builds the guest once).
+    RxeLab,
+    /// Boot the soft-RoCE guest to run one shell script, with the release
+    /// `pkeyfw` beside it in /share (for exploring; root).
+    #[command(hide = true)]
+    Guest { script: std::path::PathBuf },
     /// Set up, then run every test of the project (needs root).
     Test,
     /// Set up, then benchmark the XDP program in the kernel (needs root).
@@ -37,6 +46,10 @@ fn main() -> std::process::ExitCode {
         Task::Setup => setup::run(),
         Task::Build => setup::run().and_then(|()| build()),
         Task::Lab => setup::run().and_then(|()| build()).and_then(|()| lab()),
+        Task::RxeLab => todo!(),
+        Task::Guest { script } => setup::run()
+            .and_then(|()| build())
+            .and_then(|()| rxe_lab::explore(&script)),
         Task::Test => setup::run().and_then(|()| test::run()),
         Task::Bench => setup::run().and_then(|()| bench::run()),
     };
