@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use pkeyfw_common::{
     icrc,
-    parse::{ROCE_V2_PORT, ethertype, opcode, proto},
+    parse::{Bth, Deth, ROCE_V2_PORT, ethertype, opcode, proto},
 };
 
 /// An IPv6 extension header in front of the UDP header.
@@ -147,6 +147,11 @@ impl Packet {
     /// a frame cut anywhere before it is malformed.
     pub fn headers_end(&self) -> usize {
         self.encode().1
+    }
+
+    /// Offset of the BTH, the last header before the DETH.
+    pub fn bth_at(&self) -> usize {
+        self.headers_end() - Bth::LEN - if self.has_deth() { Deth::LEN } else { 0 }
     }
 
     fn encode(&self) -> (Vec<u8>, usize) {
