@@ -107,7 +107,7 @@ impl IbQpType {
     }
 }
 
-/// Names as `rdma resource show qp` prints them.
+/// Names as `rdma resource show qp` prints them; width and alignment apply.
 impl fmt::Display for IbQpType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = match self {
@@ -122,9 +122,9 @@ impl fmt::Display for IbQpType {
             IbQpType::XrcIni => "XRC_INI",
             IbQpType::XrcTgt => "XRC_TGT",
             IbQpType::Driver => "DRIVER",
-            IbQpType::Other(v) => return write!(f, "UNKNOWN({v})"),
+            IbQpType::Other(v) => return f.pad(&format!("UNKNOWN({v})")),
         };
-        f.write_str(name)
+        f.pad(name)
     }
 }
 
@@ -156,7 +156,7 @@ impl From<u8> for QpState {
     }
 }
 
-/// Names as `rdma resource show qp` prints them.
+/// Names as `rdma resource show qp` prints them; width and alignment apply.
 impl fmt::Display for QpState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = match self {
@@ -167,9 +167,9 @@ impl fmt::Display for QpState {
             QpState::Sqd => "SQD",
             QpState::Sqe => "SQE",
             QpState::Err => "ERR",
-            QpState::Other(v) => return write!(f, "UNKNOWN({v})"),
+            QpState::Other(v) => return f.pad(&format!("UNKNOWN({v})")),
         };
-        f.write_str(name)
+        f.pad(name)
     }
 }
 
