@@ -8,10 +8,39 @@ use pkeyfw_common::{
 };
 use serde_json::{Map, Value, json};
 
+use crate::policy::BindRule;
+
 /// `0x8001 (full, partition 0x0001)`.
 pub fn pkey(p: u16) -> String {
     let membership = if pkey::is_full(p) { "full" } else { "limited" };
     format!("{p:#06x} ({membership}, partition {:#06x})", pkey::key(p))
+}
+
+/// What a `[[bind]]` rule matches and what it binds to, e.g.
+/// `comm ibv_ud_pingpong, type ud → P_Key 0x8001, Q_Key 0x11111111`.
+pub fn bind_rule(b: &BindRule) -> String {
+    let mut matchers = Vec::new();
+    if let Some(c) = &b.comm {
+        matchers.push(format!("comm {c}"));
+    }
+    if let Some(p) = b.pid {
+        matchers.push(format!("pid {p}"));
+    }
+    if let Some(r) = &b.qpns {
+        matchers.push(if r.start() == r.end() {
+            format!("QPN {:#x}", r.start())
+        } else {
+            format!("QPNs {:#x}..={:#x}", r.start(), r.end())
+        });
+    }
+    if let Some(t) = b.qp_type {
+        matchers.push(format!("type {}", t.name()));
+    }
+    let mut s = format!("{} → P_Key {:#06x}", matchers.join(", "), b.pkey);
+    if let Some(q) = b.qkey {
+        s += &format!(", Q_Key {q:#010x}");
+    }
+    s
 }
 
 /// A one-line summary of what a frame carries, e.g.

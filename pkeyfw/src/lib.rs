@@ -13,4 +13,5 @@ pub mod maps;
 pub mod netlink;
 pub mod pins;
 pub mod policy;
+pub mod rdma;
 pub mod wire;

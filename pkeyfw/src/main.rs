@@ -5,7 +5,7 @@ use std::{path::PathBuf, process::ExitCode};
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use pkeyfw::{
-    cmd::{self, attach, detach, reload, replay, stats},
+    cmd::{self, attach, detach, qps, reload, replay, stats},
     lab,
     policy::Policy,
 };
@@ -73,6 +73,25 @@ enum Command {
         /// Print again every SECONDS, until interrupted.
         #[arg(long, value_name = "SECONDS")]
         watch: Option<f64>,
+    },
+    /// The QPs of the RDMA devices bound to an interface, and what binds
+    /// each.
+    ///
+    /// Lists what the kernel's RDMA netlink reports (as `rdma resource show
+    /// qp`): device, port, QPN, type, state, peer QPN, owner (PID and
+    /// command, or the kernel module) and, for rdma_cm QPs, both addresses.
+    /// With a policy (--policy, else the one the interface's attachment
+    /// runs) it shows what binds each QP — a [[qp]] entry, a [[bind]] rule,
+    /// or the unknown-QP rule — and, when the interface is attached, the
+    /// filter's per-QP counters.
+    Qps {
+        iface: String,
+        /// Partition policy (TOML).
+        #[arg(long, value_name = "FILE")]
+        policy: Option<PathBuf>,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
     },
     /// Run the self-contained RoCE partition lab.
     ///
@@ -171,6 +190,11 @@ fn run(cli: Cli) -> Result<()> {
             false => anyhow::bail!("some lab cases did not go as the partition rules say"),
         },
         Command::Stats { iface, json, watch } => stats::run(iface.as_deref(), json, watch),
+        Command::Qps {
+            iface,
+            policy,
+            json,
+        } => qps::run(&iface, policy.as_deref(), json),
         Command::Policy(PolicyCommand::Check { policy, json, port }) => {
             cmd::policy::check(&policy, port.guid()?, json)
         }

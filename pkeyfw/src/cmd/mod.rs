@@ -3,6 +3,7 @@
 pub mod attach;
 pub mod detach;
 pub mod policy;
+pub mod qps;
 pub mod reload;
 pub mod replay;
 pub mod stats;

@@ -1,5 +1,6 @@
 //! `pkeyfw policy check`: what a policy gives this port — the GUID used, the
-//! P_Key table, the bound QPs and groups, and every warning.
+//! P_Key table, the bound QPs and groups, the rules that bind discovered QPs,
+//! and every warning.
 
 use std::{io::Write, path::Path};
 
@@ -36,11 +37,27 @@ fn to_json(policy: &Policy) -> serde_json::Value {
         .values()
         .map(|g| json!({"addr": g.addr.to_string(), "pkey": g.pkey, "qkey": g.qkey}))
         .collect();
+    let binds: Vec<_> = policy
+        .binds
+        .iter()
+        .map(|b| {
+            json!({
+                "line": b.line,
+                "comm": b.comm,
+                "pid": b.pid,
+                "qpn": b.qpns.as_ref().map(|r| [r.start(), r.end()]),
+                "type": b.qp_type.map(|t| t.name()),
+                "pkey": b.pkey,
+                "qkey": b.qkey,
+            })
+        })
+        .collect();
     json!({
         "guid": guid_text(policy),
         "pkeys": policy.pkeys,
         "qps": qps,
         "groups": groups,
+        "binds": binds,
         "warnings": policy.warnings,
     })
 }
@@ -82,9 +99,60 @@ fn text(policy: &Policy, out: &mut impl Write) -> std::io::Result<()> {
             g.addr, g.pkey, g.qkey
         )?;
     }
+    writeln!(
+        out,
+        "bind rules: {} (first match wins; [[qp]] entries win over them)",
+        policy.binds.len()
+    )?;
+    for (i, b) in policy.binds.iter().enumerate() {
+        writeln!(
+            out,
+            "  bind[{i}] (line {}): {}",
+            b.line,
+            describe::bind_rule(b)
+        )?;
+    }
     writeln!(out, "warnings: {}", policy.warnings.len())?;
     for w in &policy.warnings {
         writeln!(out, "  {w}")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::json;
+
+    use crate::policy::Policy;
+
+    const BINDS: &str = "[port]\npkeys = [0xffff, 0x8001]\n\
+        [[bind]]\ncomm = \"ibv_ud_pingpong\"\ntype = \"ud\"\npkey = 0x8001\nqkey = 0x11111111\n\
+        [[bind]]\npid = 42\nqpn = [0x100, 0x1ff]\npkey_index = 0\n";
+
+    #[test]
+    fn bind_rules_in_text_and_json() {
+        let policy = Policy::parse(Path::new("p.toml"), BINDS).unwrap();
+        let mut text = Vec::new();
+        super::text(&policy, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(
+            text.contains("bind rules: 2")
+                && text.contains(
+                    "  bind[0] (line 3): comm ibv_ud_pingpong, type ud → P_Key 0x8001, Q_Key 0x11111111\n"
+                )
+                && text.contains("  bind[1] (line 8): pid 42, QPNs 0x100..=0x1ff → P_Key 0xffff\n"),
+            "{text}"
+        );
+        assert_eq!(
+            super::to_json(&policy)["binds"],
+            json!([
+                {"line": 3, "comm": "ibv_ud_pingpong", "pid": null, "qpn": null, "type": "ud",
+                 "pkey": 0x8001, "qkey": 0x11111111},
+                {"line": 8, "comm": null, "pid": 42, "qpn": [0x100, 0x1ff], "type": null,
+                 "pkey": 0xffff, "qkey": null},
+            ])
+        );
+    }
 }

@@ -11,12 +11,17 @@ use pkeyfw_common::{
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{Group, Policy, PolicyError, QpRule, error::position, partitions};
+use super::{
+    Group, Policy, PolicyError, QpRule,
+    bind::{self, RawBind},
+    error::position,
+    partitions,
+};
 
 /// Largest P_Key table a port can have (IBA: 32K entries).
 const MAX_PKEYS: usize = 1 << 15;
 /// Smallest QPN a policy can bind: QP0 and QP1 have fixed rules.
-const MIN_QPN: u32 = 2;
+pub(super) const MIN_QPN: u32 = 2;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -27,6 +32,8 @@ struct RawPolicy {
     qp: Vec<Spanned<RawQp>>,
     #[serde(default)]
     group: Vec<Spanned<RawGroup>>,
+    #[serde(default)]
+    bind: Vec<Spanned<RawBind>>,
 }
 
 #[derive(Deserialize)]
@@ -67,13 +74,18 @@ struct RawGroup {
 }
 
 /// Validation context: the file, for error positions.
-struct Ctx<'a> {
+pub(super) struct Ctx<'a> {
     path: &'a Path,
-    text: &'a str,
+    pub(super) text: &'a str,
 }
 
 impl Ctx<'_> {
-    fn err(&self, span: Range<usize>, field: &str, message: impl Into<String>) -> PolicyError {
+    pub(super) fn err(
+        &self,
+        span: Range<usize>,
+        field: &str,
+        message: impl Into<String>,
+    ) -> PolicyError {
         PolicyError::at(self.path, self.text, span.start, field, message.into())
     }
 
@@ -116,7 +128,7 @@ impl Ctx<'_> {
         Ok(p)
     }
 
-    fn qkey(&self, v: &Spanned<i64>, field: &str) -> Result<u32, PolicyError> {
+    pub(super) fn qkey(&self, v: &Spanned<i64>, field: &str) -> Result<u32, PolicyError> {
         Ok(self.int(
             v,
             field,
@@ -126,7 +138,7 @@ impl Ctx<'_> {
     }
 
     /// `pkey` or `pkey_index`, either way an entry of the port's table.
-    fn binding(
+    pub(super) fn binding(
         &self,
         pkeys: &[u16],
         pkey: &Option<Spanned<i64>>,
@@ -234,6 +246,8 @@ pub(super) fn parse(
         }
     }
 
+    let binds = bind::rules(&cx, &pkeys, &raw.bind)?;
+
     Ok(Policy {
         pkeys,
         names: table.names,
@@ -243,6 +257,7 @@ pub(super) fn parse(
         unknown_qp,
         qps,
         groups,
+        binds,
     })
 }
 

@@ -2,6 +2,7 @@
 //! binds, and how to treat what it does not know. Parsed and fully validated
 //! before anything touches the kernel.
 
+mod bind;
 mod error;
 mod file;
 pub mod partitions;
@@ -15,6 +16,7 @@ use pkeyfw_common::{
     verdict::v4_mapped,
 };
 
+pub use bind::{BindRule, Binding};
 pub use error::PolicyError;
 pub use file::parse_guid;
 
@@ -36,6 +38,9 @@ pub struct Policy {
     pub qps: BTreeMap<u32, QpRule>,
     /// Multicast groups by destination address (IPv4 as v4-mapped IPv6).
     pub groups: BTreeMap<[u8; 16], Group>,
+    /// Rules that bind discovered QPs, in file order; see
+    /// [`Policy::with_discovered`].
+    pub binds: Vec<BindRule>,
 }
 
 /// A QP bound to a partition.
@@ -74,7 +79,7 @@ impl Policy {
     }
 
     /// A policy with this P_Key table and nothing else: enforce, the
-    /// default unknown-QP rule, no QPs or groups.
+    /// default unknown-QP rule, no QPs, groups or bind rules.
     pub fn with_table(pkeys: Vec<u16>) -> Policy {
         Policy {
             pkeys,
@@ -85,6 +90,7 @@ impl Policy {
             unknown_qp: UnknownQp::default(),
             qps: BTreeMap::new(),
             groups: BTreeMap::new(),
+            binds: Vec::new(),
         }
     }
 

@@ -1,0 +1,234 @@
+//! `pkeyfw qps`: the QPs of the RDMA devices bound to an interface, as RDMA
+//! netlink reports them, with what a policy makes of each and, when the
+//! interface is attached, the filter's counters for it.
+
+use std::{
+    collections::BTreeMap,
+    io::Write,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Result, bail};
+use pkeyfw_common::maps::QpStats;
+use serde_json::{Value, json};
+
+use crate::{
+    describe,
+    maps::Maps,
+    netlink,
+    pins::{Pins, State},
+    policy::{Binding, Policy, QpRule},
+    rdma::{self, Device, IbQpType, Qp},
+};
+
+/// Everything `pkeyfw qps` shows.
+struct View {
+    iface: String,
+    devices: Vec<Device>,
+    qps: Vec<Qp>,
+    /// The policy's file, the policy with the discovered QPs, and each QP's
+    /// binding.
+    policy: Option<(PathBuf, Policy, Vec<Binding>)>,
+    /// The filter's counters by QPN, when the interface is attached.
+    counters: BTreeMap<u32, QpStats>,
+}
+
+pub fn run(iface: &str, policy: Option<&Path>, json: bool) -> Result<()> {
+    let devices = rdma::devices_on(netlink::if_index(iface)?)?;
+    if devices.is_empty() {
+        bail!(
+            "no RDMA device is bound to {iface} (soft-RoCE makes one: rdma link add rxe0 type rxe netdev {iface})"
+        );
+    }
+    let qps = rdma::qps_of(&devices)?;
+    let pins = Pins::of(iface);
+    let path = match policy {
+        Some(p) => Some(p.to_path_buf()),
+        None if pins.exists() => pins.remembered_policy().ok(),
+        None => None,
+    };
+    let policy = match path {
+        Some(path) => {
+            let policy = Policy::load_for(&path, Some(super::iface_guid(iface)?))?;
+            let (effective, bindings) = policy.with_discovered(&qps);
+            Some((path, effective, bindings))
+        }
+        None => None,
+    };
+    let counters = if pins.exists() && matches!(pins.state(), Ok(State::Live { .. })) {
+        Maps::from_pins(&pins.dir)?
+            .qp_counters()?
+            .into_iter()
+            .collect()
+    } else {
+        BTreeMap::new()
+    };
+    let view = View {
+        iface: iface.to_string(),
+        devices,
+        qps,
+        policy,
+        counters,
+    };
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", view.json())?;
+    } else {
+        view.text(&mut out)?;
+    }
+    Ok(())
+}
+
+impl View {
+    fn json(&self) -> Value {
+        let devices: Vec<_> = self
+            .devices
+            .iter()
+            .map(|d| json!({"name": d.name, "index": d.index, "ports": d.ports}))
+            .collect();
+        let qps: Vec<_> = self
+            .qps
+            .iter()
+            .enumerate()
+            .map(|(i, qp)| {
+                let stats = self.counters.get(&qp.qpn);
+                json!({
+                    "device": qp.device,
+                    "port": qp.port,
+                    "qpn": qp.qpn,
+                    "type": qp.qp_type.to_string(),
+                    "state": qp.state.to_string(),
+                    "remote_qpn": qp.remote_qpn,
+                    "pid": qp.pid,
+                    "comm": qp.comm,
+                    "kernel": qp.kernel,
+                    "local": qp.local.map(|a| a.to_string()),
+                    "peer": qp.peer.map(|a| a.to_string()),
+                    "binding": self.policy.as_ref().map(|(_, p, b)| binding_json(p, &b[i])),
+                    "passed": stats.map(|s| s.passed),
+                    "dropped": stats.map(|s| s.dropped),
+                })
+            })
+            .collect();
+        json!({
+            "interface": self.iface,
+            "devices": devices,
+            "policy": self.policy.as_ref().map(|(path, ..)| path.display().to_string()),
+            "qps": qps,
+        })
+    }
+
+    fn text(&self, out: &mut impl Write) -> std::io::Result<()> {
+        let devices: Vec<String> = self
+            .devices
+            .iter()
+            .map(|d| {
+                let ports: Vec<String> = d.ports.iter().map(u32::to_string).collect();
+                format!("{} port {}", d.name, ports.join(", "))
+            })
+            .collect();
+        write!(
+            out,
+            "{}: {} QPs on {}; ",
+            self.iface,
+            self.qps.len(),
+            devices.join("; ")
+        )?;
+        match &self.policy {
+            Some((path, p, _)) => writeln!(
+                out,
+                "policy {} (unknown QPs: {})",
+                path.display(),
+                p.unknown_qp.name()
+            )?,
+            None => writeln!(out, "no policy (give --policy to see bindings)")?,
+        }
+        for (i, qp) in self.qps.iter().enumerate() {
+            writeln!(out, "  {}", summary(qp))?;
+            let Some((_, policy, bindings)) = &self.policy else {
+                continue;
+            };
+            write!(out, "      {}", binding_text(policy, qp, &bindings[i]))?;
+            match self.counters.get(&qp.qpn) {
+                Some(s) => writeln!(out, "; passed {}, dropped {}", s.passed, s.dropped)?,
+                None => writeln!(out)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `rxe0/1 QP 0x000012 RC RTS pid 5151 rping, peer QP 0x000013, 10.0.0.1:18515 → 10.0.0.2:41234`.
+fn summary(qp: &Qp) -> String {
+    let port = qp.port.map_or("-".to_string(), |p| p.to_string());
+    let owner = match (qp.kernel, qp.pid, &qp.comm) {
+        (true, _, Some(name)) => format!("[{name}]"),
+        (_, Some(pid), comm) => format!("pid {pid} {}", comm.as_deref().unwrap_or("?")),
+        _ => "owner gone".to_string(),
+    };
+    let mut s = format!(
+        "{}/{port} QP {:#08x} {:<7} {:<5} {owner}",
+        qp.device, qp.qpn, qp.qp_type, qp.state
+    );
+    if let Some(r) = qp.remote_qpn {
+        s += &format!(", peer QP {r:#08x}");
+    }
+    if qp.local.is_some() || qp.peer.is_some() {
+        s += &format!(", {} → {}", addr(qp.local), addr(qp.peer));
+    }
+    s
+}
+
+fn addr(a: Option<SocketAddr>) -> String {
+    a.map_or("?".to_string(), |a| a.to_string())
+}
+
+fn rule_text(r: &QpRule) -> String {
+    let mut s = format!("P_Key {}", describe::pkey(r.pkey));
+    if let Some(q) = r.qkey {
+        s += &format!(", Q_Key {q:#010x}");
+    }
+    s
+}
+
+fn binding_text(policy: &Policy, qp: &Qp, binding: &Binding) -> String {
+    let unknown = format!("unbound → unknown_qp {}", policy.unknown_qp.name());
+    match binding {
+        Binding::Exempt if matches!(qp.qp_type, IbQpType::Smi | IbQpType::Gsi) => {
+            "QP0/QP1: fixed rules".to_string()
+        }
+        Binding::Exempt => "never bound: no RoCE transport".to_string(),
+        Binding::Entry(r) => format!("[[qp]] entry: {}", rule_text(r)),
+        Binding::Rule { rule, line, bound } => {
+            format!("bind[{rule}] (line {line}): {}", rule_text(bound))
+        }
+        Binding::NoQkey { rule, line } => {
+            format!("{unknown}: bind[{rule}] (line {line}) matches but has no qkey for this UD QP")
+        }
+        Binding::Taken(r) => format!("QPN bound for another device's QP: {}", rule_text(r)),
+        Binding::Unbound => unknown,
+    }
+}
+
+fn binding_json(policy: &Policy, binding: &Binding) -> Value {
+    let (by, rule, line, bound) = match binding {
+        Binding::Exempt => ("exempt", None, None, None),
+        Binding::Entry(r) => ("qp", None, None, Some(r)),
+        Binding::Rule { rule, line, bound } => ("bind", Some(rule), Some(line), Some(bound)),
+        Binding::NoQkey { rule, line } => ("unknown_qp", Some(rule), Some(line), None),
+        Binding::Taken(r) => ("taken", None, None, Some(r)),
+        Binding::Unbound => ("unknown_qp", None, None, None),
+    };
+    json!({
+        "by": by,
+        "rule": rule,
+        "line": line,
+        "pkey": bound.map(|r| r.pkey),
+        "qkey": bound.and_then(|r| r.qkey),
+        "unknown_qp": (by == "unknown_qp").then(|| policy.unknown_qp.name()),
+    })
+}
+
+#[cfg(test)]
+mod tests;

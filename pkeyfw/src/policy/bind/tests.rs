@@ -1,0 +1,443 @@
+//! `[[bind]]` rules: their shape, every refusal with its position, and how
+//! they bind discovered QPs.
+
+use std::path::Path;
+
+use pkeyfw_common::maps::QpType;
+
+use super::{BindRule, Binding};
+use crate::{
+    policy::{Policy, PolicyError, QpRule},
+    rdma::{IbQpType, Qp, QpState},
+};
+
+const EXAMPLE: &str = r#"
+[port]
+pkeys = [0xffff, 0x8001, 0x0002]
+
+[[qp]]
+qpn = 0x11
+type = "ud"
+pkey = 0x8001
+qkey = 0x11111111
+
+[[bind]]
+comm = "ibv_ud_pingpong"   # the owner's command, exactly as /proc/PID/comm
+type = "ud"                # rc | uc | ud | xrc
+pkey = 0x8001              # or pkey_index; it must be in [port].pkeys
+qkey = 0x22222222          # required with type = "ud"
+
+[[bind]]
+pid = 4242
+qpn = [0x100, 0x1ff]       # or a single QPN
+pkey_index = 2
+qkey = 0x33333333          # for the UD QPs it binds; others have none
+
+[[bind]]
+comm = "rping"
+pkey = 0x8001
+"#;
+
+const PORT: &str = "[port]\npkeys = [0xffff, 0x8001]\n";
+
+fn parse(text: &str) -> Result<Policy, PolicyError> {
+    Policy::parse(Path::new("p.toml"), text)
+}
+
+fn bind(body: &str) -> String {
+    format!("{PORT}[[bind]]\n{body}")
+}
+
+#[track_caller]
+fn refused(text: &str, line: usize, field: &str, says: &str) {
+    let e = parse(text).expect_err("must be refused");
+    assert_eq!((e.line, e.field.as_str()), (line, field), "{e}");
+    assert!(e.message.contains(says), "{e} lacks {says:?}");
+    assert!(e.to_string().starts_with(&format!("p.toml:{line}:")), "{e}");
+}
+
+fn qp(qpn: u32, qp_type: IbQpType, comm: &str, pid: u32) -> Qp {
+    Qp {
+        device: "rxe0".into(),
+        port: Some(1),
+        qpn,
+        remote_qpn: None,
+        qp_type,
+        state: QpState::Rts,
+        pid: Some(pid),
+        comm: Some(comm.into()),
+        kernel: false,
+        local: None,
+        peer: None,
+    }
+}
+
+fn rule(qp_type: QpType, pkey: u16, qkey: Option<u32>) -> QpRule {
+    QpRule {
+        qp_type,
+        pkey,
+        qkey,
+    }
+}
+
+#[test]
+fn the_documented_example() {
+    let p = parse(EXAMPLE).unwrap();
+    assert_eq!(
+        p.binds,
+        [
+            BindRule {
+                line: 11,
+                comm: Some("ibv_ud_pingpong".into()),
+                pid: None,
+                qpns: None,
+                qp_type: Some(QpType::Ud),
+                pkey: 0x8001,
+                qkey: Some(0x22222222),
+            },
+            BindRule {
+                line: 17,
+                comm: None,
+                pid: Some(4242),
+                qpns: Some(0x100..=0x1ff),
+                qp_type: None,
+                pkey: 0x0002,
+                qkey: Some(0x33333333),
+            },
+            BindRule {
+                line: 23,
+                comm: Some("rping".into()),
+                pid: None,
+                qpns: None,
+                qp_type: None,
+                pkey: 0x8001,
+                qkey: None,
+            },
+        ]
+    );
+    let single = parse(&bind("qpn = 0x2\npkey = 0xffff\n")).unwrap();
+    assert_eq!(single.binds[0].qpns, Some(2..=2));
+    let fifteen = parse(&bind("comm = \"ibv_rc_pingpong\"\npkey = 0xffff\n")).unwrap();
+    assert_eq!(fifteen.binds[0].comm.as_deref(), Some("ibv_rc_pingpong"));
+}
+
+#[test]
+fn a_rule_must_match_something() {
+    refused(
+        &bind("pkey = 0x8001\n"),
+        3,
+        "bind[0]",
+        "at least one of comm, pid, qpn, type",
+    );
+    refused(
+        &format!(
+            "{}\n[[bind]]\nqkey = 1\npkey = 0xffff\n",
+            bind("pid = 1\npkey = 0xffff")
+        ),
+        6,
+        "bind[1]",
+        "matches every QP",
+    );
+}
+
+#[test]
+fn matchers() {
+    refused(
+        &bind("comm = \"ibv_ud_pingpong_x\"\npkey = 0xffff\n"),
+        4,
+        "bind[0].comm",
+        "at most 15",
+    );
+    refused(
+        &bind("comm = \"\"\npkey = 0xffff\n"),
+        4,
+        "bind[0].comm",
+        "is empty",
+    );
+    for pid in ["0", "-1", "4194305"] {
+        refused(
+            &bind(&format!("pid = {pid}\npkey = 0xffff\n")),
+            4,
+            "bind[0].pid",
+            "1..=4194304",
+        );
+    }
+    for qpn in ["1", "0xffffff", "[0, 0xff]", "[2, 0x1000000]"] {
+        refused(
+            &bind(&format!("qpn = {qpn}\npkey = 0xffff\n")),
+            4,
+            "bind[0].qpn",
+            "0x2..=0xfffffe",
+        );
+    }
+    for qpn in ["\"0x100\"", "[2]", "[2, 3, 4]", "[2, \"3\"]"] {
+        refused(
+            &bind(&format!("qpn = {qpn}\npkey = 0xffff\n")),
+            4,
+            "bind[0].qpn",
+            "not a QPN or a range",
+        );
+    }
+    refused(
+        &bind("qpn = [0x1ff, 0x100]\npkey = 0xffff\n"),
+        4,
+        "bind[0].qpn",
+        "[0x1ff, 0x100] is empty",
+    );
+    refused(
+        &bind("type = \"rd\"\npkey = 0xffff\n"),
+        4,
+        "bind[0].type",
+        "not a QP type",
+    );
+    refused(
+        &bind("pid = 1\ncolour = 2\npkey = 0xffff\n"),
+        5,
+        "",
+        "colour",
+    );
+}
+
+#[test]
+fn partitions_and_qkeys() {
+    refused(&bind("pid = 1\n"), 3, "bind[0].pkey", "`pkey_index`");
+    refused(
+        &bind("pid = 1\npkey = 0x8002\n"),
+        5,
+        "bind[0].pkey",
+        "not in [port].pkeys",
+    );
+    refused(
+        &bind("pid = 1\npkey_index = 2\n"),
+        5,
+        "bind[0].pkey_index",
+        "0..=1",
+    );
+    refused(
+        &bind("pid = 1\npkey = 0xffff\npkey_index = 0\n"),
+        6,
+        "bind[0].pkey_index",
+        "one of the two",
+    );
+    refused(
+        &bind("type = \"ud\"\npkey = 0xffff\n"),
+        3,
+        "bind[0].qkey",
+        "needs the Q_Key",
+    );
+    refused(
+        &bind("type = \"rc\"\npkey = 0xffff\nqkey = 5\n"),
+        6,
+        "bind[0].qkey",
+        "only UD QPs",
+    );
+    refused(
+        &bind("pid = 1\npkey = 0xffff\nqkey = -1\n"),
+        6,
+        "bind[0].qkey",
+        "out of range",
+    );
+}
+
+#[test]
+fn first_match_wins() {
+    let p = parse(&format!(
+        "{PORT}[[bind]]\ncomm = \"app\"\ntype = \"rc\"\npkey = 0x8001\n\
+         [[bind]]\ncomm = \"app\"\npkey = 0xffff\nqkey = 7\n"
+    ))
+    .unwrap();
+    let qps = [
+        qp(0x20, IbQpType::Rc, "app", 1),
+        qp(0x21, IbQpType::Ud, "app", 1),
+        qp(0x22, IbQpType::Rc, "other", 1),
+    ];
+    let (effective, bindings) = p.with_discovered(&qps);
+    assert_eq!(
+        bindings,
+        [
+            Binding::Rule {
+                rule: 0,
+                line: 3,
+                bound: rule(QpType::Rc, 0x8001, None),
+            },
+            Binding::Rule {
+                rule: 1,
+                line: 7,
+                bound: rule(QpType::Ud, 0xffff, Some(7)),
+            },
+            Binding::Unbound,
+        ]
+    );
+    assert_eq!(effective.qps.len(), 2);
+    assert_eq!(effective.qps[&0x20], rule(QpType::Rc, 0x8001, None));
+    assert_eq!(effective.qps[&0x21], rule(QpType::Ud, 0xffff, Some(7)));
+    // The rest of the policy is the file's.
+    assert_eq!(
+        Policy {
+            qps: p.qps.clone(),
+            ..effective
+        },
+        p
+    );
+}
+
+#[test]
+fn entries_win_over_rules() {
+    let p = parse(EXAMPLE).unwrap();
+    let qps = [
+        qp(0x11, IbQpType::Ud, "ibv_ud_pingpong", 1),
+        qp(0x12, IbQpType::Ud, "ibv_ud_pingpong", 1),
+    ];
+    let (effective, bindings) = p.with_discovered(&qps);
+    let entry = rule(QpType::Ud, 0x8001, Some(0x11111111));
+    assert_eq!(bindings[0], Binding::Entry(entry));
+    assert_eq!(effective.qps[&0x11], entry);
+    assert_eq!(
+        effective.qps[&0x12],
+        rule(QpType::Ud, 0x8001, Some(0x22222222))
+    );
+}
+
+#[test]
+fn types_map_to_transports() {
+    let p = parse(&bind("pid = 9\npkey = 0x8001\nqkey = 3\n")).unwrap();
+    let qps = [
+        qp(0, IbQpType::Smi, "x", 9),
+        qp(1, IbQpType::Gsi, "x", 9),
+        qp(0x30, IbQpType::Rc, "x", 9),
+        qp(0x31, IbQpType::Uc, "x", 9),
+        qp(0x32, IbQpType::Ud, "x", 9),
+        qp(0x33, IbQpType::XrcIni, "x", 9),
+        qp(0x34, IbQpType::XrcTgt, "x", 9),
+        qp(0x35, IbQpType::RawPacket, "x", 9),
+        qp(0x36, IbQpType::Driver, "x", 9),
+    ];
+    let (effective, bindings) = p.with_discovered(&qps);
+    let bound: Vec<Option<QpType>> = bindings
+        .iter()
+        .map(|b| match b {
+            Binding::Rule { bound, .. } => Some(bound.qp_type),
+            Binding::Exempt => None,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    use QpType::*;
+    assert_eq!(
+        bound,
+        [
+            None,
+            None,
+            Some(Rc),
+            Some(Uc),
+            Some(Ud),
+            Some(Xrc),
+            Some(Xrc),
+            None,
+            None
+        ]
+    );
+    assert_eq!(effective.qps[&0x32].qkey, Some(3));
+    assert_eq!(effective.qps[&0x30].qkey, None);
+
+    let xrc = parse(&bind("type = \"xrc\"\npkey = 0xffff\n")).unwrap();
+    let (_, bindings) = xrc.with_discovered(&qps);
+    let matched: Vec<u32> = qps
+        .iter()
+        .zip(&bindings)
+        .filter(|(_, b)| matches!(b, Binding::Rule { .. }))
+        .map(|(q, _)| q.qpn)
+        .collect();
+    assert_eq!(matched, [0x33, 0x34]);
+}
+
+#[test]
+fn a_ud_qp_without_a_qkey_is_left_unbound() {
+    let p = parse(&format!(
+        "{PORT}[[bind]]\ncomm = \"app\"\npkey = 0x8001\n\
+         [[bind]]\ntype = \"ud\"\npkey = 0xffff\nqkey = 7\n"
+    ))
+    .unwrap();
+    let qps = [
+        qp(0x40, IbQpType::Ud, "app", 1),
+        qp(0x41, IbQpType::Rc, "app", 1),
+    ];
+    let (effective, bindings) = p.with_discovered(&qps);
+    // Not handed on to the second rule.
+    assert_eq!(bindings[0], Binding::NoQkey { rule: 0, line: 3 });
+    assert!(!effective.qps.contains_key(&0x40));
+    assert!(effective.qps.contains_key(&0x41));
+}
+
+#[test]
+fn matchers_combine() {
+    let p = parse(&bind(
+        "comm = \"app\"\npid = 5\nqpn = [0x10, 0x1f]\ntype = \"rc\"\npkey = 0x8001\n",
+    ))
+    .unwrap();
+    let yes = qp(0x10, IbQpType::Rc, "app", 5);
+    assert!(p.binds[0].matches(&yes));
+    for no in [
+        Qp {
+            comm: Some("ap".into()),
+            ..yes.clone()
+        },
+        Qp {
+            comm: None,
+            ..yes.clone()
+        },
+        Qp {
+            pid: Some(6),
+            ..yes.clone()
+        },
+        Qp {
+            pid: None,
+            ..yes.clone()
+        },
+        Qp {
+            qpn: 0x20,
+            ..yes.clone()
+        },
+        Qp {
+            qp_type: IbQpType::Uc,
+            ..yes.clone()
+        },
+    ] {
+        assert!(!p.binds[0].matches(&no), "{no:?}");
+    }
+    // A kernel QP matches by its kernel module's name.
+    let kernel = parse(&bind("comm = \"rdma_cm\"\npkey = 0xffff\n")).unwrap();
+    let ulp = Qp {
+        pid: None,
+        kernel: true,
+        ..qp(0x50, IbQpType::Rc, "rdma_cm", 0)
+    };
+    assert!(kernel.binds[0].matches(&ulp));
+}
+
+#[test]
+fn one_qpn_on_two_devices_is_bound_once() {
+    let p = parse(&bind("type = \"rc\"\npkey = 0x8001\n")).unwrap();
+    let other = Qp {
+        device: "rxe1".into(),
+        ..qp(0x60, IbQpType::Rc, "b", 2)
+    };
+    let (effective, bindings) = p.with_discovered(&[qp(0x60, IbQpType::Rc, "a", 1), other]);
+    assert!(matches!(bindings[0], Binding::Rule { .. }));
+    assert_eq!(bindings[1], Binding::Taken(rule(QpType::Rc, 0x8001, None)));
+    assert_eq!(effective.qps.len(), 1);
+}
+
+#[test]
+fn the_same_qps_give_the_same_policy() {
+    let p = parse(EXAMPLE).unwrap();
+    let qps = [
+        qp(0x11, IbQpType::Ud, "ibv_ud_pingpong", 1),
+        qp(0x150, IbQpType::Rc, "x", 4242),
+        qp(0x151, IbQpType::Ud, "x", 4242),
+    ];
+    assert_eq!(p.with_discovered(&qps), p.with_discovered(&qps));
+    let (fewer, _) = p.with_discovered(&qps[..2]);
+    assert_ne!(fewer, p.with_discovered(&qps).0);
+    let (none, bindings) = p.with_discovered(&[]);
+    assert_eq!((none, bindings), (p, vec![]));
+}
