@@ -3,6 +3,7 @@
 //! The library behind the `pkeyfw` command: policy parsing, the loader of the
 //! XDP program, and the commands built on them.
 
+pub mod binder;
 pub mod capture;
 pub mod cmd;
 pub mod describe;

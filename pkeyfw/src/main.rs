@@ -99,7 +99,10 @@ enum Command {
     /// end with the seeds' example policy, real RoCE v2 frames sent from the
     /// other: a table of each case, expected and observed. Everything it
     /// creates is removed at the end. Needs root.
-    Lab,
+    Lab {
+        #[command(subcommand)]
+        lab: Option<LabCommand>,
+    },
     /// Check a policy file.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -118,6 +121,30 @@ enum Command {
         json: bool,
         #[command(flatten)]
         port: PortArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum LabCommand {
+    /// Real RDMA programs over soft-RoCE, with pkeyfw enforcing.
+    ///
+    /// Two rdma_rxe devices on the ends of a veth pair (in this namespace;
+    /// policy routing sends their traffic over the veth); per scenario a
+    /// foreground attach binds the programs' QPs by `[[bind]]` rules, and
+    /// ibv_ud_pingpong, ibv_rc_pingpong, ib_send_bw, rping or udaddy run
+    /// across. The table says whether they completed and which counters
+    /// moved. Needs root, rdma_rxe, rdma-core, perftest and rdmacm-utils;
+    /// `cargo xtask rxe-lab` runs it in a guest that has them.
+    Rxe {
+        /// Capture each scenario (the client's end) into DIR/NAME.pcap.
+        #[arg(long, value_name = "DIR")]
+        captures: Option<PathBuf>,
+        /// Write the results as JSON.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+        /// Only the scenarios whose name contains this.
+        #[arg(long, value_name = "TEXT")]
+        only: Option<String>,
     },
 }
 
@@ -185,9 +212,24 @@ fn run(cli: Cli) -> Result<()> {
         }),
         Command::Detach { iface } => detach::run(&iface),
         Command::Reload { iface, policy } => reload::run(&iface, policy.as_deref()),
-        Command::Lab => match lab::run()? {
+        Command::Lab { lab: None } => match lab::run()? {
             true => Ok(()),
             false => anyhow::bail!("some lab cases did not go as the partition rules say"),
+        },
+        Command::Lab {
+            lab:
+                Some(LabCommand::Rxe {
+                    captures,
+                    json,
+                    only,
+                }),
+        } => match lab::rxe::run(&lab::rxe::Options {
+            captures,
+            json,
+            only,
+        })? {
+            true => Ok(()),
+            false => anyhow::bail!("some scenarios did not go as the partition rules say"),
         },
         Command::Stats { iface, json, watch } => stats::run(iface.as_deref(), json, watch),
         Command::Qps {

@@ -83,6 +83,28 @@ impl Pins {
             .with_context(|| format!("writing {}", self.policy_note().display()))
     }
 
+    /// Where a foreground attachment notes its process, so that `pkeyfw
+    /// reload` can ask it to reload (it alone follows the QPs).
+    fn owner_note(&self) -> PathBuf {
+        Path::new(RUN_DIR).join(format!("{}.pid", self.iface))
+    }
+
+    /// Notes this process as the foreground attachment's owner.
+    pub fn remember_owner(&self) -> Result<()> {
+        fs::create_dir_all(RUN_DIR)?;
+        fs::write(self.owner_note(), std::process::id().to_string())
+            .with_context(|| format!("writing {}", self.owner_note().display()))
+    }
+
+    /// The foreground attachment's process, if one noted itself.
+    pub fn owner(&self) -> Option<u32> {
+        fs::read_to_string(self.owner_note())
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
     /// The policy file the attachment was started (or last reloaded) with.
     pub fn remembered_policy(&self) -> Result<PathBuf> {
         let note = self.policy_note();
@@ -135,6 +157,7 @@ impl Pins {
             }
         }
         let _ = fs::remove_file(self.policy_note());
+        let _ = fs::remove_file(self.owner_note());
         match fs::remove_dir(&self.dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(e).with_context(|| format!("removing {}", self.dir.display()))

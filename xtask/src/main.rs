@@ -30,7 +30,11 @@ enum Task {
     Lab,
     /// Set up, build, then run real ibverbs programs over soft-RoCE (rdma_rxe)
     /// in a qemu guest with pkeyfw enforcing (root; builds the guest once).
-    RxeLab,
+    RxeLab {
+        /// Passed on to `pkeyfw lab rxe`, e.g. `--only udaddy`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Boot the soft-RoCE guest to run one shell script, with the release
     /// `pkeyfw` beside it in /share (for exploring; root).
     #[command(hide = true)]
@@ -46,7 +50,10 @@ fn main() -> std::process::ExitCode {
         Task::Setup => setup::run(),
         Task::Build => setup::run().and_then(|()| build()),
         Task::Lab => setup::run().and_then(|()| build()).and_then(|()| lab()),
-        Task::RxeLab => todo!(),
+        Task::RxeLab { args } => setup::run()
+            .and_then(|()| build())
+            .and_then(|()| rxe_lab::run(&args))
+            .and_then(rxe_lab::Outcome::ok),
         Task::Guest { script } => setup::run()
             .and_then(|()| build())
             .and_then(|()| rxe_lab::explore(&script)),

@@ -10,6 +10,8 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::{cmd, guest::Guest};
 
+mod wire;
+
 /// Boot, both scenarios and the guest's own slowness under TCG included.
 const TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
@@ -29,14 +31,106 @@ fn share(script: &str) -> Result<PathBuf> {
 
 /// `cargo xtask guest SCRIPT`.
 pub fn explore(script: &Path) -> Result<()> {
-    let text = fs::read_to_string(script)
-        .with_context(|| format!("reading {}", script.display()))?;
+    let text =
+        fs::read_to_string(script).with_context(|| format!("reading {}", script.display()))?;
     let guest = Guest::ensure()?;
     let share = share(&text)?;
     let code = guest.run(&share, TIMEOUT)?;
-    println!("xtask: the script exited {code}; its folder is {}", share.display());
+    println!(
+        "xtask: the script exited {code}; its folder is {}",
+        share.display()
+    );
     if code != 0 {
         bail!("the guest script failed");
     }
     Ok(())
+}
+
+/// What the guest's scenarios came to, with the host's reading of their
+/// captures.
+pub struct Outcome {
+    pub passed: u64,
+    pub failed: u64,
+}
+
+impl Outcome {
+    pub fn ok(self) -> Result<()> {
+        if self.failed > 0 {
+            bail!("{} soft-RoCE scenarios failed", self.failed);
+        }
+        Ok(())
+    }
+}
+
+/// `cargo xtask rxe-lab`: the scenarios in the guest, then every capture
+/// decoded with tshark.
+pub fn run(args: &[String]) -> Result<Outcome> {
+    let guest = Guest::ensure()?;
+    let extra: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+    let share = share(&format!(
+        "./pkeyfw lab rxe --captures captures --json results.json {}\n\
+         echo \"pkeyfw lab rxe exited $?\"\n",
+        extra.join(" ")
+    ))?;
+    let code = guest.run(&share, TIMEOUT)?;
+    if code != 0 {
+        bail!("the guest script failed ({code})");
+    }
+    let text = fs::read_to_string(share.join("results.json"))
+        .context("the guest wrote no results.json (see its output above)")?;
+    let results: serde_json::Value = serde_json::from_str(&text)?;
+    let scenarios = results["scenarios"]
+        .as_array()
+        .context("results.json has no scenarios")?;
+    println!("\nOn the wire (tshark, the client's end): P_Keys and Q_Keys of every RoCE frame");
+    let (mut passed, mut failed) = (0, 0);
+    for s in scenarios {
+        let name = s["name"].as_str().unwrap_or("?");
+        let capture = s["capture"].as_str().context("a scenario has no capture")?;
+        let wire = wire::decode(&share.join(capture))?;
+        let want_pkeys = numbers(&s["wire"]["pkeys"]);
+        let want_qkeys = numbers(&s["wire"]["qkeys"]);
+        let wire_ok = wire.pkeys == want_pkeys && wire.qkeys == want_qkeys && wire.frames > 0;
+        let ok = wire_ok && s["ok"].as_bool() == Some(true);
+        let verdict = if wire_ok {
+            "✓".to_string()
+        } else {
+            format!(
+                "✗ expected P_Keys {} Q_Keys {}",
+                hex(&want_pkeys, 4),
+                hex(&want_qkeys, 8)
+            )
+        };
+        println!(
+            "  {name:<22} {:>6} frames  P_Keys {:<16} Q_Keys {:<26} {verdict}",
+            wire.frames,
+            hex(&wire.pkeys, 4),
+            hex(&wire.qkeys, 8),
+        );
+        if ok {
+            passed += 1;
+        } else {
+            println!("test rxe-lab::{name} ... FAILED");
+            failed += 1;
+        }
+    }
+    println!("\nrxe-lab: {passed} passed, {failed} failed");
+    Ok(Outcome { passed, failed })
+}
+
+fn numbers(v: &serde_json::Value) -> Vec<u64> {
+    let mut n: Vec<u64> = v
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
+        .unwrap_or_default();
+    n.sort_unstable();
+    n
+}
+
+fn hex(values: &[u64], digits: usize) -> String {
+    let v: Vec<String> = values
+        .iter()
+        .map(|x| format!("{x:#0w$x}", w = digits + 2))
+        .collect();
+    format!("[{}]", v.join(", "))
 }

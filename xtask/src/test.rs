@@ -1,5 +1,6 @@
-//! `cargo xtask test`: formatting, lints, and every test of the workspace,
-//! the kernel ones included (they load the real XDP program, hence root).
+//! `cargo xtask test`: formatting, lints, every test of the workspace, the
+//! kernel ones included (they load the real XDP program, hence root), and
+//! the soft-RoCE scenarios in the guest, each counted as a test.
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -26,7 +27,19 @@ pub fn run() -> Result<()> {
         "--deny",
         "warnings",
     ])?;
-    let (passed, failed) = cargo_test(&["test", "--release", "--no-fail-fast"])?;
+    let (mut passed, mut failed) = cargo_test(&["test", "--release", "--no-fail-fast"])?;
+    crate::build()?;
+    // A guest that cannot start fails the run, with the reason.
+    match crate::rxe_lab::run(&[]) {
+        Ok(rxe) => {
+            passed += rxe.passed;
+            failed += rxe.failed;
+        }
+        Err(e) => {
+            println!("test rxe-lab ... FAILED: {e:#}");
+            failed += 1;
+        }
+    }
     // One closing line for the whole run: the last test binary cargo reports
     // (a crate's doc tests) usually has none of its own.
     println!("{passed} passed, {failed} failed");

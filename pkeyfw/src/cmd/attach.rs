@@ -16,6 +16,7 @@ use tokio::{
 };
 
 use crate::{
+    binder::{self, Binder},
     cmd::stats::Snapshot,
     describe, events,
     filter::Filter,
@@ -50,6 +51,7 @@ pub fn run(opts: &Options) -> Result<()> {
     for w in &policy.warnings {
         eprintln!("pkeyfw: warning: {w}");
     }
+    let mut binder = Binder::new(index, policy);
     let pins = Pins::of(opts.iface);
     refuse_if_taken(&pins, index)?;
 
@@ -65,8 +67,8 @@ pub fn run(opts: &Options) -> Result<()> {
     pins.create()?;
     let attached = pins
         .remember_policy(opts.policy_path)
-        .and_then(|()| attach(&pins, &policy, opts));
-    let (mut filter, mode) = match attached {
+        .and_then(|()| attach(&pins, &mut binder, opts));
+    let (mut filter, mode, bound) = match attached {
         Ok(done) => done,
         Err(e) => {
             let _ = pins.remove();
@@ -78,9 +80,17 @@ pub fn run(opts: &Options) -> Result<()> {
         "pkeyfw: attached to {} ({} mode, {how}): {}",
         opts.iface,
         mode.name(),
-        summary(&policy, opts.policy_path)
+        summary(binder.policy(), opts.policy_path)
     );
+    for line in bound {
+        println!("{line}");
+    }
     if opts.pin {
+        if binder.active() {
+            eprintln!(
+                "pkeyfw: warning: [[bind]] rules bound the QPs that exist now; only a foreground attach follows new ones"
+            );
+        }
         println!(
             "pkeyfw: pinned under {}; `pkeyfw detach {}` removes it",
             pins.dir.display(),
@@ -88,7 +98,8 @@ pub fn run(opts: &Options) -> Result<()> {
         );
         return Ok(());
     }
-    let result = runtime.block_on(foreground(&mut filter, policy, opts, signals));
+    pins.remember_owner()?;
+    let result = runtime.block_on(foreground(&mut filter, &mut binder, &pins, opts, signals));
     let last = Snapshot::read(opts.iface, mode, false, filter.maps());
     filter.detach()?;
     pins.remove()?;
@@ -139,10 +150,19 @@ fn refuse_if_taken(pins: &Pins, index: u32) -> Result<()> {
     Ok(())
 }
 
-/// Loads, fills and attaches; pins the link for `--pin`.
-fn attach(pins: &Pins, policy: &Policy, opts: &Options) -> Result<(Filter, XdpMode)> {
+/// Loads, fills (binding the QPs that exist) and attaches; pins the link for
+/// `--pin`.
+fn attach(
+    pins: &Pins,
+    binder: &mut Binder,
+    opts: &Options,
+) -> Result<(Filter, XdpMode, Vec<String>)> {
+    let (policy, bound) = binder.effective().unwrap_or_else(|e| {
+        eprintln!("pkeyfw: warning: cannot read the QPs ({e:#}); [[bind]] rules bind none yet");
+        (binder.policy().clone(), Vec::new())
+    });
     let mut filter = Filter::load_pinned(policy.qps.len() as u32, &pins.dir)?;
-    filter.apply(policy)?;
+    filter.apply(&policy)?;
     let tried = match opts.mode {
         Mode::Native => filter.attach(opts.iface, AyaMode::Driver),
         Mode::Skb => filter.attach(opts.iface, AyaMode::Skb),
@@ -163,18 +183,19 @@ fn attach(pins: &Pins, policy: &Policy, opts: &Options) -> Result<(Filter, XdpMo
     if opts.pin {
         filter.pin_link(&pins.link())?;
     }
-    Ok((filter, mode))
+    Ok((filter, mode, bound))
 }
 
 fn summary(policy: &Policy, path: &Path) -> String {
     let table: Vec<String> = policy.pkeys.iter().map(|&p| describe::pkey(p)).collect();
     format!(
-        "policy {} ({}, unknown QPs: {}), P_Key table [{}], {} QPs, {} groups",
+        "policy {} ({}, unknown QPs: {}), P_Key table [{}], {} QPs, {} bind rules, {} groups",
         path.display(),
         if policy.monitor { "monitor" } else { "enforce" },
         policy.unknown_qp.name(),
         table.join(", "),
         policy.qps.len(),
+        policy.binds.len(),
         policy.groups.len()
     )
 }
@@ -193,11 +214,17 @@ fn violations(counts: &ReasonCounts, policy: &Policy) -> u64 {
         }
 }
 
-/// Re-reads and applies the policy file.
-fn reload(filter: &mut Filter, opts: &Options) -> Result<Policy> {
-    let policy = Policy::load_for(opts.policy_path, Some(super::iface_guid(opts.iface)?))?;
-    filter.apply(&policy)?;
-    Ok(policy)
+/// Re-reads the policy file the attachment runs (which `pkeyfw reload
+/// --policy` may have changed) and applies it with the QPs that exist.
+fn reload(
+    filter: &mut Filter,
+    binder: &mut Binder,
+    pins: &Pins,
+) -> Result<(std::path::PathBuf, Vec<String>)> {
+    let path = pins.remembered_policy()?;
+    let policy = Policy::load_for(&path, Some(super::iface_guid(&pins.iface)?))?;
+    let bound = binder.replace(policy, filter.maps_mut())?;
+    Ok((path, bound))
 }
 
 /// The ring buffer's descriptor, for readiness only.
@@ -226,11 +253,12 @@ impl Signals {
     }
 }
 
-/// Prints violations (rate-limited) until SIGINT or SIGTERM; SIGHUP reloads
-/// the policy file.
+/// Prints violations (rate-limited) and keeps the QP bindings in step until
+/// SIGINT or SIGTERM; SIGHUP reloads the policy file.
 async fn foreground(
     filter: &mut Filter,
-    mut policy: Policy,
+    binder: &mut Binder,
+    pins: &Pins,
     opts: &Options<'_>,
     mut signals: Signals,
 ) -> Result<()> {
@@ -241,7 +269,10 @@ async fn foreground(
         .map_err(|e| e.into_parts().1)?;
     let mut second = tokio::time::interval(Duration::from_secs(1));
     let mut limiter = events::Limiter::new(opts.log_rate);
-    let mut last = violations(&filter.maps().reasons()?, &policy);
+    let mut poll = tokio::time::interval(binder::POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut poll_error = None;
+    let mut last = violations(&filter.maps().reasons()?, binder.policy());
     loop {
         tokio::select! {
             guard = ready.readable() => {
@@ -256,16 +287,29 @@ async fn foreground(
                 guard.clear_ready();
             }
             _ = second.tick() => {
-                let now = violations(&filter.maps().reasons()?, &policy);
+                let now = violations(&filter.maps().reasons()?, binder.policy());
                 if let Some(hidden) = limiter.tick(now - last) {
                     println!("… and {hidden} more refused frames in the last second");
                 }
                 last = now;
             }
-            _ = signals.hangup.recv() => match reload(filter, opts) {
-                Ok(new) => {
-                    println!("pkeyfw: reloaded {}: {}", opts.iface, summary(&new, opts.policy_path));
-                    policy = new;
+            _ = poll.tick(), if binder.active() => match binder.sync(filter.maps_mut()) {
+                Ok(bound) => {
+                    poll_error = None;
+                    bound.iter().for_each(|line| println!("{line}"));
+                }
+                Err(e) => {
+                    let e = format!("{e:#}");
+                    if poll_error.as_ref() != Some(&e) {
+                        println!("pkeyfw: cannot read the QPs, retrying: {e}");
+                        poll_error = Some(e);
+                    }
+                }
+            },
+            _ = signals.hangup.recv() => match reload(filter, binder, pins) {
+                Ok((path, bound)) => {
+                    println!("pkeyfw: reloaded {}: {}", opts.iface, summary(binder.policy(), &path));
+                    bound.iter().for_each(|line| println!("{line}"));
                 }
                 Err(e) => println!("pkeyfw: reload refused, the running policy stays: {e:#}"),
             },

@@ -1,15 +1,27 @@
 //! `pkeyfw reload`: switch a running attachment to a new policy, validated in
 //! full first; an invalid one changes nothing.
+//!
+//! A pinned attachment is switched from here. A foreground one is asked to
+//! switch itself (SIGHUP), since it alone keeps the `[[bind]]` rules applied
+//! to the QPs that come and go; this waits until it has.
 
-use std::path::{Path, PathBuf};
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
 
 use anyhow::{Result, bail};
 
 use crate::{
+    binder::Binder,
     maps::Maps,
+    netlink,
     pins::{Pins, State},
     policy::Policy,
 };
+
+/// How long a foreground attachment may take to switch.
+const ANSWER: Duration = Duration::from_secs(5);
 
 pub fn run(iface: &str, policy: Option<&Path>) -> Result<()> {
     let pins = Pins::of(iface);
@@ -19,22 +31,55 @@ pub fn run(iface: &str, policy: Option<&Path>) -> Result<()> {
             pins.dir.display()
         );
     }
-    if pins.state()? == State::Stale {
+    let State::Live { pinned, .. } = pins.state()? else {
         bail!("{iface} is not attached any more; `pkeyfw detach {iface}` removes what is left");
-    }
+    };
     let path: PathBuf = match policy {
         Some(p) => p.to_path_buf(),
         None => pins.remembered_policy()?,
     };
     let policy = Policy::load_for(&path, Some(super::iface_guid(iface)?))?;
     let mut maps = Maps::from_pins(&pins.dir)?;
-    maps.apply(&policy)?;
+    let owner = pins.owner().filter(|_| !pinned);
     pins.remember_policy(&path)?;
+    match owner {
+        Some(pid) => ask(pid, &maps)?,
+        None => {
+            let (effective, bound) =
+                Binder::new(netlink::if_index(iface)?, policy.clone()).effective()?;
+            maps.apply(&effective)?;
+            bound.iter().for_each(|line| println!("{line}"));
+        }
+    }
     println!(
-        "pkeyfw: {iface} now runs {} ({} QPs, {} groups)",
+        "pkeyfw: {iface} now runs {} ({} QPs, {} bind rules, {} groups)",
         path.display(),
         policy.qps.len(),
+        policy.binds.len(),
         policy.groups.len()
     );
+    Ok(())
+}
+
+/// SIGHUPs the foreground attachment and waits for its generation switch.
+fn ask(pid: u32, maps: &Maps) -> Result<()> {
+    let before = maps.active_generation()?;
+    // SAFETY: sending a signal has no memory-safety preconditions.
+    if unsafe { libc::kill(pid as libc::pid_t, libc::SIGHUP) } != 0 {
+        bail!(
+            "cannot signal the foreground pkeyfw attach (pid {pid}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    let deadline = Instant::now() + ANSWER;
+    while maps.active_generation()? == before {
+        if Instant::now() > deadline {
+            bail!(
+                "the foreground pkeyfw attach (pid {pid}) did not switch within {} s; its output says why",
+                ANSWER.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
     Ok(())
 }

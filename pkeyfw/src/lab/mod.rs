@@ -7,6 +7,7 @@
 //! moved. Everything is removed at the end, also on failure or Ctrl-C.
 
 pub mod netns;
+pub mod rxe;
 pub mod scenario;
 
 use std::{

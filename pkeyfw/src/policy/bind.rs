@@ -17,7 +17,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{
-    Policy, PolicyError, QpRule,
+    Conn, Policy, PolicyError, QpRule,
     error::position,
     file::{Ctx, MIN_QPN},
 };
@@ -110,7 +110,8 @@ impl BindRule {
 
 impl Policy {
     /// The policy to enforce while `qps` exist: the `[[qp]]` entries plus
-    /// every discovered QP a rule binds, and what decides each of `qps` (in
+    /// every discovered QP a rule binds (and, for stamping, the connections
+    /// of the bound connected QPs), and what decides each of `qps` (in
     /// their order). Deterministic for the same input, so a caller can
     /// compare results to see whether anything changed.
     pub fn with_discovered(&self, qps: &[Qp]) -> (Policy, Vec<Binding>) {
@@ -143,7 +144,19 @@ impl Policy {
                     Entry::Occupied(first) => Binding::Taken(*first.get()),
                 }
             })
-            .collect();
+            .collect::<Vec<Binding>>();
+        for (qp, binding) in qps.iter().zip(&bindings) {
+            let bound = matches!(binding, Binding::Entry(_) | Binding::Rule { .. });
+            if let (true, Some(remote_qpn)) = (bound, qp.remote_qpn)
+                && qp.qp_type.transport() != Some(QpType::Ud)
+            {
+                let conn = Conn {
+                    remote_qpn,
+                    peer: qp.peer.map(|a| a.ip()),
+                };
+                effective.conns.entry(conn).or_insert(qp.qpn);
+            }
+        }
         (effective, bindings)
     }
 }

@@ -51,6 +51,7 @@ struct RawPort {
 struct RawEnforcement {
     mode: Option<Spanned<String>>,
     unknown_qp: Option<Spanned<String>>,
+    stamp: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -258,6 +259,12 @@ pub(super) fn parse(
         qps,
         groups,
         binds,
+        stamp: raw
+            .enforcement
+            .as_ref()
+            .and_then(|e| e.stamp)
+            .unwrap_or(false),
+        conns: BTreeMap::new(),
     })
 }
 

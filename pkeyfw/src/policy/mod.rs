@@ -41,6 +41,12 @@ pub struct Policy {
     /// Rules that bind discovered QPs, in file order; see
     /// [`Policy::with_discovered`].
     pub binds: Vec<BindRule>,
+    /// Rewrite outgoing frames' P_Key to the sending QP's binding, and
+    /// incoming passed frames' back to the default (`[enforcement] stamp`).
+    pub stamp: bool,
+    /// Connected QPs bound here, by what their peers' frames carry: the
+    /// local QP that sends to (peer, remote QPN). Filled from discovery.
+    pub conns: BTreeMap<Conn, u32>,
 }
 
 /// A QP bound to a partition.
@@ -50,6 +56,14 @@ pub struct QpRule {
     pub pkey: u16,
     /// Required Q_Key; UD only.
     pub qkey: Option<u32>,
+}
+
+/// A connection of a local RC, UC or XRC QP: its peer's QPN and, when
+/// rdma_cm made it, the peer's address.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Conn {
+    pub remote_qpn: u32,
+    pub peer: Option<IpAddr>,
 }
 
 /// A multicast group.
@@ -91,6 +105,8 @@ impl Policy {
             qps: BTreeMap::new(),
             groups: BTreeMap::new(),
             binds: Vec::new(),
+            stamp: false,
+            conns: BTreeMap::new(),
         }
     }
 

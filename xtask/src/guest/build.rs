@@ -58,7 +58,9 @@ pub fn host_release() -> Result<String> {
             .map(|v| v.trim_matches('"').to_string())
     };
     if field("ID=").as_deref() != Some("debian") {
-        bail!("the soft-RoCE guest is built from the host's Debian release; this host is not Debian");
+        bail!(
+            "the soft-RoCE guest is built from the host's Debian release; this host is not Debian"
+        );
     }
     field("VERSION_CODENAME=").context("/etc/os-release has no VERSION_CODENAME")
 }
@@ -67,7 +69,9 @@ pub fn host_release() -> Result<String> {
 pub fn ensure_host_tools() -> Result<()> {
     let missing: Vec<&str> = HOST_TOOLS
         .iter()
-        .filter(|(tool, _)| output(Command::new("sh").args(["-c", &format!("command -v {tool}")])).is_none())
+        .filter(|(tool, _)| {
+            output(Command::new("sh").args(["-c", &format!("command -v {tool}")])).is_none()
+        })
         .map(|&(_, package)| package)
         .collect();
     if missing.is_empty() {
@@ -96,7 +100,10 @@ pub fn build(release: &str, work: &Path, out: &Path) -> Result<()> {
         .unwrap_or_else(|_| "http://deb.debian.org/debian".to_string());
     cmd::run(
         Command::new("debootstrap")
-            .args(["--variant=minbase", &format!("--include={}", PACKAGES.join(","))])
+            .args([
+                "--variant=minbase",
+                &format!("--include={}", PACKAGES.join(",")),
+            ])
             .arg(release)
             .arg(&root)
             .arg(&mirror),

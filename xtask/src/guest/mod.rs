@@ -86,9 +86,7 @@ impl Guest {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         eprintln!("xtask: booting the guest ({accel})");
-        let mut child = qemu
-            .spawn()
-            .context("cannot start qemu-system-x86_64")?;
+        let mut child = qemu.spawn().context("cannot start qemu-system-x86_64")?;
         let (lines, rx) = mpsc::channel();
         for stream in [
             Box::new(child.stdout.take().expect("piped")) as Box<dyn std::io::Read + Send>,

@@ -1,0 +1,197 @@
+//! `pkeyfw lab rxe`: unmodified RDMA programs over soft-RoCE with pkeyfw
+//! enforcing. Two rdma_rxe devices on the two ends of a veth pair; for each
+//! scenario a foreground `pkeyfw attach` on the server's end with a policy
+//! whose `[[bind]]` rules bind the programs' QPs as they appear, the server,
+//! then the client; the table shows whether the programs completed and which
+//! counters moved, against what the partition rules say. Needs root, the
+//! rdma_rxe module and the RDMA userland (rdma-core, perftest,
+//! rdmacm-utils); `cargo xtask rxe-lab` runs it in a guest that has them.
+
+mod run;
+pub mod scenario;
+mod topology;
+
+use std::{fs, path::PathBuf};
+
+use anyhow::{Result, bail};
+use pkeyfw_common::Reason;
+use serde_json::json;
+
+use run::{Exit, Observed};
+use scenario::Scenario;
+use topology::Topology;
+
+pub struct Options {
+    /// Write a capture of each scenario (the client's end) here.
+    pub captures: Option<PathBuf>,
+    /// Write the results as JSON here.
+    pub json: Option<PathBuf>,
+    /// Run only the scenarios whose name contains this.
+    pub only: Option<String>,
+}
+
+/// Runs the scenarios; `Ok(true)` when every one went as the rules say.
+pub fn run(opts: &Options) -> Result<bool> {
+    // SAFETY: no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the soft-RoCE lab creates devices and attaches XDP; run it as root");
+    }
+    let scenarios: Vec<Scenario> = scenario::all()
+        .into_iter()
+        .filter(|s| {
+            opts.only
+                .as_ref()
+                .is_none_or(|o| s.name.contains(o.as_str()))
+        })
+        .collect();
+    if scenarios.is_empty() {
+        bail!("no scenario matches {:?}", opts.only);
+    }
+    let work = std::env::temp_dir().join(format!("pkeyfw-rxe-lab-{}", std::process::id()));
+    fs::create_dir_all(&work)?;
+    if let Some(dir) = &opts.captures {
+        fs::create_dir_all(dir)?;
+    }
+    let result = (|| {
+        let topo = Topology::create()?;
+        let (c, s) = (topo.client(), topo.server());
+        println!(
+            "pkeyfw lab rxe: client {} ({}, {}) ⟶ server {} ({}, {}), pkeyfw on {}",
+            c.device, c.iface, c.addr, s.device, s.iface, s.addr, s.iface
+        );
+        let mut rows = Vec::new();
+        for sc in &scenarios {
+            let observed = run::scenario(&topo, sc, &work, opts.captures.as_deref())?;
+            if judge(sc, &observed) {
+                println!("  {:<22} as expected", sc.name);
+            } else {
+                println!("  {:<22} NOT as expected\n{}", sc.name, observed.output);
+            }
+            rows.push(observed);
+        }
+        Ok::<_, anyhow::Error>(rows)
+    })();
+    let _ = fs::remove_dir_all(&work);
+    let rows = result?;
+    let all_ok = table(&scenarios, &rows);
+    if let Some(path) = &opts.json {
+        fs::write(
+            path,
+            serde_json::to_string_pretty(&results(&scenarios, &rows))?,
+        )?;
+    }
+    Ok(all_ok)
+}
+
+/// Drop reasons that must not move unless they are the scenario's verdict.
+const DROPS: [Reason; 5] = [
+    Reason::PkeyViolation,
+    Reason::QkeyViolation,
+    Reason::OpcodeMismatch,
+    Reason::Malformed,
+    Reason::UnknownQp,
+];
+
+/// Whether a scenario went as the rules say: the programs completed or not,
+/// its verdict's counter moved, and no other drop reason did. (Frames to an
+/// unbound QP count as `unknown_qp` whatever the rule; they are a drop only
+/// under `unknown_qp = "drop"`.)
+fn judge(sc: &Scenario, o: &Observed) -> bool {
+    let drops_unknown = sc.rules.contains("unknown_qp = \"drop\"");
+    o.completes() == sc.completes
+        && o.reasons[sc.reason.index() as usize] > 0
+        && DROPS.iter().all(|&r| {
+            r == sc.reason
+                || (r == Reason::UnknownQp && !drops_unknown)
+                || o.reasons[r.index() as usize] == 0
+        })
+}
+
+fn outcome(completes: bool) -> &'static str {
+    if completes {
+        "completes"
+    } else {
+        "fails/stalls"
+    }
+}
+
+/// Prints the table; whether every scenario matched.
+fn table(scenarios: &[Scenario], rows: &[Observed]) -> bool {
+    println!(
+        "\n {:>2}  {:<22} {:<16} {:<36} {:<30} {:<44} rule",
+        "#", "scenario", "program", "server QP bound to", "expected", "observed"
+    );
+    let mut matched = 0;
+    for (i, (sc, o)) in scenarios.iter().zip(rows).enumerate() {
+        let ok = judge(sc, o);
+        matched += usize::from(ok);
+        let expected = format!("{}, {}", outcome(sc.completes), sc.reason.name());
+        let observed = format!("{}, {}", o.summary(), counts(o));
+        println!(
+            " {:>2}  {:<22} {:<16} {:<36} {:<30} {:<44} {} {}",
+            i + 1,
+            sc.name,
+            sc.program.name(),
+            sc.binding,
+            expected,
+            observed,
+            if ok { "✓" } else { "✗" },
+            sc.why
+        );
+    }
+    println!(
+        "\n{matched} of {} scenarios as the partition rules say.",
+        scenarios.len()
+    );
+    matched == scenarios.len()
+}
+
+/// The counters that moved, e.g. `ok 40, qkey_violation 12`.
+fn counts(o: &Observed) -> String {
+    let moved: Vec<String> = Reason::ALL
+        .iter()
+        .filter(|r| **r != Reason::NotRoce && o.reasons[r.index() as usize] > 0)
+        .map(|r| format!("{} {}", r.name(), o.reasons[r.index() as usize]))
+        .collect();
+    if moved.is_empty() {
+        "no RoCE frames".to_string()
+    } else {
+        moved.join(", ")
+    }
+}
+
+fn exit_json(e: Exit) -> serde_json::Value {
+    match e {
+        Exit::Ok => json!("ok"),
+        Exit::Failed(code) => json!(format!("exit {code}")),
+        Exit::Killed => json!("stalled"),
+    }
+}
+
+fn results(scenarios: &[Scenario], rows: &[Observed]) -> serde_json::Value {
+    let list: Vec<_> = scenarios
+        .iter()
+        .zip(rows)
+        .map(|(sc, o)| {
+            json!({
+                "name": sc.name,
+                "program": sc.program.name(),
+                "binding": sc.binding,
+                "expected": { "completes": sc.completes, "reason": sc.reason.name() },
+                "observed": {
+                    "completes": o.completes(),
+                    "server": exit_json(o.server),
+                    "client": exit_json(o.client),
+                    "reasons": crate::describe::reasons_json(&o.reasons),
+                },
+                "ok": judge(sc, o),
+                "capture": o.capture.as_ref().map(|p| p.display().to_string()),
+                "wire": {
+                    "pkeys": sc.wire_pkeys,
+                    "qkeys": sc.wire_qkeys,
+                },
+            })
+        })
+        .collect();
+    json!({ "scenarios": list })
+}

@@ -1,0 +1,309 @@
+//! Running one scenario: attach, capture, server, client, and what came of
+//! it. Every process it starts is stopped before it returns.
+
+use std::{
+    fs,
+    io::{BufRead as _, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use super::{
+    scenario::{PORT, Program, Ready, Scenario},
+    topology::Topology,
+};
+use crate::{maps::Maps, maps::ReasonCounts, pins::Pins};
+
+/// How long a client may run before it counts as stalled (soft-RoCE under
+/// emulation is slow; a healthy run takes well under a second).
+const STALL: Duration = Duration::from_secs(8);
+/// How long the server may take to finish after its client.
+const LINGER: Duration = Duration::from_secs(3);
+/// How long to wait for a process to get ready.
+const READY: Duration = Duration::from_secs(10);
+
+/// How a program ended.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Exit {
+    Ok,
+    Failed(i32),
+    /// Still running at its deadline.
+    Killed,
+}
+
+pub struct Observed {
+    pub program: Program,
+    pub server: Exit,
+    pub client: Exit,
+    /// The filter's counters for the whole scenario.
+    pub reasons: ReasonCounts,
+    pub capture: Option<PathBuf>,
+    /// The last words of the programs and pkeyfw's output, for a scenario
+    /// that did not go as expected.
+    pub output: String,
+}
+
+impl Observed {
+    pub fn completes(&self) -> bool {
+        self.client == Exit::Ok && (self.server == Exit::Ok || !self.program.server_decides())
+    }
+
+    pub fn summary(&self) -> String {
+        let show = |e: Exit| match e {
+            Exit::Ok => "ok".to_string(),
+            Exit::Failed(c) => format!("exit {c}"),
+            Exit::Killed => "stalled".to_string(),
+        };
+        if self.completes() {
+            "completes".to_string()
+        } else {
+            format!("client {}, server {}", show(self.client), show(self.server))
+        }
+    }
+}
+
+/// A child killed (if still running) and reaped on drop.
+struct Proc(Child);
+
+impl Proc {
+    fn signal(&self, sig: libc::c_int) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, sig) };
+    }
+
+    /// Waits up to `limit` for it to exit.
+    fn wait(&mut self, limit: Duration) -> Result<Exit> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.0.try_wait()? {
+                return Ok(match status.code() {
+                    Some(0) => Exit::Ok,
+                    Some(c) => Exit::Failed(c),
+                    None => Exit::Failed(-1),
+                });
+            }
+            if Instant::now() > deadline {
+                return Ok(Exit::Killed);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A foreground `pkeyfw attach`, its output collected as it comes.
+struct Attach {
+    proc: Proc,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Attach {
+    fn start(iface: &str, policy: &Path) -> Result<Attach> {
+        let mut child = Command::new(std::env::current_exe()?)
+            .args([
+                "attach",
+                iface,
+                "--mode",
+                "native",
+                "--log-rate",
+                "0",
+                "--policy",
+            ])
+            .arg(policy)
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("starting pkeyfw attach")?;
+        let out = child.stdout.take().expect("piped");
+        let attach = Attach {
+            proc: Proc(child),
+            lines: Arc::default(),
+        };
+        let lines = attach.lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                lines.lock().expect("not poisoned").push(line);
+            }
+        });
+        attach.wait_for(|l| l.contains("attached to"), READY)?;
+        Ok(attach)
+    }
+
+    /// Stops it as Ctrl-C would: it detaches and removes its pins.
+    fn stop(mut self) {
+        self.proc.signal(libc::SIGTERM);
+        let _ = self.proc.wait(Duration::from_secs(5));
+    }
+
+    /// Waits for a line of its output that `want` accepts.
+    fn wait_for(&self, want: impl Fn(&str) -> bool, limit: Duration) -> Result<()> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if self
+                .lines
+                .lock()
+                .expect("not poisoned")
+                .iter()
+                .any(|l| want(l))
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "pkeyfw attach did not say what was expected; it said:\n{}",
+                    self.lines.lock().expect("not poisoned").join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Runs one scenario.
+pub fn scenario(
+    topo: &Topology,
+    sc: &Scenario,
+    work: &Path,
+    captures: Option<&Path>,
+) -> Result<Observed> {
+    let (server_end, client_end) = (topo.server(), topo.client());
+    let policy = work.join(format!("{}.toml", sc.name));
+    fs::write(&policy, format!("{PORT}{}", sc.rules))?;
+    let attach = Attach::start(&server_end.iface, &policy)?;
+    let capture = captures.map(|dir| dir.join(format!("{}.pcap", sc.name)));
+    let tcpdump = capture
+        .as_ref()
+        .map(|path| tcpdump(&client_end.iface, path))
+        .transpose()?;
+
+    let logs = captures.unwrap_or(work);
+    let log = |role: &str| fs::File::create(logs.join(format!("{}.{role}.log", sc.name)));
+    let program = sc.program;
+    let mut server = Proc(
+        Command::new(program.name())
+            .args(program.server(server_end))
+            .stdout(log("server")?)
+            .stderr(log("server.err")?)
+            .spawn()
+            .with_context(|| format!("starting {}", program.name()))?,
+    );
+    match program.ready() {
+        Ready::Tcp(port) => wait_listening(port)?,
+        Ready::Millis(ms) => std::thread::sleep(Duration::from_millis(ms)),
+    }
+    if program.qp_before_exchange() && sc.rules.contains("[[bind]]") {
+        let pid = format!("pid {} ", server.0.id());
+        attach.wait_for(|l| l.contains("bound QP") && l.contains(&pid), READY)?;
+    }
+    let mut client = Proc(
+        Command::new(program.name())
+            .args(program.client(client_end, server_end))
+            .stdout(log("client")?)
+            .stderr(log("client.err")?)
+            .spawn()
+            .with_context(|| format!("starting {}", program.name()))?,
+    );
+    let client_exit = client.wait(STALL)?;
+    let server_exit = server.wait(if client_exit == Exit::Killed {
+        Duration::ZERO
+    } else {
+        LINGER
+    })?;
+    drop((client, server));
+    if let Some(t) = tcpdump {
+        stop(t);
+    }
+    let reasons = Maps::from_pins(&Pins::of(&server_end.iface).dir)?.reasons()?;
+    let attach_lines = attach.lines.lock().expect("not poisoned").clone();
+    attach.stop();
+    let tail = |role: &str| {
+        let text =
+            fs::read_to_string(logs.join(format!("{}.{role}.log", sc.name))).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(4)..].join("\n")
+    };
+    Ok(Observed {
+        program,
+        server: server_exit,
+        client: client_exit,
+        reasons,
+        capture,
+        output: format!(
+            "client: {}\nclient stderr: {}\nserver: {}\nserver stderr: {}\npkeyfw attach:\n{}",
+            tail("client"),
+            tail("client.err"),
+            tail("server"),
+            tail("server.err"),
+            attach_lines.join("\n")
+        ),
+    })
+}
+
+/// Captures RoCE on `iface` (both directions; on the client's end, so the
+/// frames the filter dropped are in it too) until stopped.
+fn tcpdump(iface: &str, path: &Path) -> Result<Proc> {
+    let mut child = Command::new("tcpdump")
+        .args([
+            "-Z",
+            "root",
+            "-U",
+            "--immediate-mode",
+            "-B",
+            "8192",
+            "-s",
+            "256",
+        ])
+        .args(["-i", iface, "-w"])
+        .arg(path)
+        .args(["udp", "port", "4791"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting tcpdump")?;
+    let mut err = BufReader::new(child.stderr.take().expect("piped"));
+    let proc = Proc(child);
+    let mut line = String::new();
+    err.read_line(&mut line)?;
+    if !line.contains("listening on") {
+        bail!("tcpdump did not start: {}", line.trim());
+    }
+    Ok(proc)
+}
+
+/// Stops a capture so that it writes out what it holds.
+fn stop(t: Proc) {
+    let mut t = t;
+    t.signal(libc::SIGINT);
+    let _ = t.wait(Duration::from_secs(2));
+}
+
+/// Waits until something listens on TCP `port`.
+fn wait_listening(port: u16) -> Result<()> {
+    let want = format!(":{port:04X} ");
+    let deadline = Instant::now() + READY;
+    while Instant::now() < deadline {
+        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            let text = fs::read_to_string(table).unwrap_or_default();
+            // sl, local address, remote address, state (0A: LISTEN).
+            if text.lines().any(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() > 3 && format!("{} ", f[1]).ends_with(&want) && f[3] == "0A"
+            }) {
+                return Ok(());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    bail!(
+        "nothing listened on TCP port {port} within {} s",
+        READY.as_secs()
+    )
+}

@@ -1,0 +1,244 @@
+//! The soft-RoCE scenarios: unmodified ibverbs and rdma_cm programs, a
+//! policy that binds (or does not bind) their QPs, and what the partition
+//! rules say must happen. The receiving end (the server) is filtered.
+
+use pkeyfw_common::Reason;
+
+use super::topology::End;
+
+/// A client/server program pair.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Program {
+    UdPingpong,
+    RcPingpong,
+    SendBw,
+    Rping,
+    Udaddy,
+}
+
+/// When a server is ready for its client.
+pub enum Ready {
+    /// Listening on this TCP port (its QP exists by then, or is made per
+    /// connection).
+    Tcp(u16),
+    /// rdma_cm listeners leave no TCP trace: give them this long.
+    Millis(u64),
+}
+
+impl Program {
+    pub fn name(self) -> &'static str {
+        match self {
+            Program::UdPingpong => "ibv_ud_pingpong",
+            Program::RcPingpong => "ibv_rc_pingpong",
+            Program::SendBw => "ib_send_bw",
+            Program::Rping => "rping",
+            Program::Udaddy => "udaddy",
+        }
+    }
+
+    /// Arguments of the server on `end`.
+    pub fn server(self, end: &End) -> Vec<String> {
+        let (dev, gid, me) = (&end.device, end.gid_index.to_string(), end.addr.to_string());
+        match self {
+            Program::UdPingpong | Program::RcPingpong => {
+                strings(&["-d", dev, "-g", &gid, "-n", "50"])
+            }
+            Program::SendBw => strings(&["-d", dev, "-x", &gid, "-n", "200"]),
+            Program::Rping => strings(&["-s", "-a", &me, "-C", "10"]),
+            Program::Udaddy => strings(&["-b", &me]),
+        }
+    }
+
+    /// Arguments of the client on `end`, talking to `server`.
+    pub fn client(self, end: &End, server: &End) -> Vec<String> {
+        let mut a = self.server(end);
+        let (me, peer) = (end.addr.to_string(), server.addr.to_string());
+        match self {
+            Program::UdPingpong | Program::RcPingpong | Program::SendBw => a.push(peer),
+            Program::Rping => a = strings(&["-c", "-I", &me, "-a", &peer, "-C", "10"]),
+            Program::Udaddy => a = strings(&["-b", &me, "-s", &peer]),
+        }
+        a
+    }
+
+    pub fn ready(self) -> Ready {
+        match self {
+            Program::UdPingpong | Program::RcPingpong | Program::SendBw => Ready::Tcp(18515),
+            Program::Rping | Program::Udaddy => Ready::Millis(500),
+        }
+    }
+
+    /// Whether the server's exit counts. ib_send_bw's server fails its
+    /// report when it cannot calibrate the CPU clock (as under emulation),
+    /// after the transfer; the client's RC completions already prove every
+    /// message reached the server's QP.
+    pub fn server_decides(self) -> bool {
+        self != Program::SendBw
+    }
+
+    /// Whether the server's QP exists before any frame can reach it (so the
+    /// lab can wait until it is bound).
+    pub fn qp_before_exchange(self) -> bool {
+        matches!(self, Program::UdPingpong | Program::RcPingpong)
+    }
+}
+
+fn strings(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+/// One scenario.
+pub struct Scenario {
+    pub name: &'static str,
+    pub program: Program,
+    /// The policy's `[[bind]]` and `[enforcement]` part (the port table is
+    /// common).
+    pub rules: &'static str,
+    /// What binds the server's QP, for the table.
+    pub binding: &'static str,
+    /// Whether the programs complete.
+    pub completes: bool,
+    /// The counter that must move (the verdict for the server's QP); every
+    /// other drop reason must stay at zero.
+    pub reason: Reason,
+    /// P_Keys and Q_Keys the client's frames carry on the wire.
+    pub wire_pkeys: &'static [u16],
+    pub wire_qkeys: &'static [u32],
+    /// Which rule decides it.
+    pub why: &'static str,
+}
+
+/// The port's P_Key table in every scenario: the default partition (full)
+/// and partition 0x0001 (full).
+pub const PORT: &str = "[port]\npkeys = [0xffff, 0x8001]\n";
+
+/// Q_Keys: ibv_ud_pingpong's, rdma_cm's UD port space's, and the GSI's.
+const PP_QKEY: u32 = 0x1111_1111;
+const UDADDY_QKEY: u32 = 0x0123_4567;
+const GSI_QKEY: u32 = 0x8001_0000;
+
+pub fn all() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "ud-qkey-match",
+            program: Program::UdPingpong,
+            rules: "[[bind]]\ncomm = \"ibv_ud_pingpong\"\npkey = 0xffff\nqkey = 0x11111111\n",
+            binding: "UD, P_Key 0xffff, Q_Key 0x11111111",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[PP_QKEY],
+            why: "DETH Q_Key equals the QP's",
+        },
+        Scenario {
+            name: "ud-qkey-other",
+            program: Program::UdPingpong,
+            rules: "[[bind]]\ncomm = \"ibv_ud_pingpong\"\npkey = 0xffff\nqkey = 0x22222222\n",
+            binding: "UD, P_Key 0xffff, Q_Key 0x22222222",
+            completes: false,
+            reason: Reason::QkeyViolation,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[PP_QKEY],
+            why: "DETH Q_Key differs from the QP's",
+        },
+        Scenario {
+            name: "rc-default-partition",
+            program: Program::RcPingpong,
+            rules: "[[bind]]\ncomm = \"ibv_rc_pingpong\"\npkey = 0xffff\n",
+            binding: "RC, P_Key 0xffff",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[],
+            why: "0xffff matches 0xffff",
+        },
+        Scenario {
+            name: "rc-other-partition",
+            program: Program::RcPingpong,
+            rules: "[[bind]]\ncomm = \"ibv_rc_pingpong\"\npkey = 0x8001\n",
+            binding: "RC, P_Key 0x8001",
+            completes: false,
+            reason: Reason::PkeyViolation,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[],
+            why: "partition 0x7fff is not 0x0001",
+        },
+        Scenario {
+            name: "send-bw-default",
+            program: Program::SendBw,
+            rules: "[[bind]]\ncomm = \"ib_send_bw\"\npkey = 0xffff\n",
+            binding: "RC, P_Key 0xffff",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[],
+            why: "0xffff matches 0xffff",
+        },
+        Scenario {
+            name: "send-bw-other",
+            program: Program::SendBw,
+            rules: "[[bind]]\ncomm = \"ib_send_bw\"\npkey = 0x8001\n",
+            binding: "RC, P_Key 0x8001",
+            completes: false,
+            reason: Reason::PkeyViolation,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[],
+            why: "partition 0x7fff is not 0x0001",
+        },
+        Scenario {
+            name: "rping",
+            program: Program::Rping,
+            rules: "[[bind]]\ncomm = \"rping\"\npkey = 0xffff\n",
+            binding: "RC, P_Key 0xffff",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[GSI_QKEY],
+            why: "CM to QP1 (Q_Key 0x80010000), RC data 0xffff",
+        },
+        Scenario {
+            name: "udaddy-match",
+            program: Program::Udaddy,
+            rules: "[[bind]]\ncomm = \"udaddy\"\npkey = 0xffff\nqkey = 0x01234567\n",
+            binding: "UD, P_Key 0xffff, Q_Key 0x01234567",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[GSI_QKEY, UDADDY_QKEY],
+            why: "CM to QP1, data Q_Key matches",
+        },
+        Scenario {
+            name: "udaddy-other",
+            program: Program::Udaddy,
+            rules: "[[bind]]\ncomm = \"udaddy\"\npkey = 0xffff\nqkey = 0x76543210\n",
+            binding: "UD, P_Key 0xffff, Q_Key 0x76543210",
+            completes: false,
+            reason: Reason::QkeyViolation,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[GSI_QKEY, UDADDY_QKEY],
+            why: "CM passes; data Q_Key differs",
+        },
+        Scenario {
+            name: "unknown-drop-ud",
+            program: Program::UdPingpong,
+            rules: "[enforcement]\nunknown_qp = \"drop\"\n",
+            binding: "none (unknown_qp = drop)",
+            completes: false,
+            reason: Reason::UnknownQp,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[PP_QKEY],
+            why: "no rule binds the QP",
+        },
+        Scenario {
+            name: "unknown-drop-rping",
+            program: Program::Rping,
+            rules: "[enforcement]\nunknown_qp = \"drop\"\n",
+            binding: "none (unknown_qp = drop)",
+            completes: false,
+            reason: Reason::UnknownQp,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[GSI_QKEY],
+            why: "CM to QP1 passes; the RC QP is unbound",
+        },
+    ]
+}
