@@ -3,10 +3,11 @@
 //! RDMA netlink reports, and re-applied whenever that changes.
 //!
 //! RDMA netlink (Linux 6.1) sends no notification when a QP is created, so
-//! a foreground attachment polls: one snapshot is a handful of netlink dumps
-//! (well under a millisecond on a host), taken every [`POLL`]. A switch to
-//! a new table is the usual one-write generation switch, so a frame is never
-//! judged by a half-bound table.
+//! a foreground attachment reads it every [`POLL`], and at once when the
+//! QP-creation probe ([`crate::watch`]) fires. A QP that appears or goes is
+//! one map entry added to or removed from the live policy (a frame sees the
+//! entry whole or not at all); anything else that changes switches
+//! generations as a reload does.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -18,16 +19,20 @@ use crate::{
     rdma::{self, Qp},
 };
 
-/// How often the QPs are read. A new QP is bound within one period plus a
-/// switch; frames that reach it before follow the unknown-QP rule.
+/// How often the QPs are read without a wake-up. A snapshot is a handful of
+/// netlink dumps, skipped entirely while the QPs stay the same.
 pub const POLL: Duration = Duration::from_millis(5);
 
 /// The base policy and what was last applied from it.
 pub struct Binder {
     ifindex: u32,
     base: Policy,
-    /// QPs bound by rules, as last applied.
-    applied: BTreeMap<u32, Bound>,
+    /// The QPs of the last snapshot.
+    seen: Option<Vec<Qp>>,
+    /// The policy last applied with them.
+    applied: Option<Policy>,
+    /// QPs bound by rules, as last applied, for the messages.
+    bound: BTreeMap<u32, Bound>,
 }
 
 /// A QP a rule bound, for the messages.
@@ -43,7 +48,9 @@ impl Binder {
         Binder {
             ifindex,
             base,
-            applied: BTreeMap::new(),
+            seen: None,
+            applied: None,
+            bound: BTreeMap::new(),
         }
     }
 
@@ -52,52 +59,90 @@ impl Binder {
     }
 
     /// Whether the policy binds anything by rule (else there is nothing to
-    /// poll for).
+    /// watch for).
     pub fn active(&self) -> bool {
         !self.base.binds.is_empty()
     }
 
-    /// The policy to enforce for the QPs that exist now.
-    pub fn effective(&mut self) -> Result<(Policy, Vec<String>)> {
-        let qps = if self.active() {
-            rdma::qps_on(self.ifindex)?
+    fn qps(&self) -> Result<Vec<Qp>> {
+        if self.active() {
+            rdma::qps_on(self.ifindex)
         } else {
-            Vec::new()
-        };
-        let (effective, bindings) = self.base.with_discovered(&qps);
-        let bound = bound(&qps, &bindings);
-        let changes = changes(&self.applied, &bound);
-        self.applied = bound;
-        Ok((effective, changes))
+            Ok(Vec::new())
+        }
     }
 
-    /// Re-reads the QPs and switches the filter if their bindings changed;
+    /// The policy to enforce for the QPs that exist now, and one line per
+    /// QP bound or released since the last call; recorded as applied.
+    pub fn effective(&mut self) -> Result<(Policy, Vec<String>)> {
+        let qps = self.qps()?;
+        let (effective, lines) = self.settle(qps);
+        self.applied = Some(effective.clone());
+        Ok((effective, lines))
+    }
+
+    /// Records a snapshot; the policy it gives and the messages.
+    fn settle(&mut self, qps: Vec<Qp>) -> (Policy, Vec<String>) {
+        let (effective, bindings) = self.base.with_discovered(&qps);
+        let bound = bound(&qps, &bindings);
+        let lines = changes(&self.bound, &bound);
+        self.bound = bound;
+        self.seen = Some(qps);
+        (effective, lines)
+    }
+
+    /// Re-reads the QPs and, if their bindings changed, updates the filter;
     /// returns one line per QP bound or released.
     pub fn sync(&mut self, maps: &mut Maps) -> Result<Vec<String>> {
-        let before = self.applied.clone();
-        let (effective, changes) = self.effective()?;
-        if !changes.is_empty()
-            && let Err(e) = maps.apply(&effective)
-        {
-            self.applied = before;
-            return Err(e);
+        let qps = self.qps()?;
+        if self.seen.as_ref() == Some(&qps) {
+            return Ok(Vec::new());
         }
-        Ok(changes)
+        let (effective, lines) = self.settle(qps);
+        match &self.applied {
+            Some(old) if same_but_qps(old, &effective) => {
+                for (qpn, rule) in &effective.qps {
+                    if old.qps.get(qpn) != Some(rule) {
+                        maps.bind_live(*qpn, rule)?;
+                    }
+                }
+                for qpn in old.qps.keys() {
+                    if !effective.qps.contains_key(qpn) {
+                        maps.unbind_live(*qpn)?;
+                    }
+                }
+            }
+            _ => maps.apply(&effective)?,
+        }
+        self.applied = Some(effective);
+        Ok(lines)
     }
 
     /// Switches to a new base policy (a reload), with the QPs that exist.
     pub fn replace(&mut self, base: Policy, maps: &mut Maps) -> Result<Vec<String>> {
+        let qps = self.qps()?;
         let old = std::mem::replace(&mut self.base, base);
-        let before = self.applied.clone();
-        let applied = self
-            .effective()
-            .and_then(|(effective, changes)| maps.apply(&effective).map(|()| changes));
-        if applied.is_err() {
+        let (effective, bindings) = self.base.with_discovered(&qps);
+        if let Err(e) = maps.apply(&effective) {
             self.base = old;
-            self.applied = before;
+            return Err(e);
         }
-        applied
+        let bound = bound(&qps, &bindings);
+        let lines = changes(&self.bound, &bound);
+        self.bound = bound;
+        self.seen = Some(qps);
+        self.applied = Some(effective);
+        Ok(lines)
     }
+}
+
+/// Whether two policies differ in their QP tables at most.
+fn same_but_qps(a: &Policy, b: &Policy) -> bool {
+    let strip = |p: &Policy| Policy {
+        qps: BTreeMap::new(),
+        ..p.clone()
+    };
+    strip(a) == strip(b)
 }
 
 /// The rule-bound QPs of a snapshot.

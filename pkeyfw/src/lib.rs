@@ -15,4 +15,5 @@ pub mod netlink;
 pub mod pins;
 pub mod policy;
 pub mod rdma;
+pub mod watch;
 pub mod wire;

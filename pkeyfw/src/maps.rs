@@ -27,7 +27,7 @@ use pkeyfw_common::{
     },
 };
 
-use crate::policy::Policy;
+use crate::policy::{Policy, QpRule};
 
 /// How long a retired policy generation stays untouched before it is
 /// rewritten: far longer than any XDP program run, which is all that could
@@ -236,6 +236,36 @@ impl Maps {
         self.active.set(0, &idle, 0).context("switching ACTIVE")?;
         self.retired = Some(Instant::now());
         Ok(())
+    }
+
+    /// Binds (or rebinds) one QP in the live generation, in place: one map
+    /// entry, which a frame sees whole or not at all, and nothing else of the
+    /// policy changes. A new QP gets a zeroed stats slot.
+    pub fn bind_live(&mut self, qpn: u32, rule: &QpRule) -> Result<()> {
+        let g = self.active_generation()?;
+        let held = self.held(g)?.qps;
+        let slot = match held.iter().find(|(q, _)| *q == qpn) {
+            Some((_, e)) => e.slot,
+            None => {
+                let used: HashSet<u32> = held.iter().map(|(_, e)| e.slot).collect();
+                let slot = (0..self.capacity)
+                    .find(|s| !used.contains(s))
+                    .context("no free QP stats slot")?;
+                self.qp_stats
+                    .set(slot, &QpStats::default(), 0)
+                    .context("resetting QP_STATS")?;
+                slot
+            }
+        };
+        self.qps
+            .insert(&qp_key(g, qpn), &Policy::qp_entry(rule, slot), 0)
+            .with_context(|| format!("writing QPS entry {qpn:#x}"))
+    }
+
+    /// Removes one QP from the live generation, in place.
+    pub fn unbind_live(&mut self, qpn: u32) -> Result<()> {
+        let g = self.active_generation()?;
+        ignore_missing(self.qps.remove(&qp_key(g, qpn)))
     }
 
     /// Writes `policy` into generation `g`, which no frame reads. QPs the

@@ -24,6 +24,7 @@ use crate::{
     netlink::{self, XdpMode},
     pins::{Pins, State},
     policy::Policy,
+    watch::QpWatch,
 };
 
 /// `--mode`.
@@ -272,6 +273,26 @@ async fn foreground(
     let mut poll = tokio::time::interval(binder::POLL);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut poll_error = None;
+    let mut watch = if binder.active() {
+        // SAFETY: the ring buffer's fd is owned by the watch, which the
+        // AsyncFd owns; it closes only when the AsyncFd is dropped.
+        let registered = QpWatch::start().and_then(|w| {
+            unsafe { AsyncFd::register_with_interest(w, Interest::READABLE) }
+                .map_err(|e| e.into_parts().1.into())
+        });
+        match registered {
+            Ok(w) => Some(w),
+            Err(e) => {
+                println!(
+                    "pkeyfw: QP creation is not probed ({e:#}); new QPs are found every {} ms",
+                    binder::POLL.as_millis()
+                );
+                None
+            }
+        }
+    } else {
+        None
+    };
     let mut last = violations(&filter.maps().reasons()?, binder.policy());
     loop {
         tokio::select! {
@@ -293,19 +314,11 @@ async fn foreground(
                 }
                 last = now;
             }
-            _ = poll.tick(), if binder.active() => match binder.sync(filter.maps_mut()) {
-                Ok(bound) => {
-                    poll_error = None;
-                    bound.iter().for_each(|line| println!("{line}"));
-                }
-                Err(e) => {
-                    let e = format!("{e:#}");
-                    if poll_error.as_ref() != Some(&e) {
-                        println!("pkeyfw: cannot read the QPs, retrying: {e}");
-                        poll_error = Some(e);
-                    }
-                }
-            },
+            created = qp_created(&mut watch) => {
+                created?;
+                resync(binder, filter, &mut poll_error);
+            }
+            _ = poll.tick(), if binder.active() => resync(binder, filter, &mut poll_error),
             _ = signals.hangup.recv() => match reload(filter, binder, pins) {
                 Ok((path, bound)) => {
                     println!("pkeyfw: reloaded {}: {}", opts.iface, summary(binder.policy(), &path));
@@ -315,6 +328,35 @@ async fn foreground(
             },
             _ = signals.interrupt.recv() => return Ok(()),
             _ = signals.terminate.recv() => return Ok(()),
+        }
+    }
+}
+
+/// Waits for the QP-creation probe's wake-up (forever without a probe).
+async fn qp_created(watch: &mut Option<AsyncFd<QpWatch>>) -> Result<()> {
+    let Some(watch) = watch else {
+        return std::future::pending().await;
+    };
+    let mut guard = watch.readable_mut().await?;
+    guard.get_inner_mut().drain();
+    guard.clear_ready();
+    Ok(())
+}
+
+/// Brings the QP bindings up to date, printing what changed; a failed read
+/// is reported once and retried at the next poll.
+fn resync(binder: &mut Binder, filter: &mut Filter, last_error: &mut Option<String>) {
+    match binder.sync(filter.maps_mut()) {
+        Ok(bound) => {
+            *last_error = None;
+            bound.iter().for_each(|line| println!("{line}"));
+        }
+        Err(e) => {
+            let e = format!("{e:#}");
+            if last_error.as_ref() != Some(&e) {
+                println!("pkeyfw: cannot read the QPs, retrying: {e}");
+                *last_error = Some(e);
+            }
         }
     }
 }

@@ -45,7 +45,9 @@ impl Program {
             }
             Program::SendBw => strings(&["-d", dev, "-x", &gid, "-n", "200"]),
             Program::Rping => strings(&["-s", "-a", &me, "-C", "10"]),
-            Program::Udaddy => strings(&["-b", &me]),
+            // Enough messages to outlast the moment between the server's QP
+            // appearing and pkeyfw binding it (see binder.rs).
+            Program::Udaddy => strings(&["-b", &me, "-C", "300"]),
         }
     }
 
@@ -56,7 +58,7 @@ impl Program {
         match self {
             Program::UdPingpong | Program::RcPingpong | Program::SendBw => a.push(peer),
             Program::Rping => a = strings(&["-c", "-I", &me, "-a", &peer, "-C", "10"]),
-            Program::Udaddy => a = strings(&["-b", &me, "-s", &peer]),
+            Program::Udaddy => a = strings(&["-b", &me, "-s", &peer, "-C", "300"]),
         }
         a
     }
