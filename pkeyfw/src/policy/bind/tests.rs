@@ -7,7 +7,7 @@ use pkeyfw_common::maps::QpType;
 
 use super::{BindRule, Binding};
 use crate::{
-    policy::{Policy, PolicyError, QpRule},
+    policy::{Conn, Policy, PolicyError, QpRule},
     rdma::{IbQpType, Qp, QpState},
 };
 
@@ -440,4 +440,39 @@ fn the_same_qps_give_the_same_policy() {
     assert_ne!(fewer, p.with_discovered(&qps).0);
     let (none, bindings) = p.with_discovered(&[]);
     assert_eq!((none, bindings), (p, vec![]));
+}
+
+#[test]
+fn bound_connected_qps_give_their_connections() {
+    let p = parse(EXAMPLE).unwrap();
+    let mut cm = qp(0x30, IbQpType::Rc, "rping", 7);
+    cm.remote_qpn = Some(0x44);
+    cm.peer = Some("192.0.2.9:7174".parse().unwrap());
+    let mut plain = qp(0x31, IbQpType::Rc, "rping", 7);
+    plain.remote_qpn = Some(0x45);
+    let mut unbound = qp(0x32, IbQpType::Rc, "ib_send_bw", 8);
+    unbound.remote_qpn = Some(0x46);
+    let mut ud = qp(0x33, IbQpType::Ud, "ibv_ud_pingpong", 9);
+    ud.remote_qpn = Some(0x47);
+    let (effective, _) = p.with_discovered(&[cm, plain, unbound, ud]);
+    let conns: Vec<(Conn, u32)> = effective.conns.into_iter().collect();
+    assert_eq!(
+        conns,
+        [
+            (
+                Conn {
+                    remote_qpn: 0x44,
+                    peer: Some("192.0.2.9".parse().unwrap())
+                },
+                0x30
+            ),
+            (
+                Conn {
+                    remote_qpn: 0x45,
+                    peer: None
+                },
+                0x31
+            ),
+        ]
+    );
 }
