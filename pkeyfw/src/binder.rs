@@ -73,32 +73,44 @@ impl Binder {
     }
 
     /// The policy to enforce for the QPs that exist now, and one line per
-    /// QP bound or released since the last call; recorded as applied.
+    /// QP bound or released since the last call; recorded as applied (the
+    /// caller applies it).
     pub fn effective(&mut self) -> Result<(Policy, Vec<String>)> {
         let qps = self.qps()?;
-        let (effective, lines) = self.settle(qps);
-        self.applied = Some(effective.clone());
+        let (effective, bound) = self.plan(&qps);
+        let lines = self.commit(qps, effective.clone(), bound);
         Ok((effective, lines))
     }
 
-    /// Records a snapshot; the policy it gives and the messages.
-    fn settle(&mut self, qps: Vec<Qp>) -> (Policy, Vec<String>) {
-        let (effective, bindings) = self.base.with_discovered(&qps);
-        let bound = bound(&qps, &bindings);
+    /// What the base policy makes of a snapshot.
+    fn plan(&self, qps: &[Qp]) -> (Policy, BTreeMap<u32, Bound>) {
+        let (effective, bindings) = self.base.with_discovered(qps);
+        (effective, bound(qps, &bindings))
+    }
+
+    /// Records a snapshot as applied; the lines saying what changed.
+    fn commit(
+        &mut self,
+        qps: Vec<Qp>,
+        effective: Policy,
+        bound: BTreeMap<u32, Bound>,
+    ) -> Vec<String> {
         let lines = changes(&self.bound, &bound);
         self.bound = bound;
         self.seen = Some(qps);
-        (effective, lines)
+        self.applied = Some(effective);
+        lines
     }
 
     /// Re-reads the QPs and, if their bindings changed, updates the filter;
-    /// returns one line per QP bound or released.
+    /// returns one line per QP bound or released. Nothing is recorded until
+    /// the filter took it, so a failed update is tried again next time.
     pub fn sync(&mut self, maps: &mut Maps) -> Result<Vec<String>> {
         let qps = self.qps()?;
         if self.seen.as_ref() == Some(&qps) {
             return Ok(Vec::new());
         }
-        let (effective, lines) = self.settle(qps);
+        let (effective, bound) = self.plan(&qps);
         match &self.applied {
             Some(old) if same_but_qps(old, &effective) => {
                 for (qpn, rule) in &effective.qps {
@@ -114,25 +126,25 @@ impl Binder {
             }
             _ => maps.apply(&effective)?,
         }
-        self.applied = Some(effective);
-        Ok(lines)
+        Ok(self.commit(qps, effective, bound))
     }
 
-    /// Switches to a new base policy (a reload), with the QPs that exist.
+    /// Switches to a new base policy (a reload), with the QPs that exist;
+    /// on error the old one stays.
     pub fn replace(&mut self, base: Policy, maps: &mut Maps) -> Result<Vec<String>> {
-        let qps = self.qps()?;
+        // The new policy decides whether there are QPs to read.
         let old = std::mem::replace(&mut self.base, base);
-        let (effective, bindings) = self.base.with_discovered(&qps);
-        if let Err(e) = maps.apply(&effective) {
-            self.base = old;
-            return Err(e);
+        let applied = self.qps().and_then(|qps| {
+            let (effective, bound) = self.plan(&qps);
+            maps.apply(&effective).map(|()| (qps, effective, bound))
+        });
+        match applied {
+            Ok((qps, effective, bound)) => Ok(self.commit(qps, effective, bound)),
+            Err(e) => {
+                self.base = old;
+                Err(e)
+            }
         }
-        let bound = bound(&qps, &bindings);
-        let lines = changes(&self.bound, &bound);
-        self.bound = bound;
-        self.seen = Some(qps);
-        self.applied = Some(effective);
-        Ok(lines)
     }
 }
 
