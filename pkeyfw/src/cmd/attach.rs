@@ -9,7 +9,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use aya::programs::XdpMode as AyaMode;
-use pkeyfw_common::{Reason, maps::UnknownQp};
+use pkeyfw_common::Reason;
 use tokio::{
     io::{Interest, unix::AsyncFd},
     signal::unix::{SignalKind, signal},
@@ -203,16 +203,11 @@ fn summary(policy: &Policy, path: &Path) -> String {
 
 /// The frames the counters say were refused.
 fn violations(counts: &ReasonCounts, policy: &Policy) -> u64 {
-    let c = |r: Reason| counts[r.index() as usize];
-    c(Reason::PkeyViolation)
-        + c(Reason::QkeyViolation)
-        + c(Reason::OpcodeMismatch)
-        + c(Reason::Malformed)
-        + if policy.unknown_qp == UnknownQp::Drop {
-            c(Reason::UnknownQp)
-        } else {
-            0
-        }
+    Reason::ALL
+        .into_iter()
+        .filter(|&r| policy.refuses(r))
+        .map(|r| counts[r.index() as usize])
+        .sum()
 }
 
 /// Re-reads the policy file the attachment runs (which `pkeyfw reload

@@ -10,7 +10,7 @@ pub mod partitions;
 use std::{collections::BTreeMap, net::IpAddr, path::Path};
 
 use pkeyfw_common::{
-    Tables,
+    Reason, Tables,
     maps::{Config, GroupEntry, QpEntry, QpType, UnknownQp},
     pkey,
     verdict::v4_mapped,
@@ -121,6 +121,20 @@ impl Policy {
             default_pkey: self.default_pkey(),
             unknown_qp: self.unknown_qp as u8,
             monitor: self.monitor.into(),
+        }
+    }
+
+    /// Whether frames counted under `reason` are refused: the violations,
+    /// and unknown QPs when the unknown-QP rule drops them (monitor mode
+    /// passes them anyway, but they are refusals all the same).
+    pub fn refuses(&self, reason: Reason) -> bool {
+        match reason {
+            Reason::PkeyViolation
+            | Reason::QkeyViolation
+            | Reason::OpcodeMismatch
+            | Reason::Malformed => true,
+            Reason::UnknownQp => self.unknown_qp == UnknownQp::Drop,
+            Reason::Ok | Reason::NotRoce | Reason::Smi => false,
         }
     }
 

@@ -83,28 +83,15 @@ pub fn run(opts: &Options) -> Result<bool> {
     Ok(all_ok)
 }
 
-/// Drop reasons that must not move unless they are the scenario's verdict.
-const DROPS: [Reason; 5] = [
-    Reason::PkeyViolation,
-    Reason::QkeyViolation,
-    Reason::OpcodeMismatch,
-    Reason::Malformed,
-    Reason::UnknownQp,
-];
-
 /// Whether a scenario went as the rules say: the programs completed or not,
-/// its verdict's counter moved, and no other drop reason did. (Frames to an
-/// unbound QP count as `unknown_qp` whatever the rule; they are a drop only
-/// under `unknown_qp = "drop"`.)
+/// its verdict's counter moved, and nothing else its policy refuses did.
 fn judge(sc: &Scenario, o: &Observed) -> bool {
-    let drops_unknown = sc.rules.contains("unknown_qp = \"drop\"");
+    let policy = sc.policy();
     o.completes() == sc.completes
         && o.reasons[sc.reason.index() as usize] > 0
-        && DROPS.iter().all(|&r| {
-            r == sc.reason
-                || (r == Reason::UnknownQp && !drops_unknown)
-                || o.reasons[r.index() as usize] == 0
-        })
+        && Reason::ALL
+            .into_iter()
+            .all(|r| r == sc.reason || !policy.refuses(r) || o.reasons[r.index() as usize] == 0)
 }
 
 fn outcome(completes: bool) -> &'static str {

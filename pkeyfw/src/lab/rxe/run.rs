@@ -13,7 +13,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use super::{
-    scenario::{PORT, Ready, Scenario},
+    scenario::{Ready, Scenario},
     topology::Topology,
 };
 use crate::{maps::Maps, maps::ReasonCounts, pins::Pins};
@@ -176,7 +176,7 @@ pub fn scenario(
 ) -> Result<Observed> {
     let (server_end, client_end) = (topo.server(), topo.client());
     let policy = work.join(format!("{}.toml", sc.name));
-    fs::write(&policy, format!("{PORT}{}", sc.rules))?;
+    fs::write(&policy, sc.policy_text())?;
     let attach = Attach::start(&server_end.iface, &policy)?;
     let capture = captures.map(|dir| dir.join(format!("{}.pcap", sc.name)));
     let tcpdump = capture
@@ -199,7 +199,7 @@ pub fn scenario(
         Ready::Tcp(port) => wait_listening(port)?,
         Ready::Millis(ms) => std::thread::sleep(Duration::from_millis(ms)),
     }
-    if program.qp_before_exchange() && sc.rules.contains("[[bind]]") {
+    if program.qp_before_exchange() && !sc.policy().binds.is_empty() {
         let pid = format!("pid {} ", server.0.id());
         attach.wait_for(|l| l.contains("bound QP") && l.contains(&pid), READY)?;
     }

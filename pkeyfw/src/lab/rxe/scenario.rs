@@ -2,9 +2,12 @@
 //! policy that binds (or does not bind) their QPs, and what the partition
 //! rules say must happen. The receiving end (the server) is filtered.
 
+use std::path::Path;
+
 use pkeyfw_common::Reason;
 
 use super::topology::End;
+use crate::policy::Policy;
 
 /// A client/server program pair.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -110,6 +113,19 @@ pub struct Scenario {
     pub wire_qkeys: &'static [u32],
     /// Which rule decides it.
     pub why: &'static str,
+}
+
+impl Scenario {
+    /// The policy file's text.
+    pub fn policy_text(&self) -> String {
+        format!("{PORT}{}", self.rules)
+    }
+
+    /// The policy, as pkeyfw reads it.
+    pub fn policy(&self) -> Policy {
+        Policy::parse(Path::new(self.name), &self.policy_text())
+            .unwrap_or_else(|e| panic!("scenario {} has an invalid policy: {e}", self.name))
+    }
 }
 
 /// The port's P_Key table in every scenario: the default partition (full)
@@ -245,4 +261,23 @@ pub fn all() -> Vec<Scenario> {
             why: "CM to QP1 passes; the RC QP is unbound",
         },
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use pkeyfw_common::maps::UnknownQp;
+
+    use super::*;
+
+    /// Every scenario's policy is valid, and says what its table row claims.
+    #[test]
+    fn scenario_policies_are_what_they_say() {
+        for sc in all() {
+            let p = sc.policy();
+            let unbound = sc.binding.starts_with("none");
+            assert_eq!(p.binds.is_empty(), unbound, "{}", sc.name);
+            assert_eq!(p.unknown_qp == UnknownQp::Drop, unbound, "{}", sc.name);
+            assert!(sc.completes || p.refuses(sc.reason), "{}", sc.name);
+        }
+    }
 }
