@@ -289,4 +289,24 @@ fn comm_of(pid: u32) -> Option<String> {
 }
 
 #[cfg(test)]
+impl Qp {
+    /// A user QP on rxe0 port 1 in RTS, for tests.
+    pub(crate) fn user(qpn: u32, qp_type: IbQpType, pid: u32, comm: &str) -> Qp {
+        Qp {
+            device: "rxe0".into(),
+            port: Some(1),
+            qpn,
+            remote_qpn: None,
+            qp_type,
+            state: QpState::Rts,
+            pid: Some(pid),
+            comm: Some(comm.into()),
+            kernel: false,
+            local: None,
+            peer: None,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests;

@@ -8,7 +8,7 @@ use serde_json::json;
 use super::View;
 use crate::{
     policy::Policy,
-    rdma::{Device, IbQpType, Qp, QpState},
+    rdma::{Device, IbQpType, Qp},
 };
 
 const POLICY: &str = "[port]\npkeys = [0xffff, 0x8001]\n\
@@ -17,38 +17,22 @@ const POLICY: &str = "[port]\npkeys = [0xffff, 0x8001]\n\
     [[bind]]\ncomm = \"ibv_ud_pingpong\"\ntype = \"ud\"\npkey = 0x8001\nqkey = 0x11111111\n\
     [[bind]]\ncomm = \"loose\"\npkey = 0x8001\n";
 
-fn qp(qpn: u32, qp_type: IbQpType, pid: u32, comm: &str) -> Qp {
-    Qp {
-        device: "rxe0".into(),
-        port: Some(1),
-        qpn,
-        remote_qpn: None,
-        qp_type,
-        state: QpState::Rts,
-        pid: Some(pid),
-        comm: Some(comm.into()),
-        kernel: false,
-        local: None,
-        peer: None,
-    }
-}
-
 fn qps() -> Vec<Qp> {
     vec![
         Qp {
             pid: None,
             kernel: true,
-            ..qp(1, IbQpType::Gsi, 0, "ib_core")
+            ..Qp::user(1, IbQpType::Gsi, 0, "ib_core")
         },
-        qp(0x11, IbQpType::Ud, 4242, "ibv_ud_pingpong"),
+        Qp::user(0x11, IbQpType::Ud, 4242, "ibv_ud_pingpong"),
         Qp {
             remote_qpn: Some(0x14),
             local: Some("10.0.0.1:18515".parse().unwrap()),
             peer: Some("10.0.0.2:41234".parse().unwrap()),
-            ..qp(0x12, IbQpType::Rc, 5151, "rping")
+            ..Qp::user(0x12, IbQpType::Rc, 5151, "rping")
         },
-        qp(0x13, IbQpType::Rc, 5151, "rping"),
-        qp(0x15, IbQpType::Ud, 6000, "loose"),
+        Qp::user(0x13, IbQpType::Rc, 5151, "rping"),
+        Qp::user(0x15, IbQpType::Ud, 6000, "loose"),
     ]
 }
 

@@ -281,8 +281,7 @@ fn tcpdump(iface: &str, path: &Path) -> Result<Proc> {
 }
 
 /// Stops a capture so that it writes out what it holds.
-fn stop(t: Proc) {
-    let mut t = t;
+fn stop(mut t: Proc) {
     t.signal(libc::SIGINT);
     let _ = t.wait(Duration::from_secs(2));
 }

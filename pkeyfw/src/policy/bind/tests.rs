@@ -8,7 +8,7 @@ use pkeyfw_common::maps::QpType;
 use super::{BindRule, Binding};
 use crate::{
     policy::{Conn, Policy, PolicyError, QpRule},
-    rdma::{IbQpType, Qp, QpState},
+    rdma::{IbQpType, Qp},
 };
 
 const EXAMPLE: &str = r#"
@@ -54,22 +54,6 @@ fn refused(text: &str, line: usize, field: &str, says: &str) {
     assert_eq!((e.line, e.field.as_str()), (line, field), "{e}");
     assert!(e.message.contains(says), "{e} lacks {says:?}");
     assert!(e.to_string().starts_with(&format!("p.toml:{line}:")), "{e}");
-}
-
-fn qp(qpn: u32, qp_type: IbQpType, comm: &str, pid: u32) -> Qp {
-    Qp {
-        device: "rxe0".into(),
-        port: Some(1),
-        qpn,
-        remote_qpn: None,
-        qp_type,
-        state: QpState::Rts,
-        pid: Some(pid),
-        comm: Some(comm.into()),
-        kernel: false,
-        local: None,
-        peer: None,
-    }
 }
 
 fn rule(qp_type: QpType, pkey: u16, qkey: Option<u32>) -> QpRule {
@@ -247,9 +231,9 @@ fn first_match_wins() {
     ))
     .unwrap();
     let qps = [
-        qp(0x20, IbQpType::Rc, "app", 1),
-        qp(0x21, IbQpType::Ud, "app", 1),
-        qp(0x22, IbQpType::Rc, "other", 1),
+        Qp::user(0x20, IbQpType::Rc, 1, "app"),
+        Qp::user(0x21, IbQpType::Ud, 1, "app"),
+        Qp::user(0x22, IbQpType::Rc, 1, "other"),
     ];
     let (effective, bindings) = p.with_discovered(&qps);
     assert_eq!(
@@ -285,8 +269,8 @@ fn first_match_wins() {
 fn entries_win_over_rules() {
     let p = parse(EXAMPLE).unwrap();
     let qps = [
-        qp(0x11, IbQpType::Ud, "ibv_ud_pingpong", 1),
-        qp(0x12, IbQpType::Ud, "ibv_ud_pingpong", 1),
+        Qp::user(0x11, IbQpType::Ud, 1, "ibv_ud_pingpong"),
+        Qp::user(0x12, IbQpType::Ud, 1, "ibv_ud_pingpong"),
     ];
     let (effective, bindings) = p.with_discovered(&qps);
     let entry = rule(QpType::Ud, 0x8001, Some(0x11111111));
@@ -302,15 +286,15 @@ fn entries_win_over_rules() {
 fn types_map_to_transports() {
     let p = parse(&bind("pid = 9\npkey = 0x8001\nqkey = 3\n")).unwrap();
     let qps = [
-        qp(0, IbQpType::Smi, "x", 9),
-        qp(1, IbQpType::Gsi, "x", 9),
-        qp(0x30, IbQpType::Rc, "x", 9),
-        qp(0x31, IbQpType::Uc, "x", 9),
-        qp(0x32, IbQpType::Ud, "x", 9),
-        qp(0x33, IbQpType::XrcIni, "x", 9),
-        qp(0x34, IbQpType::XrcTgt, "x", 9),
-        qp(0x35, IbQpType::RawPacket, "x", 9),
-        qp(0x36, IbQpType::Driver, "x", 9),
+        Qp::user(0, IbQpType::Smi, 9, "x"),
+        Qp::user(1, IbQpType::Gsi, 9, "x"),
+        Qp::user(0x30, IbQpType::Rc, 9, "x"),
+        Qp::user(0x31, IbQpType::Uc, 9, "x"),
+        Qp::user(0x32, IbQpType::Ud, 9, "x"),
+        Qp::user(0x33, IbQpType::XrcIni, 9, "x"),
+        Qp::user(0x34, IbQpType::XrcTgt, 9, "x"),
+        Qp::user(0x35, IbQpType::RawPacket, 9, "x"),
+        Qp::user(0x36, IbQpType::Driver, 9, "x"),
     ];
     let (effective, bindings) = p.with_discovered(&qps);
     let bound: Vec<Option<QpType>> = bindings
@@ -358,8 +342,8 @@ fn a_ud_qp_without_a_qkey_is_left_unbound() {
     ))
     .unwrap();
     let qps = [
-        qp(0x40, IbQpType::Ud, "app", 1),
-        qp(0x41, IbQpType::Rc, "app", 1),
+        Qp::user(0x40, IbQpType::Ud, 1, "app"),
+        Qp::user(0x41, IbQpType::Rc, 1, "app"),
     ];
     let (effective, bindings) = p.with_discovered(&qps);
     // Not handed on to the second rule.
@@ -374,7 +358,7 @@ fn matchers_combine() {
         "comm = \"app\"\npid = 5\nqpn = [0x10, 0x1f]\ntype = \"rc\"\npkey = 0x8001\n",
     ))
     .unwrap();
-    let yes = qp(0x10, IbQpType::Rc, "app", 5);
+    let yes = Qp::user(0x10, IbQpType::Rc, 5, "app");
     assert!(p.binds[0].matches(&yes));
     for no in [
         Qp {
@@ -409,7 +393,7 @@ fn matchers_combine() {
     let ulp = Qp {
         pid: None,
         kernel: true,
-        ..qp(0x50, IbQpType::Rc, "rdma_cm", 0)
+        ..Qp::user(0x50, IbQpType::Rc, 0, "rdma_cm")
     };
     assert!(kernel.binds[0].matches(&ulp));
 }
@@ -419,9 +403,9 @@ fn one_qpn_on_two_devices_is_bound_once() {
     let p = parse(&bind("type = \"rc\"\npkey = 0x8001\n")).unwrap();
     let other = Qp {
         device: "rxe1".into(),
-        ..qp(0x60, IbQpType::Rc, "b", 2)
+        ..Qp::user(0x60, IbQpType::Rc, 2, "b")
     };
-    let (effective, bindings) = p.with_discovered(&[qp(0x60, IbQpType::Rc, "a", 1), other]);
+    let (effective, bindings) = p.with_discovered(&[Qp::user(0x60, IbQpType::Rc, 1, "a"), other]);
     assert!(matches!(bindings[0], Binding::Rule { .. }));
     assert_eq!(bindings[1], Binding::Taken(rule(QpType::Rc, 0x8001, None)));
     assert_eq!(effective.qps.len(), 1);
@@ -431,9 +415,9 @@ fn one_qpn_on_two_devices_is_bound_once() {
 fn the_same_qps_give_the_same_policy() {
     let p = parse(EXAMPLE).unwrap();
     let qps = [
-        qp(0x11, IbQpType::Ud, "ibv_ud_pingpong", 1),
-        qp(0x150, IbQpType::Rc, "x", 4242),
-        qp(0x151, IbQpType::Ud, "x", 4242),
+        Qp::user(0x11, IbQpType::Ud, 1, "ibv_ud_pingpong"),
+        Qp::user(0x150, IbQpType::Rc, 4242, "x"),
+        Qp::user(0x151, IbQpType::Ud, 4242, "x"),
     ];
     assert_eq!(p.with_discovered(&qps), p.with_discovered(&qps));
     let (fewer, _) = p.with_discovered(&qps[..2]);
@@ -445,14 +429,14 @@ fn the_same_qps_give_the_same_policy() {
 #[test]
 fn bound_connected_qps_give_their_connections() {
     let p = parse(EXAMPLE).unwrap();
-    let mut cm = qp(0x30, IbQpType::Rc, "rping", 7);
+    let mut cm = Qp::user(0x30, IbQpType::Rc, 7, "rping");
     cm.remote_qpn = Some(0x44);
     cm.peer = Some("192.0.2.9:7174".parse().unwrap());
-    let mut plain = qp(0x31, IbQpType::Rc, "rping", 7);
+    let mut plain = Qp::user(0x31, IbQpType::Rc, 7, "rping");
     plain.remote_qpn = Some(0x45);
-    let mut unbound = qp(0x32, IbQpType::Rc, "ib_send_bw", 8);
+    let mut unbound = Qp::user(0x32, IbQpType::Rc, 8, "ib_send_bw");
     unbound.remote_qpn = Some(0x46);
-    let mut ud = qp(0x33, IbQpType::Ud, "ibv_ud_pingpong", 9);
+    let mut ud = Qp::user(0x33, IbQpType::Ud, 9, "ibv_ud_pingpong");
     ud.remote_qpn = Some(0x47);
     let (effective, _) = p.with_discovered(&[cm, plain, unbound, ud]);
     let conns: Vec<(Conn, u32)> = effective.conns.into_iter().collect();
