@@ -7,14 +7,17 @@
 //! tables, so unit tests on the host exercise the very code the kernel runs.
 #![no_std]
 
+pub mod csum;
 pub mod frame;
 pub mod icrc;
 pub mod maps;
 pub mod parse;
 pub mod pkey;
 pub mod reason;
+pub mod stamp;
 pub mod verdict;
 
 pub use frame::Frame;
 pub use reason::{Outcome, Reason};
+pub use stamp::Stamp;
 pub use verdict::{Tables, judge};

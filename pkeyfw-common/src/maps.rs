@@ -16,6 +16,8 @@ pub mod name {
     pub const QP_STATS: &str = "QP_STATS";
     pub const EVENTS: &str = "EVENTS";
     pub const EVENT_BUDGET: &str = "EVENT_BUDGET";
+    pub const CONNS: &str = "CONNS";
+    pub const STAMPS: &str = "STAMPS";
 }
 
 /// Policy generations: the live one and the one being written.
@@ -118,6 +120,10 @@ pub struct Config {
     pub unknown_qp: u8,
     /// Non-zero: count drops but pass them.
     pub monitor: u8,
+    /// Non-zero: stamp outgoing frames with the sending QP's P_Key and
+    /// restore 0xFFFF in passed incoming ones (see [`crate::stamp`]).
+    pub stamp: u8,
+    pub _pad: [u8; 3],
 }
 
 /// `QPS` value: the receiving QP as the policy binds it.
@@ -139,6 +145,17 @@ pub struct QpEntry {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GroupKey {
     pub generation: u32,
+    pub addr: [u8; 16],
+}
+
+/// `CONNS` key: a connected local QP's peer, as its outgoing frames name it
+/// (BTH DestQP, IP destination as v4-mapped IPv6; all zeros when unknown),
+/// in a generation. The value is the local QPN.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnKey {
+    pub generation: u32,
+    pub remote_qpn: u32,
     pub addr: [u8; 16],
 }
 
@@ -204,6 +221,7 @@ mod pod {
     unsafe impl aya::Pod for super::Config {}
     unsafe impl aya::Pod for super::QpEntry {}
     unsafe impl aya::Pod for super::GroupKey {}
+    unsafe impl aya::Pod for super::ConnKey {}
     unsafe impl aya::Pod for super::GroupEntry {}
     unsafe impl aya::Pod for super::QpStats {}
 }

@@ -86,6 +86,9 @@ impl Deth {
     pub const fn qkey(&self) -> u32 {
         u32::from_be_bytes(self.qkey)
     }
+    pub const fn src_qp(&self) -> u32 {
+        u32::from_be_bytes([0, self.src_qp[0], self.src_qp[1], self.src_qp[2]])
+    }
 }
 
 /// Transport of a BTH opcode (its top three bits), as far as RoCE uses it.
@@ -178,7 +181,13 @@ pub struct Roce {
     pub dest_qp: u32,
     /// The DETH Q_Key, for UD.
     pub qkey: u32,
+    /// The DETH source QP, for UD: the sending QP.
+    pub src_qp: u32,
     pub addrs: Addrs,
+    /// Offset of the BTH.
+    pub bth_at: usize,
+    /// Offset of the UDP header; `None` for RoCE v1, which has none.
+    pub udp_at: Option<usize>,
 }
 
 /// A classified frame.
@@ -295,7 +304,7 @@ fn udp<F: Frame + ?Sized>(frame: &F, off: usize, fragment: bool, addrs: Addrs) -
         // RoCE is never fragmented; reassembly would happen after XDP.
         return Parsed::Malformed;
     }
-    bth(frame, off + UdpHdr::LEN, addrs)
+    bth(frame, off + UdpHdr::LEN, addrs, Some(off))
 }
 
 #[inline(always)]
@@ -305,11 +314,11 @@ fn roce_v1<F: Frame + ?Sized>(frame: &F, off: usize) -> Parsed {
     if grh.next_hdr != proto::IBA_BTH {
         return Parsed::Malformed;
     }
-    bth(frame, off + Ipv6Hdr::LEN, Addrs::V6At(off + 8))
+    bth(frame, off + Ipv6Hdr::LEN, Addrs::V6At(off + 8), None)
 }
 
 #[inline(always)]
-fn bth<F: Frame + ?Sized>(frame: &F, off: usize, addrs: Addrs) -> Parsed {
+fn bth<F: Frame + ?Sized>(frame: &F, off: usize, addrs: Addrs, udp_at: Option<usize>) -> Parsed {
     let bth = header_or!(frame, Bth, off, Parsed::Malformed);
     if bth.tver() != 0 {
         return Parsed::Malformed;
@@ -317,10 +326,11 @@ fn bth<F: Frame + ?Sized>(frame: &F, off: usize, addrs: Addrs) -> Parsed {
     let Some(transport) = Transport::of(bth.opcode) else {
         return Parsed::Malformed;
     };
-    let qkey = if transport == Transport::Ud {
-        header_or!(frame, Deth, off + Bth::LEN, Parsed::Malformed).qkey()
+    let (qkey, src_qp) = if transport == Transport::Ud {
+        let deth = header_or!(frame, Deth, off + Bth::LEN, Parsed::Malformed);
+        (deth.qkey(), deth.src_qp())
     } else {
-        0
+        (0, 0)
     };
     Parsed::Roce(Roce {
         opcode: bth.opcode,
@@ -328,6 +338,9 @@ fn bth<F: Frame + ?Sized>(frame: &F, off: usize, addrs: Addrs) -> Parsed {
         pkey: bth.pkey(),
         dest_qp: bth.dest_qp(),
         qkey,
+        src_qp,
         addrs,
+        bth_at: off,
+        udp_at,
     })
 }

@@ -1,27 +1,30 @@
-//! The pkeyfw XDP program: InfiniBand partition enforcement for RoCE.
+//! The pkeyfw programs: InfiniBand partition enforcement for RoCE (XDP
+//! ingress) and P_Key stamping of outgoing frames (TC egress).
 //!
-//! Thin by design: it reads packet memory and BPF maps, and leaves every
-//! decision to `pkeyfw_common::judge`, the same code the host tests run.
+//! Thin by design: they read and write packet bytes and BPF maps, and leave
+//! every decision to `pkeyfw_common` (`judge`, `stamp`), the same code the
+//! host tests run.
 #![no_std]
 #![no_main]
 #![feature(asm_experimental_arch)]
 
 use aya_ebpf::{
-    bindings::xdp_action,
+    bindings::{BPF_F_MARK_MANGLED_0, TC_ACT_UNSPEC, xdp_action, xdp_md},
     btf_maps::{Array, HashMap, PerCpuArray, RingBuf},
-    helpers::bpf_ktime_get_coarse_ns,
-    macros::{btf_map, xdp},
-    programs::XdpContext,
+    helpers::{bpf_ktime_get_coarse_ns, bpf_xdp_load_bytes, bpf_xdp_store_bytes},
+    macros::{btf_map, classifier, xdp},
+    programs::{TcContext, XdpContext},
 };
 use pkeyfw_common::{
-    Frame, Outcome, Reason, Tables,
+    Frame, Outcome, Reason, Stamp, Tables,
     frame::MAX_OFFSET,
     judge,
     maps::{
-        Config, DEFAULT_QP_CAPACITY, EVENT_WINDOW_SHIFT, EVENTS_BYTES, EVENTS_PER_WINDOW, Event,
-        EventBudget, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, PARTITIONS, QpEntry,
+        Config, ConnKey, DEFAULT_QP_CAPACITY, EVENT_WINDOW_SHIFT, EVENTS_BYTES, EVENTS_PER_WINDOW,
+        Event, EventBudget, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, PARTITIONS, QpEntry,
         QpStats, port_key_index, qp_key,
     },
+    stamp::{self, Conns, Plan, UDP_CHECK},
 };
 
 /// The generation of the policy in force (0 or 1).
@@ -48,6 +51,15 @@ static REASONS: PerCpuArray<u64, { Reason::COUNT }> = PerCpuArray::new();
 #[btf_map]
 static QP_STATS: Array<QpStats, { DEFAULT_QP_CAPACITY as usize }> = Array::new();
 
+/// (generation, remote QPN, peer address) → the local QP connected to it:
+/// the sender of a connected frame, for stamping.
+#[btf_map]
+static CONNS: HashMap<ConnKey, u32, { (GENERATIONS * DEFAULT_QP_CAPACITY) as usize }> =
+    HashMap::new();
+/// Frames per stamping outcome, per CPU.
+#[btf_map]
+static STAMPS: PerCpuArray<u64, { Stamp::COUNT }> = PerCpuArray::new();
+
 /// Refused frames, for the CLI's violation lines.
 #[btf_map]
 static EVENTS: RingBuf<Event, { EVENTS_BYTES as usize }> = RingBuf::new();
@@ -55,8 +67,9 @@ static EVENTS: RingBuf<Event, { EVENTS_BYTES as usize }> = RingBuf::new();
 #[btf_map]
 static EVENT_BUDGET: PerCpuArray<EventBudget, 1> = PerCpuArray::new();
 
-#[xdp]
-pub fn pkeyfw(ctx: XdpContext) -> u32 {
+/// The policy in force: its generation's maps and settings.
+#[inline(always)]
+fn policy() -> (Maps, Config) {
     let generation = match ACTIVE.get(0) {
         Some(g) => *g & 1,
         None => 0,
@@ -65,11 +78,26 @@ pub fn pkeyfw(ctx: XdpContext) -> u32 {
         Some(c) => *c,
         None => Config::default(),
     };
+    (Maps { generation }, config)
+}
+
+#[xdp]
+pub fn pkeyfw(ctx: XdpContext) -> u32 {
+    let (maps, config) = policy();
     let frame = Packet {
         start: ctx.data(),
         end: ctx.data_end(),
     };
-    let outcome = judge(&frame, &Maps { generation }, &config);
+    let outcome = judge(&frame, &maps, &config);
+    // After the verdict, which judged the stamped P_Key: the local rxe
+    // accepts only 0xFFFF.
+    if let Some(restore) = stamp::ingress(&frame, &outcome, &config) {
+        let bytes = XdpBytes(ctx.ctx);
+        count_stamp(
+            restore.and_then(|plan| bytes.rewrite(&plan)),
+            Stamp::Restored,
+        );
+    }
 
     if let Some(count) = REASONS.get_ptr_mut(outcome.reason.index()) {
         // SAFETY: a per-CPU slot, written only by this CPU.
@@ -94,6 +122,32 @@ pub fn pkeyfw(ctx: XdpContext) -> u32 {
         xdp_action::XDP_PASS
     } else {
         xdp_action::XDP_DROP
+    }
+}
+
+/// Egress: writes the sending QP's bound P_Key into outgoing RoCE v2 frames
+/// while the active policy stamps. Never changes a frame's fate.
+#[classifier]
+pub fn pkeyfw_stamp(ctx: TcContext) -> i32 {
+    let (maps, config) = policy();
+    let skb = Skb(&ctx);
+    if let Some(stamping) = stamp::egress(&skb, &maps, &config) {
+        count_stamp(stamping.and_then(|plan| skb.rewrite(&plan)), Stamp::Stamped);
+    }
+    // TCX_NEXT for tcx, "continue" for a netlink filter: let others decide.
+    TC_ACT_UNSPEC
+}
+
+/// Counts a stamping outcome: `done` if the rewrite happened.
+#[inline(always)]
+fn count_stamp(result: Result<(), Stamp>, done: Stamp) {
+    let outcome = match result {
+        Ok(()) => done,
+        Err(why) => why,
+    };
+    if let Some(count) = STAMPS.get_ptr_mut(outcome.index()) {
+        // SAFETY: a per-CPU slot, written only by this CPU.
+        unsafe { *count += 1 };
     }
 }
 
@@ -180,6 +234,90 @@ impl Frame for Packet {
     }
 }
 
+/// Rewrites XDP packet bytes through the helpers (Linux 5.18+), whose
+/// offsets need no verifier-visible bound.
+struct XdpBytes(*mut xdp_md);
+
+impl XdpBytes {
+    #[inline(always)]
+    fn load<const N: usize>(&self, off: usize) -> Result<[u8; N], Stamp> {
+        let mut bytes = [0u8; N];
+        // SAFETY: a live XDP context and a buffer of N bytes.
+        let rc =
+            unsafe { bpf_xdp_load_bytes(self.0, off as u32, bytes.as_mut_ptr().cast(), N as u32) };
+        if rc == 0 {
+            Ok(bytes)
+        } else {
+            Err(Stamp::NotRoce)
+        }
+    }
+
+    #[inline(always)]
+    fn store<const N: usize>(&self, off: usize, mut bytes: [u8; N]) -> Result<(), Stamp> {
+        // SAFETY: a live XDP context and a buffer of N bytes.
+        let rc =
+            unsafe { bpf_xdp_store_bytes(self.0, off as u32, bytes.as_mut_ptr().cast(), N as u32) };
+        if rc == 0 { Ok(()) } else { Err(Stamp::NotRoce) }
+    }
+
+    /// Applies `plan`: P_Key, ICRC, UDP checksum.
+    #[inline(always)]
+    fn rewrite(&self, plan: &Plan) -> Result<(), Stamp> {
+        let check_at = plan.udp_at + UDP_CHECK;
+        let patch = plan
+            .patch(self.load(plan.icrc_at)?, self.load(check_at)?)
+            .ok_or(Stamp::TooLong)?;
+        self.store(plan.pkey_at, patch.pkey)?;
+        self.store(plan.icrc_at, patch.icrc)?;
+        self.store(check_at, patch.check)
+    }
+}
+
+/// A socket buffer, read and written through the skb helpers, which also
+/// reach the paged part of a non-linear skb.
+struct Skb<'a>(&'a TcContext);
+
+impl Frame for Skb<'_> {
+    #[inline(always)]
+    fn header<T: Copy>(&self, off: usize) -> Option<T> {
+        if off > MAX_OFFSET {
+            return None;
+        }
+        self.0.load::<T>(off).ok()
+    }
+}
+
+impl Skb<'_> {
+    /// Applies `plan`: P_Key and ICRC stored, the UDP checksum updated by the
+    /// kernel, which leaves a CHECKSUM_PARTIAL one (still to be computed) and
+    /// a zero one (none) alone.
+    #[inline(always)]
+    fn rewrite(&self, plan: &Plan) -> Result<(), Stamp> {
+        let ctx = self.0;
+        let icrc = ctx
+            .load::<[u8; 4]>(plan.icrc_at)
+            .map_err(|_| Stamp::NotRoce)?;
+        let check = ctx
+            .load::<[u8; 2]>(plan.udp_at + UDP_CHECK)
+            .map_err(|_| Stamp::NotRoce)?;
+        let patch = plan.patch(icrc, check).ok_or(Stamp::TooLong)?;
+        // Size 0: `to` is a difference of sums, in the kernel's (memory-order)
+        // view of the checksum words.
+        let diff = u16::from_ne_bytes(patch.check_diff.to_be_bytes());
+        ctx.store(plan.pkey_at, &patch.pkey, 0)
+            .and_then(|()| ctx.store(plan.icrc_at, &patch.icrc, 0))
+            .and_then(|()| {
+                ctx.l4_csum_replace(
+                    plan.udp_at + UDP_CHECK,
+                    0,
+                    u64::from(diff),
+                    BPF_F_MARK_MANGLED_0 as u64,
+                )
+            })
+            .map_err(|_| Stamp::NotRoce)
+    }
+}
+
 /// The maps of one policy generation.
 struct Maps {
     generation: u32,
@@ -208,6 +346,19 @@ impl Tables for Maps {
         unsafe { PORT_KEYS.get(&port_key_index(self.generation, key)) }
             .copied()
             .unwrap_or(0)
+    }
+}
+
+impl Conns for Maps {
+    #[inline(always)]
+    fn local_qp(&self, remote_qpn: u32, peer: &[u8; 16]) -> Option<u32> {
+        let key = ConnKey {
+            generation: self.generation,
+            remote_qpn,
+            addr: *peer,
+        };
+        // SAFETY: the value is copied out at once.
+        unsafe { CONNS.get(&key).copied() }
     }
 }
 

@@ -1,12 +1,17 @@
-//! The XDP program loaded into the kernel: loading (optionally pinned),
-//! attaching, and running frames through it with BPF_PROG_TEST_RUN.
+//! The programs loaded into the kernel: the XDP filter and the TC egress
+//! stamper. Loading (optionally pinned), attaching, and running frames
+//! through them with BPF_PROG_TEST_RUN.
 
 use std::{path::Path, time::Duration};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader,
-    programs::{TestRun, TestRunOptions, Xdp, XdpMode, links::FdLink},
+    programs::{
+        SchedClassifier, TcAttach, TcAttachType, TestRun, TestRunOptions, Xdp, XdpMode,
+        links::{FdLink, LinkOrder},
+        tc::{self, NlOptions, SchedClassifierLinkId, TcError},
+    },
 };
 use pkeyfw_common::{
     Reason,
@@ -19,6 +24,8 @@ use crate::{maps::Maps, policy::Policy};
 pub const PROGRAM: &str = "pkeyfw";
 /// The empty XDP_PASS program the benchmark compares against.
 pub const EMPTY_PROGRAM: &str = "pkeyfw_empty";
+/// The TC egress program that stamps outgoing frames' P_Key.
+pub const STAMP_PROGRAM: &str = "pkeyfw_stamp";
 
 /// The XDP object built from pkeyfw-ebpf.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pkeyfw"));
@@ -26,12 +33,33 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pk
 /// XDP actions the program returns.
 const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
+/// What the egress program always returns: no opinion on the frame.
+const TC_ACT_UNSPEC: i32 = -1;
 
-/// The XDP program loaded into the kernel, with its maps.
+/// How the egress program is hooked in.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Egress {
+    /// tcx where the kernel has it (6.6 and later), else `Clsact`.
+    Auto,
+    /// A bpf_link on the tcx egress hook.
+    Tcx,
+    /// A direct-action filter under a clsact qdisc (added if missing), as
+    /// kernels before 6.6 need. It is no link: it stays until removed by name.
+    Clsact,
+}
+
+/// The programs loaded into the kernel, with their maps.
+///
+/// Stamping is switched on by attaching the egress program, when the policy
+/// first applied stamps (`attach_egress`), and gated by the active policy's
+/// `Config::stamp` in both programs: a reload can turn stamping off (the
+/// egress program then only passes frames on), but turning it on needs the
+/// egress program attached, so a new attachment.
 pub struct Filter {
     ebpf: Ebpf,
     maps: Maps,
     link: Option<aya::programs::xdp::XdpLinkId>,
+    egress: Option<SchedClassifierLinkId>,
 }
 
 impl Filter {
@@ -53,6 +81,7 @@ impl Filter {
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(name::QPS, capacity * GENERATIONS)
             .map_max_entries(name::QP_STATS, capacity)
+            .map_max_entries(name::CONNS, capacity * GENERATIONS)
             .load(OBJECT)
             .map_err(|e| privileged("loading the XDP object", e.into()))?;
         let program: &mut Xdp = ebpf
@@ -67,12 +96,78 @@ impl Filter {
                 .pin(dir.join(PROGRAM))
                 .with_context(|| format!("pinning the program under {}", dir.display()))?;
         }
+        let stamp: &mut SchedClassifier = ebpf
+            .program_mut(STAMP_PROGRAM)
+            .ok_or_else(|| anyhow!("the object has no program {STAMP_PROGRAM}"))?
+            .try_into()?;
+        stamp
+            .load()
+            .map_err(|e| privileged("loading the TC egress program (verifier)", e.into()))?;
         let maps = Maps::take(&mut ebpf, pin)?;
         Ok(Filter {
             ebpf,
             maps,
             link: None,
+            egress: None,
         })
+    }
+
+    fn stamp_program_mut(&mut self) -> &mut SchedClassifier {
+        self.ebpf
+            .program_mut(STAMP_PROGRAM)
+            .and_then(|p| p.try_into().ok())
+            .expect("loaded at construction")
+    }
+
+    fn stamp_program(&self) -> &SchedClassifier {
+        self.ebpf
+            .program(STAMP_PROGRAM)
+            .and_then(|p| p.try_into().ok())
+            .expect("loaded at construction")
+    }
+
+    /// Attaches the egress (stamping) program to `iface`; see [`Egress`].
+    pub fn attach_egress(&mut self, iface: &str, how: Egress) -> Result<()> {
+        let name = std::ffi::CString::new(iface)?;
+        let tcx = |f: &mut Filter| {
+            f.stamp_program_mut()
+                .attach(
+                    name.as_c_str(),
+                    TcAttach::Tcx {
+                        attach_type: TcAttachType::Egress,
+                        order: LinkOrder::default(),
+                    },
+                )
+                .context("attaching to the tcx egress hook")
+        };
+        let clsact = |f: &mut Filter| -> Result<SchedClassifierLinkId> {
+            match tc::qdisc_add_clsact(name.as_c_str()) {
+                Err(TcError::AlreadyAttached) => {}
+                Err(TcError::NetlinkError(e)) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                other => other.context("adding the clsact qdisc")?,
+            }
+            f.stamp_program_mut()
+                .attach(
+                    name.as_c_str(),
+                    TcAttach::Netlink {
+                        parent: TcAttachType::Egress.into(),
+                        options: NlOptions::default(),
+                    },
+                )
+                .context("attaching under the clsact qdisc")
+        };
+        let id = match how {
+            Egress::Tcx => tcx(self)?,
+            Egress::Clsact => clsact(self)?,
+            Egress::Auto => match tcx(self) {
+                Ok(id) => id,
+                Err(no_tcx) => {
+                    clsact(self).with_context(|| format!("after tcx failed: {no_tcx:#}"))?
+                }
+            },
+        };
+        self.egress = Some(id);
+        Ok(())
     }
 
     fn program_mut(&mut self) -> &mut Xdp {
@@ -97,23 +192,41 @@ impl Filter {
         Ok(())
     }
 
-    /// Pins the attachment at `path`: it outlives this process until the pin
-    /// is removed.
-    pub fn pin_link(&mut self, path: &Path) -> Result<()> {
+    /// Pins the attachments (the XDP link at `pins.link()`, a tcx egress
+    /// link at `pins.egress_link()`): they outlive this process until the
+    /// pins are removed. A clsact egress filter needs no pin; it stays until
+    /// [`Pins::remove`](crate::pins::Pins::remove) deletes it by name.
+    pub fn pin_link(&mut self, pins: &crate::pins::Pins) -> Result<()> {
         let id = self.link.take().context("not attached")?;
         let link = self.program_mut().take_link(id)?;
         let link: FdLink = link
             .try_into()
             .context("this kernel attached XDP without a bpf_link, which cannot be pinned")?;
-        link.pin(path)
-            .with_context(|| format!("pinning the link at {}", path.display()))?;
+        link.pin(pins.link())
+            .with_context(|| format!("pinning the link at {}", pins.link().display()))?;
+        if let Some(id) = self.egress.take() {
+            let link = self.stamp_program_mut().take_link(id)?;
+            if <&FdLink>::try_from(&link).is_ok() {
+                FdLink::try_from(link)?
+                    .pin(pins.egress_link())
+                    .with_context(|| {
+                        format!("pinning the link at {}", pins.egress_link().display())
+                    })?;
+            } else {
+                // A clsact filter: dropping the link would delete it.
+                std::mem::forget(link);
+            }
+        }
         Ok(())
     }
 
-    /// Detaches the program, if this `Filter` holds its attachment.
+    /// Detaches the programs, if this `Filter` holds their attachments.
     pub fn detach(&mut self) -> Result<()> {
         if let Some(id) = self.link.take() {
             self.program_mut().detach(id)?;
+        }
+        if let Some(id) = self.egress.take() {
+            self.stamp_program_mut().detach(id)?;
         }
         Ok(())
     }
@@ -154,6 +267,63 @@ impl Filter {
             XDP_DROP => Ok(false),
             other => bail!("the XDP program returned {other}, expected XDP_PASS or XDP_DROP"),
         }
+    }
+
+    /// Runs one frame through the XDP program and returns whether it passed
+    /// and the frame as the program left it.
+    pub fn run_out(&self, frame: &[u8]) -> Result<(bool, Vec<u8>)> {
+        let mut out = vec![0; frame.len()];
+        let result = self
+            .program()
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ..Default::default()
+            })
+            .map_err(|e| privileged("BPF_PROG_TEST_RUN", e.into()))?;
+        out.truncate(result.data_size_out as usize);
+        let pass = match result.return_value {
+            XDP_PASS => true,
+            XDP_DROP => false,
+            other => bail!("the XDP program returned {other}, expected XDP_PASS or XDP_DROP"),
+        };
+        Ok((pass, out))
+    }
+
+    /// Runs one outgoing frame through the egress program and returns the
+    /// frame as it leaves.
+    pub fn run_egress(&self, frame: &[u8]) -> Result<Vec<u8>> {
+        let mut out = vec![0; frame.len()];
+        let result = self
+            .stamp_program()
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ..Default::default()
+            })
+            .map_err(|e| privileged("BPF_PROG_TEST_RUN", e.into()))?;
+        if result.return_value as i32 != TC_ACT_UNSPEC {
+            bail!(
+                "the egress program returned {}, expected TC_ACT_UNSPEC",
+                result.return_value as i32
+            );
+        }
+        out.truncate(result.data_size_out as usize);
+        Ok(out)
+    }
+
+    /// Mean run time per repetition of `repeat` kernel-side repetitions of
+    /// `frame` through the egress program.
+    pub fn time_egress(&self, frame: &[u8], repeat: u32) -> Result<Duration> {
+        let result = self
+            .stamp_program()
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                repeat,
+                ..Default::default()
+            })
+            .map_err(|e| privileged("BPF_PROG_TEST_RUN", e.into()))?;
+        Ok(result.duration)
     }
 
     /// Runs one frame and returns whether it passed and the reason the kernel

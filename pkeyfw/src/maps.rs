@@ -20,14 +20,14 @@ use aya::{
     maps::{Array, HashMap, Map, MapData, MapError, MapInfo, PerCpuArray, RingBuf},
 };
 use pkeyfw_common::{
-    Reason,
+    Reason, Stamp,
     maps::{
-        Config, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, QPN_MASK, QpEntry, QpStats,
-        name, port_key_index, qp_key,
+        Config, ConnKey, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, QPN_MASK, QpEntry,
+        QpStats, name, port_key_index, qp_key,
     },
 };
 
-use crate::policy::{Policy, QpRule};
+use crate::policy::{Conn, Policy, QpRule};
 
 /// How long a retired policy generation stays untouched before it is
 /// rewritten: far longer than any XDP program run, which is all that could
@@ -36,9 +36,11 @@ const GRACE: Duration = Duration::from_millis(20);
 
 /// Frames per reason, in [`Reason`] order.
 pub type ReasonCounts = [u64; Reason::COUNT];
+/// Frames per stamping outcome, in [`Stamp`] order.
+pub type StampCounts = [u64; Stamp::COUNT];
 
 /// Every map, in the order [`Maps::build`] takes them.
-const MAP_NAMES: [&str; 8] = [
+const MAP_NAMES: [&str; 10] = [
     name::ACTIVE,
     name::CONFIG,
     name::QPS,
@@ -47,6 +49,8 @@ const MAP_NAMES: [&str; 8] = [
     name::REASONS,
     name::QP_STATS,
     name::EVENTS,
+    name::CONNS,
+    name::STAMPS,
 ];
 
 /// The program's maps.
@@ -65,6 +69,8 @@ pub struct Maps {
     reasons: PerCpuArray<MapData, u64>,
     qp_stats: Array<MapData, QpStats>,
     events: RingBuf<MapData>,
+    conns: HashMap<MapData, ConnKey, u32>,
+    stamps: PerCpuArray<MapData, u64>,
 }
 
 /// What a generation holds, as read back from the maps.
@@ -72,6 +78,7 @@ struct Held {
     qps: Vec<(u32, QpEntry)>,
     groups: Vec<GroupKey>,
     port_keys: Vec<u32>,
+    conns: Vec<ConnKey>,
 }
 
 impl Maps {
@@ -98,8 +105,8 @@ impl Maps {
             let data = MapData::from_pin(&path)
                 .with_context(|| format!("opening pinned map {}", path.display()))?;
             Ok(match name {
-                name::QPS | name::GROUPS | name::PORT_KEYS => Map::HashMap(data),
-                name::REASONS => Map::PerCpuArray(data),
+                name::QPS | name::GROUPS | name::PORT_KEYS | name::CONNS => Map::HashMap(data),
+                name::REASONS | name::STAMPS => Map::PerCpuArray(data),
                 name::EVENTS => Map::RingBuf(data),
                 _ => Map::Array(data),
             })
@@ -123,6 +130,8 @@ impl Maps {
             reasons,
             qp_stats,
             events,
+            conns,
+            stamps,
         ] = <[Map; MAP_NAMES.len()]>::try_from(maps).map_err(|_| anyhow!("one map per name"))?;
         let capacity = data(&qp_stats)?.info()?.max_entries();
         Ok(Maps {
@@ -137,6 +146,8 @@ impl Maps {
             reasons: typed(reasons, name::REASONS)?,
             qp_stats: typed(qp_stats, name::QP_STATS)?,
             events: typed(events, name::EVENTS)?,
+            conns: typed(conns, name::CONNS)?,
+            stamps: typed(stamps, name::STAMPS)?,
         })
     }
 
@@ -161,6 +172,28 @@ impl Maps {
             counts[reason.index() as usize] = per_cpu.iter().sum();
         }
         Ok(counts)
+    }
+
+    /// Frames per stamping outcome, summed over CPUs.
+    pub fn stamps(&self) -> Result<StampCounts> {
+        let mut counts = [0; Stamp::COUNT];
+        for stamp in Stamp::ALL {
+            let per_cpu = self
+                .stamps
+                .get(&stamp.index(), 0)
+                .context("reading STAMPS")?;
+            counts[stamp.index() as usize] = per_cpu.iter().sum();
+        }
+        Ok(counts)
+    }
+
+    /// Whether the active policy stamps.
+    pub fn stamping(&self) -> Result<bool> {
+        let config = self
+            .config
+            .get(&self.active_generation()?, 0)
+            .context("reading CONFIG")?;
+        Ok(config.stamp != 0)
     }
 
     /// Passed and dropped frames of every QP of the active policy, by QPN.
@@ -210,6 +243,13 @@ impl Maps {
             bail!(
                 "the policy binds {} QPs; this filter was loaded for at most {}",
                 policy.qps.len(),
+                self.capacity
+            );
+        }
+        if policy.conns.len() > self.capacity as usize {
+            bail!(
+                "the policy has {} connections; this filter was loaded for at most {}",
+                policy.conns.len(),
                 self.capacity
             );
         }
@@ -306,6 +346,11 @@ impl Maps {
                 .insert(&key, &group.entry(), 0)
                 .with_context(|| format!("writing GROUPS entry {}", group.addr))?;
         }
+        for (conn, &local) in &policy.conns {
+            self.conns
+                .insert(&conn_key(g, conn), &local, 0)
+                .with_context(|| format!("writing CONNS entry for local QP {local:#x}"))?;
+        }
         Ok(())
     }
 
@@ -337,17 +382,28 @@ impl Maps {
             })
             .collect::<Result<_, _>>()
             .context("reading PORT_KEYS")?;
+        let conns = self
+            .conns
+            .keys()
+            .filter(|k| k.as_ref().map_or(true, |k| k.generation == g))
+            .collect::<Result<_, _>>()
+            .context("reading CONNS")?;
         Ok(Held {
             qps,
             groups,
             port_keys,
+            conns,
         })
     }
 
     /// Empties generation `g`, once nothing can still be reading it.
     fn clear(&mut self, g: u32) -> Result<()> {
         let held = self.held(g)?;
-        if held.qps.is_empty() && held.groups.is_empty() && held.port_keys.is_empty() {
+        if held.qps.is_empty()
+            && held.groups.is_empty()
+            && held.port_keys.is_empty()
+            && held.conns.is_empty()
+        {
             return Ok(());
         }
         let since = self.retired.map_or(Duration::ZERO, |r| r.elapsed());
@@ -361,7 +417,19 @@ impl Maps {
         for key in held.port_keys {
             ignore_missing(self.port_keys.remove(&key))?;
         }
+        for key in held.conns {
+            ignore_missing(self.conns.remove(&key))?;
+        }
         Ok(())
+    }
+}
+
+/// The `CONNS` key of a connection in generation `g`.
+fn conn_key(g: u32, conn: &Conn) -> ConnKey {
+    ConnKey {
+        generation: g,
+        remote_qpn: conn.remote_qpn,
+        addr: conn.peer.map_or([0; 16], crate::policy::Group::key_addr),
     }
 }
 

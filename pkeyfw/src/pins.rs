@@ -9,10 +9,10 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use aya::programs::{ProgramInfo, links::PinnedLink};
+use aya::programs::{ProgramInfo, TcAttachType, links::PinnedLink, tc};
 
 use crate::{
-    filter::PROGRAM,
+    filter::{PROGRAM, STAMP_PROGRAM},
     netlink::{self, XdpMode},
 };
 
@@ -67,6 +67,11 @@ impl Pins {
 
     pub fn link(&self) -> PathBuf {
         self.dir.join("link")
+    }
+
+    /// The stamping program's pinned tcx link.
+    pub fn egress_link(&self) -> PathBuf {
+        self.dir.join("egress-link")
     }
 
     /// Where the policy file an attachment was started with is remembered
@@ -142,13 +147,25 @@ impl Pins {
     }
 
     /// Removes every pin and the directory. Removing `link` detaches a
-    /// pinned attachment.
+    /// pinned attachment; the stamping program's clsact filter, which no pin
+    /// holds (kernels before 6.6, or one an exited process left), is deleted
+    /// by name. The clsact qdisc itself, harmless when empty, stays.
     pub fn remove(&self) -> Result<()> {
-        if self.link().exists() {
-            PinnedLink::from_pin(self.link())
-                .context("opening the pinned link")?
-                .unpin()
-                .context("unpinning the link")?;
+        for link in [self.link(), self.egress_link()] {
+            if link.exists() {
+                PinnedLink::from_pin(&link)
+                    .context("opening the pinned link")?
+                    .unpin()
+                    .context("unpinning the link")?;
+            }
+        }
+        if let Ok(name) = std::ffi::CString::new(self.iface.as_str()) {
+            // Failing is the usual case: no such filter, qdisc or interface.
+            let _ = tc::qdisc_detach_program(
+                name.as_c_str(),
+                TcAttachType::Egress.into(),
+                STAMP_PROGRAM,
+            );
         }
         if let Ok(entries) = fs::read_dir(&self.dir) {
             for e in entries.filter_map(|e| e.ok()) {

@@ -19,7 +19,7 @@ use crate::{
     binder::{self, Binder},
     cmd::stats::Snapshot,
     describe, events,
-    filter::Filter,
+    filter::{Egress, Filter},
     maps::ReasonCounts,
     netlink::{self, XdpMode},
     pins::{Pins, State},
@@ -176,13 +176,18 @@ fn attach(
             }),
     };
     tried.with_context(|| format!("attaching XDP to {}", opts.iface))?;
+    if policy.stamp {
+        filter
+            .attach_egress(opts.iface, Egress::Auto)
+            .with_context(|| format!("attaching the stamping program to {}", opts.iface))?;
+    }
     let index = netlink::if_index(opts.iface)?;
     let mode = netlink::xdp_attached(index)?
         .filter(|a| Ok(a.prog_id) == filter.program_id().as_ref().map_err(|_| ()).copied())
         .context("the kernel does not report the program as attached")?
         .mode;
     if opts.pin {
-        filter.pin_link(&pins.link())?;
+        filter.pin_link(pins)?;
     }
     Ok((filter, mode, bound))
 }

@@ -13,6 +13,7 @@ use pkeyfw_common::{
     Reason, Tables,
     maps::{Config, GroupEntry, QpEntry, QpType, UnknownQp},
     pkey,
+    stamp::Conns,
     verdict::v4_mapped,
 };
 
@@ -121,6 +122,8 @@ impl Policy {
             default_pkey: self.default_pkey(),
             unknown_qp: self.unknown_qp as u8,
             monitor: self.monitor.into(),
+            stamp: self.stamp.into(),
+            _pad: [0; 3],
         }
     }
 
@@ -205,6 +208,18 @@ impl Tables for Policy {
 
     fn port_flags(&self, key: u16) -> u8 {
         Policy::port_flags(self).get(&key).copied().unwrap_or(0)
+    }
+}
+
+/// The policy's connections, as the host-side stamping decision reads them.
+impl Conns for Policy {
+    fn local_qp(&self, remote_qpn: u32, peer: &[u8; 16]) -> Option<u32> {
+        self.conns
+            .iter()
+            .find(|(c, _)| {
+                c.remote_qpn == remote_qpn && c.peer.map_or([0; 16], Group::key_addr) == *peer
+            })
+            .map(|(_, &local)| local)
     }
 }
 

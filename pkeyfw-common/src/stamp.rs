@@ -1,0 +1,225 @@
+//! P_Key stamping. rdma_rxe sends and accepts only P_Key 0xFFFF; InfiniBand
+//! puts the sending QP's own P_Key in every BTH. The TC egress program writes
+//! the sending QP's bound P_Key into outgoing RoCE v2 frames ([`egress`]), the
+//! XDP program writes 0xFFFF back into incoming frames it passes
+//! ([`ingress`]), so the verdict judges the stamped value and the local rxe
+//! still sees what it accepts. Both patch the ICRC and UDP checksum in O(1)
+//! ([`Plan::patch`]); the programs only read and write the bytes.
+
+use network_types::udp::UdpHdr;
+
+use crate::{
+    Outcome, Tables, csum,
+    frame::Frame,
+    icrc,
+    maps::Config,
+    parse::{self, Bth, Parsed, Transport},
+    pkey,
+    verdict::{GSI_QPN, SMI_QPN},
+};
+
+/// What stamping did with a frame. The discriminant indexes the per-outcome
+/// counters (`STAMPS`), so the order is part of the kernel/user ABI.
+#[repr(u32)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stamp {
+    /// Egress: the BTH now carries the sending QP's P_Key.
+    Stamped = 0,
+    /// Egress: the frame already carried the binding's P_Key.
+    Unchanged = 1,
+    /// Egress: no binding for the sending QP (or connection); left as is.
+    Unbound = 2,
+    /// Egress: to or from QP0/QP1, which keep the port's P_Key.
+    Management = 3,
+    /// Not RoCE v2 (RoCE v1 included), its UDP length does not fit it, or
+    /// the kernel could not make it writable; left as is.
+    NotRoce = 4,
+    /// The ICRC lies beyond [`icrc::MAX_PATCH_DISTANCE`]; left as is.
+    TooLong = 5,
+    /// Ingress: a passed frame's P_Key set back to 0xFFFF.
+    Restored = 6,
+}
+
+impl Stamp {
+    /// Number of outcomes: the size of the counter map.
+    pub const COUNT: usize = 7;
+
+    /// Every outcome, in counter order.
+    pub const ALL: [Stamp; Self::COUNT] = [
+        Stamp::Stamped,
+        Stamp::Unchanged,
+        Stamp::Unbound,
+        Stamp::Management,
+        Stamp::NotRoce,
+        Stamp::TooLong,
+        Stamp::Restored,
+    ];
+
+    /// The name used by the CLI and the JSON output.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Stamp::Stamped => "stamped",
+            Stamp::Unchanged => "unchanged",
+            Stamp::Unbound => "unbound",
+            Stamp::Management => "management",
+            Stamp::NotRoce => "not_roce",
+            Stamp::TooLong => "too_long",
+            Stamp::Restored => "restored",
+        }
+    }
+
+    /// Counter index of this outcome.
+    pub const fn index(self) -> u32 {
+        self as u32
+    }
+}
+
+/// The connection table (`CONNS`): which local QP sends a connected frame.
+pub trait Conns {
+    /// The local QP connected to `remote_qpn` at `peer` (IPv4 as v4-mapped
+    /// IPv6; all zeros: a connection whose peer address is unknown).
+    fn local_qp(&self, remote_qpn: u32, peer: &[u8; 16]) -> Option<u32>;
+}
+
+/// A P_Key rewrite, located: where the bytes are and what they become.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// Offset of the BTH P_Key.
+    pub pkey_at: usize,
+    pub old: u16,
+    pub new: u16,
+    /// Offset of the UDP header (its checksum is 6 bytes in).
+    pub udp_at: usize,
+    /// Offset of the ICRC, the UDP payload's last four bytes.
+    pub icrc_at: usize,
+}
+
+/// The bytes a [`Plan`] writes, given the ICRC and checksum it read.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Patch {
+    pub pkey: [u8; 2],
+    pub icrc: [u8; 4],
+    pub check: [u8; 2],
+    /// The change of the UDP data's sum, for helpers that update the checksum
+    /// themselves (`bpf_l4_csum_replace`).
+    pub check_diff: u16,
+}
+
+/// Offset of the checksum in the UDP header.
+pub const UDP_CHECK: usize = 6;
+
+impl Plan {
+    /// Covered bytes between the P_Key and the ICRC.
+    #[inline(always)]
+    const fn bytes_after(&self) -> usize {
+        self.icrc_at - (self.pkey_at + 2)
+    }
+
+    /// The new P_Key, ICRC and UDP checksum for a frame whose ICRC and
+    /// checksum were `icrc` and `check` (as stored); `None` if the ICRC is too
+    /// far to patch.
+    #[inline(always)]
+    pub fn patch(&self, icrc: [u8; 4], check: [u8; 2]) -> Option<Patch> {
+        let new_icrc = icrc::patch_u16(
+            u32::from_le_bytes(icrc),
+            self.old,
+            self.new,
+            self.bytes_after(),
+        )?
+        .to_le_bytes();
+        // The P_Key sits at an even offset of the UDP data (8 + 2); the
+        // ICRC's parity is the UDP length's.
+        let check_diff = csum::add(
+            csum::diff(self.old, self.new, false),
+            csum::diff(
+                csum::sum(&icrc),
+                csum::sum(&new_icrc),
+                (self.icrc_at - self.udp_at) % 2 == 1,
+            ),
+        );
+        Some(Patch {
+            pkey: self.new.to_be_bytes(),
+            icrc: new_icrc,
+            check: csum::udp_update(u16::from_be_bytes(check), check_diff).to_be_bytes(),
+            check_diff,
+        })
+    }
+}
+
+/// The stamp for an outgoing frame: `None` when the policy does not stamp
+/// (nothing is counted then), else the rewrite or why there is none.
+#[inline(always)]
+pub fn egress<F: Frame + ?Sized, T: Tables + Conns>(
+    frame: &F,
+    tables: &T,
+    config: &Config,
+) -> Option<Result<Plan, Stamp>> {
+    if config.stamp == 0 {
+        return None;
+    }
+    let Parsed::Roce(roce) = parse::classify(frame) else {
+        return Some(Err(Stamp::NotRoce));
+    };
+    let ud = roce.transport == Transport::Ud;
+    if matches!(roce.dest_qp, SMI_QPN | GSI_QPN) || (ud && roce.src_qp <= GSI_QPN) {
+        return Some(Err(Stamp::Management));
+    }
+    let sender = if ud {
+        Some(roce.src_qp)
+    } else {
+        roce.addrs.read(frame, true).and_then(|peer| {
+            tables
+                .local_qp(roce.dest_qp, &peer)
+                .or_else(|| tables.local_qp(roce.dest_qp, &[0; 16]))
+        })
+    };
+    let Some(qp) = sender.and_then(|q| tables.qp(q)) else {
+        return Some(Err(Stamp::Unbound));
+    };
+    if qp.pkey == roce.pkey {
+        return Some(Err(Stamp::Unchanged));
+    }
+    Some(plan(frame, &roce, qp.pkey))
+}
+
+/// The restore for an incoming frame the verdict passed: `None` when nothing
+/// is to be done (stamping off, dropped, not RoCE v2, already 0xFFFF).
+#[inline(always)]
+pub fn ingress<F: Frame + ?Sized>(
+    frame: &F,
+    outcome: &Outcome,
+    config: &Config,
+) -> Option<Result<Plan, Stamp>> {
+    if config.stamp == 0 || !outcome.pass {
+        return None;
+    }
+    let roce = outcome.roce?;
+    if roce.udp_at.is_none() || roce.pkey == pkey::DEFAULT {
+        return None;
+    }
+    Some(plan(frame, &roce, pkey::DEFAULT))
+}
+
+/// Locates the rewrite of a RoCE v2 frame's P_Key to `new`.
+#[inline(always)]
+fn plan<F: Frame + ?Sized>(frame: &F, roce: &parse::Roce, new: u16) -> Result<Plan, Stamp> {
+    let udp_at = roce.udp_at.ok_or(Stamp::NotRoce)?;
+    let udp = frame.header::<UdpHdr>(udp_at).ok_or(Stamp::NotRoce)?;
+    let icrc_at = (udp_at + u16::from_be_bytes(udp.len) as usize)
+        .checked_sub(4)
+        .ok_or(Stamp::NotRoce)?;
+    if icrc_at < roce.bth_at + Bth::LEN {
+        return Err(Stamp::NotRoce);
+    }
+    let plan = Plan {
+        pkey_at: roce.bth_at + 2,
+        old: roce.pkey,
+        new,
+        udp_at,
+        icrc_at,
+    };
+    if plan.bytes_after() >= icrc::MAX_PATCH_DISTANCE {
+        return Err(Stamp::TooLong);
+    }
+    Ok(plan)
+}
