@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each test binary uses a part
 
 pub mod cases;
+pub mod stamping;
 
 use std::{
     path::Path,

@@ -1,0 +1,336 @@
+//! P_Key stamping in the kernel (BPF_PROG_TEST_RUN): the TC egress program
+//! writes the sending QP's P_Key, the XDP program writes 0xFFFF back into
+//! what it passes, each with a valid ICRC and UDP checksum; the counters say
+//! which outcome each frame had, as the host-side decision predicts.
+
+mod common;
+
+use common::{
+    cases::{QPA, QPB, UD, UD_LIMITED},
+    stamping::*,
+};
+use std::time::Duration;
+
+use aya::programs::XdpMode;
+use pkeyfw::{
+    filter::{Egress, Filter},
+    lab::netns::{VethPair, capture_during, in_netns, send},
+    pins::Pins,
+    policy::Policy,
+    wire::{Packet, icrc_of},
+};
+use pkeyfw_common::{Reason, Stamp, parse::opcode, stamp};
+use proptest::{collection::vec, prelude::*, test_runner::TestRunner};
+
+/// Payload sizes: empty, odd (the ICRC then sits at an odd checksum offset),
+/// an MTU's worth, and 4096 (an IB MTU).
+const PAYLOADS: [usize; 4] = [0, 1, 1000, 4096];
+/// The same through the egress program, whose BPF_PROG_TEST_RUN takes one
+/// page of linear skb data at most: 3400 stands in for 4096.
+const EGRESS_PAYLOADS: [usize; 4] = [0, 1, 1000, 3400];
+
+/// Runs `frame` through the egress program: the output, and the one stamping
+/// counter that moved (none when stamping is off).
+fn egress(filter: &Filter, frame: &[u8]) -> (Vec<u8>, Option<Stamp>) {
+    let before = filter.maps().stamps().unwrap();
+    let out = filter.run_egress(frame).expect("run egress");
+    (out, moved(before, filter.maps().stamps().unwrap()))
+}
+
+fn moved(before: [u64; Stamp::COUNT], after: [u64; Stamp::COUNT]) -> Option<Stamp> {
+    let changed: Vec<Stamp> = Stamp::ALL
+        .into_iter()
+        .filter(|s| after[s.index() as usize] != before[s.index() as usize])
+        .collect();
+    match changed[..] {
+        [] => None,
+        [s] if after[s.index() as usize] == before[s.index() as usize] + 1 => Some(s),
+        _ => panic!("stamping counters moved by more than one frame: {changed:?}"),
+    }
+}
+
+/// What the host-side decision says of `frame`.
+fn predicted(policy: &Policy, frame: &[u8]) -> Option<Stamp> {
+    stamp::egress(frame, policy, &policy.config()).map(|r| r.err().unwrap_or(Stamp::Stamped))
+}
+
+/// Outgoing frames, the P_Key each must leave with and the counter it moves.
+fn egress_cases() -> Vec<(&'static str, Packet, u16, Stamp)> {
+    let ud_from = |src_qp, pkey| Packet {
+        src_qp,
+        ..Packet::ud(pkey, 0x99, 0x1111_1111)
+    };
+    let mut tcp = Packet::rc(0xffff, TO_QPD_AT_PEER);
+    tcp.ip_proto = 6;
+    vec![
+        (
+            "UD from a bound QP",
+            ud_from(UD, 0xffff),
+            0x8001,
+            Stamp::Stamped,
+        ),
+        (
+            "UD from a limited QP",
+            ud_from(UD_LIMITED, 0xffff),
+            0x0003,
+            Stamp::Stamped,
+        ),
+        (
+            "UD from a bound QP, IPv6",
+            ud_from(UD, 0xffff).over_v6(vec![]),
+            0x8001,
+            Stamp::Stamped,
+        ),
+        (
+            "RC to a known peer",
+            Packet::rc(0xffff, TO_QPD_AT_PEER),
+            0x8002,
+            Stamp::Stamped,
+        ),
+        (
+            "RC, peer unknown",
+            Packet::rc(0xffff, TO_QPB_ANYWHERE),
+            0x0001,
+            Stamp::Stamped,
+        ),
+        (
+            "RC to a known IPv6 peer",
+            Packet::rc(0xffff, TO_QPA_AT_V6_PEER).over_v6(vec![]),
+            0x8001,
+            Stamp::Stamped,
+        ),
+        (
+            "already stamped",
+            ud_from(UD, 0x8001),
+            0x8001,
+            Stamp::Unchanged,
+        ),
+        (
+            "UD from an unbound QP",
+            ud_from(UNBOUND_QP, 0xffff),
+            0xffff,
+            Stamp::Unbound,
+        ),
+        (
+            "RC to an unknown peer",
+            Packet::rc(0xffff, TO_QPA_AT_V6_PEER),
+            0xffff,
+            Stamp::Unbound,
+        ),
+        (
+            "QP1",
+            Packet {
+                src_qp: 1,
+                ..Packet::ud(0xffff, 1, 0x8001_0000)
+            },
+            0xffff,
+            Stamp::Management,
+        ),
+        ("TCP", tcp, 0xffff, Stamp::NotRoce),
+        (
+            "RoCE v1",
+            ud_from(UD, 0xffff).as_v1(),
+            0xffff,
+            Stamp::NotRoce,
+        ),
+    ]
+}
+
+#[test]
+fn egress_stamps_the_sending_qps_pkey() {
+    let policy = stamping_policy();
+    let filter = common::filter(&policy);
+    for (name, template, pkey, outcome) in egress_cases() {
+        for len in EGRESS_PAYLOADS {
+            for checksum in [false, true] {
+                let p = Packet {
+                    payload: (0..len).map(|i| (i * 7 + len) as u8).collect(),
+                    ..template.clone()
+                };
+                let what = format!("{name}, {len} bytes, checksum {checksum}");
+                let input = frame(&p, checksum);
+                let (out, counted) = egress(&filter, &input);
+                assert_eq!(counted, Some(outcome), "{what}: counter");
+                assert_eq!(predicted(&policy, &input), Some(outcome), "{what}: host");
+                if outcome == Stamp::Stamped {
+                    check_rewritten(&what, &p, &input, &out, pkey);
+                } else {
+                    assert!(out == input, "{what}: changed");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn without_stamping_nothing_changes_or_counts() {
+    let mut policy = stamping_policy();
+    policy.stamp = false;
+    let filter = common::filter(&policy);
+    for (name, p, _, _) in egress_cases() {
+        let input = frame(&p, true);
+        assert_eq!(
+            egress(&filter, &input),
+            (input.clone(), None),
+            "{name}: egress"
+        );
+        assert_eq!(filter.run_out(&input).unwrap().1, input, "{name}: ingress");
+    }
+    assert_eq!(filter.maps().stamps().unwrap(), [0; Stamp::COUNT]);
+    assert!(!filter.maps().stamping().unwrap());
+}
+
+#[test]
+fn ingress_restores_the_default_pkey_of_passed_frames() {
+    let policy = stamping_policy();
+    let filter = common::filter(&policy);
+    assert!(filter.maps().stamping().unwrap());
+    for len in PAYLOADS {
+        for checksum in [false, true] {
+            let what = format!("{len} bytes, checksum {checksum}");
+            let p = Packet {
+                payload: vec![0x5a; len],
+                ..Packet::rc(0x8001, QPA)
+            };
+            let input = frame(&p, checksum);
+            let before = filter.maps().stamps().unwrap();
+            assert_eq!(filter.judge(&input).unwrap(), (true, Reason::Ok), "{what}");
+            assert_eq!(
+                moved(before, filter.maps().stamps().unwrap()),
+                Some(Stamp::Restored)
+            );
+            let (pass, out) = filter.run_out(&input).unwrap();
+            assert!(pass, "{what}");
+            check_rewritten(&what, &p, &input, &out, 0xffff);
+        }
+    }
+    // Two limited members: dropped on the stamped value, not rewritten.
+    let limited = frame(&Packet::rc(0x0001, QPB), true);
+    assert_eq!(
+        filter.judge(&limited).unwrap(),
+        (false, Reason::PkeyViolation)
+    );
+    assert_eq!(filter.run_out(&limited).unwrap(), (false, limited.clone()));
+    // Already the default: nothing to do.
+    let default = frame(&Packet::ud(0xffff, 1, 0x8001_0000), true);
+    assert_eq!(filter.run_out(&default).unwrap(), (true, default.clone()));
+}
+
+/// Sends a UD frame from the bound QP out of `pair.a`: the P_Key `pair.b` sees.
+fn pkey_on_the_wire(pair: &VethPair) -> u16 {
+    let p = Packet {
+        src_qp: UD,
+        ..Packet::ud(0xffff, 0x99, 0x1111_1111)
+    };
+    let (sent, got) = capture_during(&pair.ns_b, &pair.b, Duration::from_millis(300), || {
+        send(&pair.ns_a, &pair.a, &[p.bytes()])
+    })
+    .expect("capture");
+    sent.expect("send");
+    let (l3, udp, bth) = offsets(&p);
+    match &got[..] {
+        [f] => {
+            let end = f.len() - 4;
+            let icrc = u32::from_le_bytes(f[end..].try_into().unwrap());
+            assert_eq!(icrc, icrc_of(&f[..end], l3, udp, bth), "ICRC on the wire");
+            u16::from_be_bytes([f[bth + 2], f[bth + 3]])
+        }
+        _ => panic!("expected one frame, captured {}", got.len()),
+    }
+}
+
+/// Both hooks on a real interface: stamping while attached, in the
+/// foreground and pinned, and nothing left after detaching or removing pins.
+#[test]
+fn egress_hooks_attach_pin_and_detach() {
+    common::require_root();
+    for (i, how) in [Egress::Tcx, Egress::Clsact].into_iter().enumerate() {
+        let pair = VethPair::create(&format!("pks{}{i}", std::process::id() % 10000)).unwrap();
+        let pins = Pins::of(&pair.a);
+        let _unpin = common::Unpin(Pins::of(&pair.a));
+        in_netns(&pair.ns_a, || {
+            let mut filter = Filter::load_pinned(0, &{
+                pins.create().unwrap();
+                pins.dir.clone()
+            })
+            .unwrap();
+            filter.apply(&stamping_policy()).unwrap();
+            filter.attach(&pair.a, XdpMode::Skb).unwrap();
+            filter.attach_egress(&pair.a, how).unwrap();
+            assert_eq!(pkey_on_the_wire(&pair), 0x8001, "{how:?}: attached");
+            filter.detach().unwrap();
+            assert_eq!(pkey_on_the_wire(&pair), 0xffff, "{how:?}: detached");
+
+            filter.attach(&pair.a, XdpMode::Skb).unwrap();
+            filter.attach_egress(&pair.a, how).unwrap();
+            filter.pin_link(&pins).unwrap();
+            drop(filter);
+            assert_eq!(pkey_on_the_wire(&pair), 0x8001, "{how:?}: pinned");
+            pins.remove().unwrap();
+            assert_eq!(pkey_on_the_wire(&pair), 0xffff, "{how:?}: pins removed");
+        })
+        .unwrap();
+    }
+}
+
+/// Random bound and unbound frames, out through egress and in through the
+/// XDP program under the same policy: every passed frame ends with 0xFFFF
+/// and a valid ICRC and checksum.
+#[test]
+fn egress_then_ingress_ends_with_the_default_pkey() {
+    let policy = stamping_policy();
+    let filter = common::filter(&policy);
+    let senders = prop_oneof![Just(UD), Just(UD_LIMITED), Just(UNBOUND_QP), Just(1)];
+    let peers = prop_oneof![
+        Just(TO_QPD_AT_PEER),
+        Just(TO_QPB_ANYWHERE),
+        Just(TO_QPA_AT_V6_PEER),
+        Just(0x1234u32)
+    ];
+    let strategy = (
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        senders,
+        peers,
+        prop_oneof![Just(QPA), Just(QPB), Just(UD), Just(UD_LIMITED), Just(1u32)],
+        vec(any::<u8>(), 0..=1200),
+    );
+    let mut runner = TestRunner::new(proptest::test_runner::Config::with_cases(512));
+    runner
+        .run(
+            &strategy,
+            |(ud, v6, checksum, src_qp, peer, dest_qp, payload)| {
+                let mut p = if ud {
+                    Packet {
+                        src_qp,
+                        ..Packet::ud(0xffff, dest_qp, 0x1111_1111)
+                    }
+                } else {
+                    Packet::rc(0xffff, peer)
+                };
+                p.payload = payload;
+                if ud && src_qp == 1 {
+                    p.qkey = 0x8001_0000;
+                }
+                if !ud && p.opcode != opcode::UD_SEND_ONLY && v6 {
+                    p = p.over_v6(vec![]);
+                }
+                let input = frame(&p, checksum);
+                let (wire, _) = egress(&filter, &input);
+                let (pass, out) = filter.run_out(&wire).unwrap();
+                if pass {
+                    let (l3, udp, bth) = offsets(&p);
+                    prop_assert_eq!(&out[bth + 2..bth + 4], &[0xff, 0xff]);
+                    let end = out.len() - 4;
+                    let icrc = u32::from_le_bytes(out[end..].try_into().unwrap());
+                    prop_assert_eq!(icrc, icrc_of(&out[..end], l3, udp, bth));
+                    if checksum {
+                        prop_assert_eq!(udp_sum(&out, &p), 0xffff);
+                    }
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+}
