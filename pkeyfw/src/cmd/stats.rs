@@ -4,12 +4,12 @@
 use std::{io::Write, time::Duration};
 
 use anyhow::{Result, bail};
-use pkeyfw_common::maps::QpStats;
+use pkeyfw_common::{Stamp, maps::QpStats};
 use serde_json::json;
 
 use crate::{
     describe,
-    maps::{Maps, ReasonCounts},
+    maps::{Maps, ReasonCounts, StampCounts},
     netlink::XdpMode,
     pins::{Pins, State},
 };
@@ -21,6 +21,9 @@ pub struct Snapshot {
     pub pinned: bool,
     pub reasons: ReasonCounts,
     pub qps: Vec<(u32, QpStats)>,
+    /// Whether the active policy stamps.
+    pub stamping: bool,
+    pub stamps: StampCounts,
 }
 
 impl Snapshot {
@@ -31,7 +34,14 @@ impl Snapshot {
             pinned,
             reasons: maps.reasons()?,
             qps: maps.qp_counters()?,
+            stamping: maps.stamping()?,
+            stamps: maps.stamps()?,
         })
+    }
+
+    /// Stamping is shown while on, or while its counters say it was.
+    fn shows_stamps(&self) -> bool {
+        self.stamping || self.stamps.iter().any(|&n| n != 0)
     }
 
     /// The documented JSON object.
@@ -42,7 +52,15 @@ impl Snapshot {
             .iter()
             .map(|(qpn, s)| json!({"qpn": qpn, "passed": s.passed, "dropped": s.dropped}))
             .collect();
-        json!({"interface": self.iface, "mode": self.mode.name(), "reasons": reasons, "qps": qps})
+        let mut out = json!({"interface": self.iface, "mode": self.mode.name(), "reasons": reasons, "qps": qps});
+        if self.shows_stamps() {
+            let counts: serde_json::Map<_, _> = Stamp::ALL
+                .iter()
+                .map(|s| (s.name().to_string(), json!(self.stamps[s.index() as usize])))
+                .collect();
+            out["stamping"] = json!({"on": self.stamping, "frames": counts});
+        }
+        out
     }
 
     pub fn text(&self, out: &mut impl Write) -> std::io::Result<()> {
@@ -55,6 +73,18 @@ impl Snapshot {
             self.mode.name()
         )?;
         describe::reasons_text(&self.reasons, out)?;
+        if self.shows_stamps() {
+            let on = if self.stamping { "on" } else { "off" };
+            writeln!(out, "  stamping ({on}):")?;
+            for s in Stamp::ALL {
+                writeln!(
+                    out,
+                    "    {:<14} {:>12}",
+                    s.name(),
+                    self.stamps[s.index() as usize]
+                )?;
+            }
+        }
         if !self.qps.is_empty() {
             writeln!(out, "  {:<10} {:>12} {:>12}", "QP", "passed", "dropped")?;
             for (qpn, s) in &self.qps {
