@@ -3,7 +3,8 @@
 //! Every figure comes from the loaded XDP program: per-packet cost of each
 //! verdict path beside the empty XDP_PASS program (BPF_PROG_TEST_RUN), the
 //! same at table sizes from 1 to 1,000,000 QPs, the maps' kernel memory, and
-//! the wall-clock time to load a filter and apply a policy. Needs root.
+//! the wall-clock time to load a filter and apply a policy, and what P_Key
+//! stamping costs by frame size. Needs root.
 
 use std::{
     collections::BTreeMap,
@@ -18,7 +19,7 @@ use pkeyfw::{
     wire::{Net, Packet},
 };
 use pkeyfw_common::{
-    Reason,
+    Reason, Stamp,
     maps::{QpType, UnknownQp, name},
     verdict::{GSI_QKEY, MULTICAST_QPN},
 };
@@ -60,12 +61,15 @@ fn main() -> Result<()> {
         runs.push(bench_at(qps, &sized)?);
     }
 
+    eprintln!("bench: stamping");
+    let stamping = stamping_table()?;
     let tables = [
         cost_table(&paths, &per_path),
         scaling_table(&sized, &runs),
         memory_table(&runs)?,
         load_table(&runs),
         partitions_table()?,
+        stamping,
     ];
     for table in &tables {
         println!("{}\n", table.text());
@@ -410,6 +414,110 @@ fn load_table(runs: &[Run]) -> Table {
             })
             .collect(),
     }
+}
+
+/// Single runs per stamping figure. A rewritten frame stays rewritten for
+/// the kernel's further repetitions, which would then time the no-op path:
+/// each figure is the median of this many one-repetition runs instead.
+const STAMP_RUNS: usize = 20_001;
+/// Payloads of the stamping table: a small frame and the largest each
+/// BPF_PROG_TEST_RUN takes (one page of linear skb for TC; 4096 for XDP).
+const SMALL_PAYLOAD: usize = 64;
+const EGRESS_LARGE_PAYLOAD: usize = 3400;
+const XDP_LARGE_PAYLOAD: usize = 4096;
+
+/// What stamping costs, small frame against large: the ICRC and checksum
+/// patches are O(1), so the ratio must stay near 1 (flat within 20%). Each
+/// rewriting path is shown beside the same program leaving the frame alone.
+fn stamping_table() -> Result<Table> {
+    let mut policy = policy(PATH_QPS, QpType::Rc);
+    policy.stamp = true;
+    let mut filter = Filter::load(PATH_QPS)?;
+    filter.apply(&policy)?;
+    let sized = |p: Packet, len: usize| Packet {
+        payload: vec![0x5a; len],
+        ..p
+    };
+    let outgoing = |pkey| Packet {
+        src_qp: TARGET_QPN,
+        ..Packet::ud(pkey, UNKNOWN_QPN, QKEY)
+    };
+    let rows: [(&str, Packet, usize, Stamp); 4] = [
+        (
+            "egress: stamp",
+            outgoing(0xffff),
+            EGRESS_LARGE_PAYLOAD,
+            Stamp::Stamped,
+        ),
+        (
+            "egress: already stamped",
+            outgoing(PKEY),
+            EGRESS_LARGE_PAYLOAD,
+            Stamp::Unchanged,
+        ),
+        (
+            "XDP: verdict + restore",
+            Packet::rc(PKEY, TARGET_QPN),
+            XDP_LARGE_PAYLOAD,
+            Stamp::Restored,
+        ),
+        (
+            "XDP: verdict, 0xFFFF (QP1)",
+            Packet::ud(0xffff, 1, GSI_QKEY),
+            XDP_LARGE_PAYLOAD,
+            Stamp::Restored,
+        ),
+    ];
+    let mut out = Vec::new();
+    for (name, packet, large, outcome) in rows {
+        let egress = name.starts_with("egress");
+        let mut ns = Vec::new();
+        for len in [SMALL_PAYLOAD, large] {
+            let frame = sized(packet.clone(), len).bytes();
+            let before = filter.maps().stamps()?;
+            if egress {
+                filter.run_egress(&frame)?;
+            } else {
+                ensure!(filter.run(&frame)?, "{name}: dropped");
+            }
+            let after = filter.maps().stamps()?;
+            let i = outcome.index() as usize;
+            let counted = after[i] - before[i];
+            let restores = packet.pkey != 0xffff;
+            ensure!(
+                counted == u64::from(egress || restores),
+                "{name}, {len} bytes: {counted} frames counted as {}",
+                outcome.name()
+            );
+            let mut runs = Vec::with_capacity(STAMP_RUNS);
+            for _ in 0..STAMP_RUNS {
+                let took = if egress {
+                    filter.time_egress(&frame, 1)?
+                } else {
+                    filter.time(false, &frame, 1)?
+                };
+                runs.push(ns_per_packet(took));
+            }
+            ns.push(median(runs));
+        }
+        out.push(vec![
+            name.to_string(),
+            format!("{large}"),
+            format!("{:.0}", ns[0]),
+            format!("{:.0}", ns[1]),
+            format!("{:.2}x", ns[1] / ns[0]),
+        ]);
+    }
+    Ok(Table {
+        title: format!(
+            "P_Key stamping by payload, ns/frame (median of {} single runs; the large/small ratio must stay within 1.2x)",
+            STAMP_RUNS
+        ),
+        columns: Vec::from(
+            ["path", "large payload", "64 B ns", "large ns", "large/64 B"].map(String::from),
+        ),
+        rows: out,
+    })
 }
 
 /// Parsing a large OpenSM partitions.conf: every valid partition (0x0001 to
