@@ -19,7 +19,7 @@ use pkeyfw::{
     policy::Policy,
     wire::{Packet, icrc_of},
 };
-use pkeyfw_common::{Reason, Stamp, parse::opcode, stamp};
+use pkeyfw_common::{Reason, Stamp, stamp};
 use proptest::{collection::vec, prelude::*, test_runner::TestRunner};
 
 /// Payload sizes: empty, odd (the ICRC then sits at an odd checksum offset),
@@ -313,7 +313,7 @@ fn egress_then_ingress_ends_with_the_default_pkey() {
                 if ud && src_qp == 1 {
                     p.qkey = 0x8001_0000;
                 }
-                if !ud && p.opcode != opcode::UD_SEND_ONLY && v6 {
+                if v6 {
                     p = p.over_v6(vec![]);
                 }
                 let input = frame(&p, checksum);
