@@ -41,6 +41,7 @@ pub const SEED: u32 = update(!0, &[0xff; 8]);
 /// How many covered bytes may follow a patched field: a 9000-byte jumbo frame,
 /// rounded up to a power of two.
 pub const MAX_PATCH_DISTANCE: usize = 16384;
+const _: () = assert!(MAX_PATCH_DISTANCE.is_power_of_two());
 
 /// `X8N[n]` is x^(8n) mod P, reflected like [`TABLE`]: the factor by which `n`
 /// following bytes multiply a change's effect on the CRC (each entry is the one
@@ -69,7 +70,15 @@ static X8N: [u32; MAX_PATCH_DISTANCE] = {
 /// same remainder, so its six bytes have the same CRC.
 #[inline(always)]
 pub fn patch_u16(icrc: u32, old: u16, new: u16, bytes_after: usize) -> Option<u32> {
-    let shift = u64::from(*X8N.get(bytes_after)?);
+    if bytes_after >= MAX_PATCH_DISTANCE {
+        return None;
+    }
+    // The verifier must see the index bounded where it is used: older ones
+    // (Linux 6.1) do not carry the check above over to it once the compiler
+    // has rewritten it. black_box hides the check from the compiler, so the
+    // mask stays; it never changes the value.
+    let n = core::hint::black_box(bytes_after) & (MAX_PATCH_DISTANCE - 1);
+    let shift = u64::from(X8N[n]);
     // Reflected like the CRC: bit k is the change's k-th bit on the wire.
     let d = (old ^ new).swap_bytes();
     // Bit m of the product is then its m-th bit on the wire, of 47.
