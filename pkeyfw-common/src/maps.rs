@@ -159,6 +159,33 @@ pub struct ConnKey {
     pub addr: [u8; 16],
 }
 
+/// What the connection probe (pkeyfw-watch) needs to read the kernel's RDMA
+/// structures: byte offsets, from ib_core's BTF since they change between
+/// kernels, and the RDMA devices (by index) of the attachment's interface.
+/// The watch object's global `LAYOUT`.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct QpLayout {
+    /// `struct ib_qp`: `device`, `qp_num`.
+    pub qp_device: u32,
+    pub qp_num: u32,
+    /// `struct ib_device`: `index`.
+    pub device_index: u32,
+    /// `struct ib_qp_attr`: `dest_qp_num`, `ah_attr.grh.dgid`.
+    pub attr_dest_qp_num: u32,
+    pub attr_dgid: u32,
+    /// Device indices; [`QpLayout::NO_DEVICE`] where unused.
+    pub devices: [u32; QpLayout::DEVICES],
+}
+
+impl QpLayout {
+    pub const DEVICES: usize = 4;
+    pub const NO_DEVICE: u32 = u32::MAX;
+    /// `enum ib_qp_attr_mask` bits (the same values as libibverbs').
+    pub const MASK_AV: u32 = 1 << 7;
+    pub const MASK_DEST_QPN: u32 = 1 << 20;
+}
+
 /// `GROUPS` value.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -222,6 +249,7 @@ mod pod {
     unsafe impl aya::Pod for super::QpEntry {}
     unsafe impl aya::Pod for super::GroupKey {}
     unsafe impl aya::Pod for super::ConnKey {}
+    unsafe impl aya::Pod for super::QpLayout {}
     unsafe impl aya::Pod for super::GroupEntry {}
     unsafe impl aya::Pod for super::QpStats {}
 }

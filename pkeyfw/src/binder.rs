@@ -58,10 +58,14 @@ impl Binder {
         &self.base
     }
 
-    /// Whether the policy binds anything by rule (else there is nothing to
-    /// watch for).
+    /// Whether the QPs that exist matter: the policy binds by rule, or it
+    /// stamps (which needs the connections of bound QPs).
     pub fn active(&self) -> bool {
-        !self.base.binds.is_empty()
+        !self.base.binds.is_empty() || self.base.stamp
+    }
+
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
     }
 
     fn qps(&self) -> Result<Vec<Qp>> {

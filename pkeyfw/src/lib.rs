@@ -4,6 +4,7 @@
 //! XDP program, and the commands built on them.
 
 pub mod binder;
+pub mod btf;
 pub mod capture;
 pub mod cmd;
 pub mod describe;

@@ -276,7 +276,13 @@ async fn foreground(
     let mut watch = if binder.active() {
         // SAFETY: the ring buffer's fd is owned by the watch, which the
         // AsyncFd owns; it closes only when the AsyncFd is dropped.
-        let registered = QpWatch::start().and_then(|w| {
+        let registered = QpWatch::start(&pins.dir, binder.ifindex()).and_then(|w| {
+            if let Err(why) = &w.connections {
+                println!(
+                    "pkeyfw: QP connections are not probed ({why}); they are read every {} ms",
+                    binder::POLL.as_millis()
+                );
+            }
             unsafe { AsyncFd::register_with_interest(w, Interest::READABLE) }
                 .map_err(|e| e.into_parts().1.into())
         });
