@@ -130,7 +130,8 @@ fn text_output_has_a_line_per_frame_and_totals() {
     assert!(text.contains("123 frames: 123 passed, 0 dropped"), "{text}");
 }
 
-/// The ICRC the frame builder writes is the one real hardware writes.
+/// The ICRC the frame builder writes is the one real hardware writes, and
+/// the capture check finds every real frame's ICRC right.
 #[test]
 fn icrc_matches_real_connectx_frames() {
     let frames = capture::read(&common::shared_capture(CAPTURE)).unwrap();
@@ -146,6 +147,15 @@ fn icrc_matches_real_connectx_frames() {
         assert_eq!(
             pkeyfw::wire::icrc_of(body, 14, 14 + ihl, 14 + ihl + 8),
             want,
+            "frame {}",
+            f.index
+        );
+        assert_eq!(pkeyfw::wire::icrc_holds(d), Some(true), "frame {}", f.index);
+        let mut bent = d.clone();
+        bent[14 + ihl + 8 + 2] ^= 0x80; // the BTH P_Key's membership bit
+        assert_eq!(
+            pkeyfw::wire::icrc_holds(&bent),
+            Some(false),
             "frame {}",
             f.index
         );

@@ -1,8 +1,8 @@
 //! `cargo xtask rxe-lab`: real ibverbs programs over soft-RoCE, in the guest,
 //! with pkeyfw enforcing. The guest runs `pkeyfw lab rxe` (the scenarios
 //! live with the rest of the CLI); the host then decodes every capture with
-//! tshark and checks that the P_Keys and Q_Keys on the wire are the ones the
-//! scenario is about.
+//! tshark and checks that the P_Keys and Q_Keys on the wire (stamped ones
+//! included) are the ones the scenario is about.
 
 use std::{fs, path::Path, path::PathBuf, time::Duration};
 
@@ -82,12 +82,19 @@ pub fn run(args: &[String]) -> Result<Outcome> {
     let scenarios = results["scenarios"]
         .as_array()
         .context("results.json has no scenarios")?;
-    println!("\nOn the wire (tshark, the client's end): P_Keys and Q_Keys of every RoCE frame");
+    println!(
+        "\nOn the wire (tshark, both ends' outgoing frames): P_Keys and Q_Keys of every RoCE frame"
+    );
     let (mut passed, mut failed) = (0, 0);
     for s in scenarios {
         let name = s["name"].as_str().unwrap_or("?");
-        let capture = s["capture"].as_str().context("a scenario has no capture")?;
-        let wire = wire::decode(&share.join(capture))?;
+        let captures: Vec<PathBuf> = s["captures"]
+            .as_array()
+            .context("a scenario has no captures")?
+            .iter()
+            .filter_map(|c| c.as_str().map(|c| share.join(c)))
+            .collect();
+        let wire = wire::decode(&captures)?;
         let want_pkeys = numbers(&s["wire"]["pkeys"]);
         let want_qkeys = numbers(&s["wire"]["qkeys"]);
         let wire_ok = wire.pkeys == want_pkeys && wire.qkeys == want_qkeys && wire.frames > 0;

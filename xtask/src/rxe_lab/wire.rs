@@ -1,18 +1,41 @@
 //! What a capture carries, as tshark's InfiniBand dissector reads it: an
 //! independent decoder, so the lab's view of the wire is not pkeyfw's own.
 
-use std::{collections::BTreeSet, path::Path, process::Command};
+use std::{
+    collections::BTreeSet,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use anyhow::{Context as _, Result, bail};
 
-/// The distinct keys of a capture's RoCE frames, sorted.
+/// The distinct keys of some captures' RoCE frames, sorted.
 pub struct Wire {
     pub frames: usize,
     pub pkeys: Vec<u64>,
     pub qkeys: Vec<u64>,
 }
 
-pub fn decode(capture: &Path) -> Result<Wire> {
+pub fn decode(captures: &[PathBuf]) -> Result<Wire> {
+    let mut all = Wire {
+        frames: 0,
+        pkeys: Vec::new(),
+        qkeys: Vec::new(),
+    };
+    for capture in captures {
+        let one = decode_one(capture)?;
+        all.frames += one.frames;
+        all.pkeys.extend(one.pkeys);
+        all.qkeys.extend(one.qkeys);
+    }
+    for keys in [&mut all.pkeys, &mut all.qkeys] {
+        keys.sort_unstable();
+        keys.dedup();
+    }
+    Ok(all)
+}
+
+fn decode_one(capture: &Path) -> Result<Wire> {
     let out = Command::new("tshark")
         .arg("-r")
         .arg(capture)

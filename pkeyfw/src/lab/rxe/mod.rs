@@ -1,9 +1,10 @@
 //! `pkeyfw lab rxe`: unmodified RDMA programs over soft-RoCE with pkeyfw
 //! enforcing. Two rdma_rxe devices on the two ends of a veth pair; for each
-//! scenario a foreground `pkeyfw attach` on the server's end with a policy
-//! whose `[[bind]]` rules bind the programs' QPs as they appear, the server,
-//! then the client; the table shows whether the programs completed and which
-//! counters moved, against what the partition rules say. Needs root, the
+//! scenario a foreground `pkeyfw attach` on the server's end (on both ends
+//! when the policy stamps) with a policy whose `[[bind]]` rules bind the
+//! programs' QPs as they appear, the server, then the client; the table
+//! shows whether the programs completed and which counters moved, against
+//! what the partition rules say. Needs root, the
 //! rdma_rxe module and the RDMA userland (rdma-core, perftest,
 //! rdmacm-utils); `cargo xtask rxe-lab` runs it in a guest that has them.
 
@@ -56,7 +57,8 @@ pub fn run(opts: &Options) -> Result<bool> {
         let topo = Topology::create()?;
         let (c, s) = (topo.client(), topo.server());
         println!(
-            "pkeyfw lab rxe: client {} ({}, {}) ⟶ server {} ({}, {}), pkeyfw on {}",
+            "pkeyfw lab rxe: client {} ({}, {}) ⟶ server {} ({}, {}), pkeyfw on {} \
+             (on both ends when stamping)",
             c.device, c.iface, c.addr, s.device, s.iface, s.addr, s.iface
         );
         let mut rows = Vec::new();
@@ -84,14 +86,24 @@ pub fn run(opts: &Options) -> Result<bool> {
 }
 
 /// Whether a scenario went as the rules say: the programs completed or not,
-/// its verdict's counter moved, and nothing else its policy refuses did.
+/// its verdict's counter moved at the server's end, and nothing else its
+/// policy refuses did, at either end; no captured frame carries a wrong
+/// ICRC; a stamping scenario stamped, and each end's rxe took in exactly
+/// the frames its filter passed (restored to 0xffff, ICRC patched: rxe drops
+/// a frame with either wrong before counting it).
 fn judge(sc: &Scenario, o: &Observed) -> bool {
     let policy = sc.policy();
+    let refused_only = |counts: &[u64], allowed: Option<Reason>| {
+        Reason::ALL
+            .into_iter()
+            .all(|r| Some(r) == allowed || !policy.refuses(r) || counts[r.index() as usize] == 0)
+    };
     o.completes() == sc.completes
         && o.reasons[sc.reason.index() as usize] > 0
-        && Reason::ALL
-            .into_iter()
-            .all(|r| r == sc.reason || !policy.refuses(r) || o.reasons[r.index() as usize] == 0)
+        && refused_only(&o.reasons, Some(sc.reason))
+        && o.client_reasons.is_none_or(|c| refused_only(&c, None))
+        && o.bad_icrc == 0
+        && (!policy.stamp || (o.stamped > 0 && o.rxe_rcvd == o.passed))
 }
 
 fn outcome(completes: bool) -> &'static str {
@@ -172,7 +184,12 @@ fn results(scenarios: &[Scenario], rows: &[Observed]) -> serde_json::Value {
                     "reasons": crate::describe::reasons_json(&o.reasons),
                 },
                 "ok": judge(sc, o),
-                "capture": o.capture.as_ref().map(|p| p.display().to_string()),
+                "client_reasons": o.client_reasons.as_ref().map(crate::describe::reasons_json),
+                "stamped": o.stamped,
+                "rxe_rcvd": { "server": o.rxe_rcvd[0], "client": o.rxe_rcvd[1] },
+                "passed": { "server": o.passed[0], "client": o.passed[1] },
+                "icrc": { "frames": o.frames, "bad": o.bad_icrc },
+                "captures": o.captures.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
                 "wire": {
                     "pkeys": sc.wire_pkeys,
                     "qkeys": sc.wire_qkeys,

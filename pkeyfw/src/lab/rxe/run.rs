@@ -1,5 +1,9 @@
 //! Running one scenario: attach, capture, server, client, and what came of
 //! it. Every process it starts is stopped before it returns.
+//!
+//! Each end's outgoing frames are captured (after the TC egress program, so
+//! stamped as they cross the veth, and before the far end's XDP judges
+//! them), and every captured frame's ICRC is recomputed.
 
 use std::{
     fs,
@@ -12,11 +16,18 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+use pkeyfw_common::{Reason, Stamp};
+
 use super::{
     scenario::{Ready, Scenario},
-    topology::Topology,
+    topology::{End, Topology},
 };
-use crate::{maps::Maps, maps::ReasonCounts, pins::Pins};
+use crate::{
+    capture,
+    maps::{Maps, ReasonCounts},
+    pins::Pins,
+    wire,
+};
 
 /// How long a client may run before it counts as stalled (soft-RoCE under
 /// emulation is slow; a healthy run takes well under a second).
@@ -38,9 +49,22 @@ pub enum Exit {
 pub struct Observed {
     pub server: Exit,
     pub client: Exit,
-    /// The filter's counters for the whole scenario.
+    /// The server end's filter counters for the whole scenario.
     pub reasons: ReasonCounts,
-    pub capture: Option<PathBuf>,
+    /// The client end's, when it is filtered too (stamping scenarios).
+    pub client_reasons: Option<ReasonCounts>,
+    /// Frames the two ends' egress programs stamped.
+    pub stamped: u64,
+    /// Frames each end's rxe device took in (`rcvd_pkts`, counted once a
+    /// frame passed rxe's header and ICRC checks), and frames each end's
+    /// filter passed to it: [server, client].
+    pub rxe_rcvd: [u64; 2],
+    pub passed: [u64; 2],
+    /// The captures, server's outgoing frames first.
+    pub captures: Vec<PathBuf>,
+    /// RoCE v2 frames captured, and those among them whose ICRC is wrong.
+    pub frames: usize,
+    pub bad_icrc: usize,
     /// The last words of the programs and pkeyfw's output, for a scenario
     /// that did not go as expected.
     pub output: String,
@@ -172,23 +196,36 @@ pub fn scenario(
     topo: &Topology,
     sc: &Scenario,
     work: &Path,
-    captures: Option<&Path>,
+    capture_dir: Option<&Path>,
 ) -> Result<Observed> {
     let (server_end, client_end) = (topo.server(), topo.client());
     let policy = work.join(format!("{}.toml", sc.name));
     fs::write(&policy, sc.policy_text())?;
+    let stamping = sc.policy().stamp;
     let attach = Attach::start(&server_end.iface, &policy)?;
-    let capture = captures.map(|dir| dir.join(format!("{}.pcap", sc.name)));
-    let tcpdump = capture
-        .as_ref()
-        .map(|path| tcpdump(&client_end.iface, path))
+    // Stamping needs the sender's end too: its egress stamps, its XDP
+    // restores the replies.
+    let client_attach = stamping
+        .then(|| Attach::start(&client_end.iface, &policy))
         .transpose()?;
+    let captures: Vec<PathBuf> = capture_dir.map_or_else(Vec::new, |dir| {
+        ["server", "client"]
+            .map(|role| dir.join(format!("{}.{role}.pcap", sc.name)))
+            .to_vec()
+    });
+    let tcpdumps = captures
+        .iter()
+        .zip([server_end, client_end])
+        .map(|(path, end)| tcpdump(&end.iface, path))
+        .collect::<Result<Vec<_>>>()?;
+    let rcvd_before = [server_end, client_end].map(rxe_rcvd);
 
-    let logs = captures.unwrap_or(work);
+    let logs = capture_dir.unwrap_or(work);
     let log = |role: &str| fs::File::create(logs.join(format!("{}.{role}.log", sc.name)));
     let program = sc.program;
+    let (server_comm, client_comm) = sc.comms();
     let mut server = Proc(
-        Command::new(program.name())
+        Command::new(named(program.name(), server_comm, work)?)
             .args(program.server(server_end))
             .stdout(log("server")?)
             .stderr(log("server.err")?)
@@ -204,7 +241,7 @@ pub fn scenario(
         attach.wait_for(|l| l.contains("bound QP") && l.contains(&pid), READY)?;
     }
     let mut client = Proc(
-        Command::new(program.name())
+        Command::new(named(program.name(), client_comm, work)?)
             .args(program.client(client_end, server_end))
             .stdout(log("client")?)
             .stderr(log("client.err")?)
@@ -218,12 +255,43 @@ pub fn scenario(
         LINGER
     })?;
     drop((client, server));
-    if let Some(t) = tcpdump {
+    for t in tcpdumps {
         stop(t);
     }
-    let reasons = Maps::from_pins(&Pins::of(&server_end.iface).dir)?.reasons()?;
-    let attach_lines = attach.lines.lock().expect("not poisoned").clone();
+    let rcvd_after = [server_end, client_end].map(rxe_rcvd);
+    let counted = |end: &End| -> Result<(ReasonCounts, u64)> {
+        let maps = Maps::from_pins(&Pins::of(&end.iface).dir)?;
+        Ok((
+            maps.reasons()?,
+            maps.stamps()?[Stamp::Stamped.index() as usize],
+        ))
+    };
+    let (reasons, mut stamped) = counted(server_end)?;
+    let client_reasons = match &client_attach {
+        Some(_) => {
+            let (r, s) = counted(client_end)?;
+            stamped += s;
+            Some(r)
+        }
+        None => None,
+    };
+    let mut attach_lines = attach.lines.lock().expect("not poisoned").clone();
     attach.stop();
+    if let Some(a) = client_attach {
+        attach_lines.push("pkeyfw attach (client's end):".to_string());
+        attach_lines.extend(a.lines.lock().expect("not poisoned").iter().cloned());
+        a.stop();
+    }
+    let (frames, bad_icrc) = icrc_check(&captures)?;
+    let passed = |r: Option<&ReasonCounts>| {
+        r.map_or(0, |r| {
+            Reason::ALL
+                .into_iter()
+                .filter(|&x| x != Reason::NotRoce && !sc.policy().refuses(x))
+                .map(|x| r[x.index() as usize])
+                .sum()
+        })
+    };
     let tail = |role: &str| {
         let text =
             fs::read_to_string(logs.join(format!("{}.{role}.log", sc.name))).unwrap_or_default();
@@ -238,7 +306,13 @@ pub fn scenario(
         server: settle(server_exit, "server"),
         client: settle(client_exit, "client"),
         reasons,
-        capture,
+        client_reasons,
+        stamped,
+        rxe_rcvd: [0, 1].map(|i| rcvd_after[i].saturating_sub(rcvd_before[i])),
+        passed: [passed(Some(&reasons)), passed(client_reasons.as_ref())],
+        captures,
+        frames,
+        bad_icrc,
         output: format!(
             "client: {}\nclient stderr: {}\nserver: {}\nserver stderr: {}\npkeyfw attach:\n{}",
             tail("client"),
@@ -250,8 +324,53 @@ pub fn scenario(
     })
 }
 
-/// Captures RoCE on `iface` (both directions; on the client's end, so the
-/// frames the filter dropped are in it too) until stopped.
+/// A path that runs `program` under the command name `comm`: a link named
+/// so in `work` (the kernel names a task after the file it executes).
+fn named(program: &str, comm: &str, work: &Path) -> Result<PathBuf> {
+    if program == comm {
+        return Ok(PathBuf::from(program));
+    }
+    let target = std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .with_context(|| format!("{program} is not on PATH"))?;
+    let link = work.join(comm);
+    let _ = fs::remove_file(&link);
+    std::os::unix::fs::symlink(&target, &link)
+        .with_context(|| format!("linking {} to {}", link.display(), target.display()))?;
+    Ok(link)
+}
+
+/// The frames `end`'s rxe device has taken in so far.
+fn rxe_rcvd(end: &End) -> u64 {
+    let path = format!(
+        "/sys/class/infiniband/{}/ports/1/hw_counters/rcvd_pkts",
+        end.device
+    );
+    fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// RoCE v2 frames in the captures, and how many carry a wrong ICRC.
+fn icrc_check(captures: &[PathBuf]) -> Result<(usize, usize)> {
+    let (mut frames, mut bad) = (0, 0);
+    for path in captures {
+        for f in capture::read(path)? {
+            match wire::icrc_holds(&f.data) {
+                Some(true) => frames += 1,
+                Some(false) => (frames, bad) = (frames + 1, bad + 1),
+                None => {}
+            }
+        }
+    }
+    Ok((frames, bad))
+}
+
+/// Captures the RoCE frames `iface` sends, whole, until stopped.
 fn tcpdump(iface: &str, path: &Path) -> Result<Proc> {
     let mut child = Command::new("tcpdump")
         .args([
@@ -261,8 +380,8 @@ fn tcpdump(iface: &str, path: &Path) -> Result<Proc> {
             "--immediate-mode",
             "-B",
             "8192",
-            "-s",
-            "256",
+            "-Q",
+            "out",
         ])
         .args(["-i", iface, "-w"])
         .arg(path)

@@ -1,6 +1,7 @@
 //! The soft-RoCE scenarios: unmodified ibverbs and rdma_cm programs, a
 //! policy that binds (or does not bind) their QPs, and what the partition
-//! rules say must happen. The receiving end (the server) is filtered.
+//! rules say must happen. The receiving end (the server) is filtered; in a
+//! stamping scenario both ends are, each stamping what it sends.
 
 use std::path::Path;
 
@@ -94,10 +95,21 @@ fn strings(a: &[&str]) -> Vec<String> {
     a.iter().map(|s| s.to_string()).collect()
 }
 
+/// The command names a scenario runs its server and client under, so that
+/// `[[bind]]` rules tell the two apart (the lab runs the program through a
+/// link of that name; the kernel takes a task's comm from it).
+#[derive(Copy, Clone, Debug)]
+pub struct Roles {
+    pub server: &'static str,
+    pub client: &'static str,
+}
+
 /// One scenario.
 pub struct Scenario {
     pub name: &'static str,
     pub program: Program,
+    /// Who the server and client are; `None`: the program's own name.
+    pub roles: Option<Roles>,
     /// The policy's `[[bind]]` and `[enforcement]` part (the port table is
     /// common).
     pub rules: &'static str,
@@ -126,11 +138,51 @@ impl Scenario {
         Policy::parse(Path::new(self.name), &self.policy_text())
             .unwrap_or_else(|e| panic!("scenario {} has an invalid policy: {e}", self.name))
     }
+
+    /// The command names of the server and the client.
+    pub fn comms(&self) -> (&'static str, &'static str) {
+        self.roles
+            .map_or((self.program.name(), self.program.name()), |r| {
+                (r.server, r.client)
+            })
+    }
 }
 
-/// The port's P_Key table in every scenario: the default partition (full)
-/// and partition 0x0001 (full).
-pub const PORT: &str = "[port]\npkeys = [0xffff, 0x8001]\n";
+/// The port's P_Key table in every scenario: the default partition, and the
+/// memberships the roles below take. The two rxe devices stand for the
+/// hosts of several ports, so one table holds all of them.
+pub const PORT: &str = "[port]\npkeys = [0xffff, 0x8001, 0x0001, 0x8002]\n";
+
+/// The roles of the seeds' example, plus one in another partition: A is a
+/// full member of partition 0x0001, B and C limited members, D a full member
+/// of 0x0002. All four use ibv_ud_pingpong's Q_Key.
+macro_rules! roles {
+    () => {
+        "[[bind]]\ncomm = \"pp-a-full\"\npkey = 0x8001\nqkey = 0x11111111\n\
+         [[bind]]\ncomm = \"pp-b-limited\"\npkey = 0x0001\nqkey = 0x11111111\n\
+         [[bind]]\ncomm = \"pp-c-limited\"\npkey = 0x0001\nqkey = 0x11111111\n\
+         [[bind]]\ncomm = \"pp-d-other\"\npkey = 0x8002\nqkey = 0x11111111\n"
+    };
+}
+
+const STAMPING: &str = concat!("[enforcement]\nstamp = true\n", roles!());
+
+const A_B: Option<Roles> = Some(Roles {
+    server: "pp-a-full",
+    client: "pp-b-limited",
+});
+const A_C: Option<Roles> = Some(Roles {
+    server: "pp-a-full",
+    client: "pp-c-limited",
+});
+const B_C: Option<Roles> = Some(Roles {
+    server: "pp-b-limited",
+    client: "pp-c-limited",
+});
+const B_D: Option<Roles> = Some(Roles {
+    server: "pp-b-limited",
+    client: "pp-d-other",
+});
 
 /// Q_Keys: ibv_ud_pingpong's, rdma_cm's UD port space's, and the GSI's.
 const PP_QKEY: u32 = 0x1111_1111;
@@ -141,6 +193,7 @@ pub fn all() -> Vec<Scenario> {
     vec![
         Scenario {
             name: "ud-qkey-match",
+            roles: None,
             program: Program::UdPingpong,
             rules: "[[bind]]\ncomm = \"ibv_ud_pingpong\"\npkey = 0xffff\nqkey = 0x11111111\n",
             binding: "UD, P_Key 0xffff, Q_Key 0x11111111",
@@ -152,6 +205,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "ud-qkey-other",
+            roles: None,
             program: Program::UdPingpong,
             rules: "[[bind]]\ncomm = \"ibv_ud_pingpong\"\npkey = 0xffff\nqkey = 0x22222222\n",
             binding: "UD, P_Key 0xffff, Q_Key 0x22222222",
@@ -163,6 +217,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "rc-default-partition",
+            roles: None,
             program: Program::RcPingpong,
             rules: "[[bind]]\ncomm = \"ibv_rc_pingpong\"\npkey = 0xffff\n",
             binding: "RC, P_Key 0xffff",
@@ -174,6 +229,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "rc-other-partition",
+            roles: None,
             program: Program::RcPingpong,
             rules: "[[bind]]\ncomm = \"ibv_rc_pingpong\"\npkey = 0x8001\n",
             binding: "RC, P_Key 0x8001",
@@ -185,6 +241,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "send-bw-default",
+            roles: None,
             program: Program::SendBw,
             rules: "[[bind]]\ncomm = \"ib_send_bw\"\npkey = 0xffff\n",
             binding: "RC, P_Key 0xffff",
@@ -196,6 +253,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "send-bw-other",
+            roles: None,
             program: Program::SendBw,
             rules: "[[bind]]\ncomm = \"ib_send_bw\"\npkey = 0x8001\n",
             binding: "RC, P_Key 0x8001",
@@ -207,6 +265,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "rping",
+            roles: None,
             program: Program::Rping,
             rules: "[[bind]]\ncomm = \"rping\"\npkey = 0xffff\n",
             binding: "RC, P_Key 0xffff",
@@ -218,6 +277,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "udaddy-match",
+            roles: None,
             program: Program::Udaddy,
             rules: "[[bind]]\ncomm = \"udaddy\"\npkey = 0xffff\nqkey = 0x01234567\n",
             binding: "UD, P_Key 0xffff, Q_Key 0x01234567",
@@ -229,6 +289,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "udaddy-other",
+            roles: None,
             program: Program::Udaddy,
             rules: "[[bind]]\ncomm = \"udaddy\"\npkey = 0xffff\nqkey = 0x76543210\n",
             binding: "UD, P_Key 0xffff, Q_Key 0x76543210",
@@ -240,6 +301,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "unknown-drop-ud",
+            roles: None,
             program: Program::UdPingpong,
             rules: "[enforcement]\nunknown_qp = \"drop\"\n",
             binding: "none (unknown_qp = drop)",
@@ -251,6 +313,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "unknown-drop-rping",
+            roles: None,
             program: Program::Rping,
             rules: "[enforcement]\nunknown_qp = \"drop\"\n",
             binding: "none (unknown_qp = drop)",
@@ -259,6 +322,78 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0xffff],
             wire_qkeys: &[GSI_QKEY],
             why: "CM to QP1 passes; the RC QP is unbound",
+        },
+        Scenario {
+            name: "stamp-ud-a-b",
+            roles: A_B,
+            program: Program::UdPingpong,
+            rules: STAMPING,
+            binding: "A 0x8001 ⟵ B 0x0001, stamped",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0x0001, 0x8001],
+            wire_qkeys: &[PP_QKEY],
+            why: "full and limited member of 0x0001",
+        },
+        Scenario {
+            name: "stamp-rc-a-c",
+            roles: A_C,
+            program: Program::RcPingpong,
+            rules: STAMPING,
+            binding: "A 0x8001 ⟵ C 0x0001, stamped",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0x0001, 0x8001],
+            wire_qkeys: &[],
+            why: "full and limited member of 0x0001",
+        },
+        Scenario {
+            name: "stamp-ud-b-c",
+            roles: B_C,
+            program: Program::UdPingpong,
+            rules: STAMPING,
+            binding: "B 0x0001 ⟵ C 0x0001, stamped",
+            completes: false,
+            reason: Reason::PkeyViolation,
+            wire_pkeys: &[0x0001],
+            wire_qkeys: &[PP_QKEY],
+            why: "two limited members never match",
+        },
+        Scenario {
+            name: "stamp-rc-b-c",
+            roles: B_C,
+            program: Program::RcPingpong,
+            rules: STAMPING,
+            binding: "B 0x0001 ⟵ C 0x0001, stamped",
+            completes: false,
+            reason: Reason::PkeyViolation,
+            wire_pkeys: &[0x0001],
+            wire_qkeys: &[],
+            why: "two limited members never match",
+        },
+        Scenario {
+            name: "stamp-ud-b-d",
+            roles: B_D,
+            program: Program::UdPingpong,
+            rules: STAMPING,
+            binding: "B 0x0001 ⟵ D 0x8002, stamped",
+            completes: false,
+            reason: Reason::PkeyViolation,
+            wire_pkeys: &[0x8002],
+            wire_qkeys: &[PP_QKEY],
+            why: "partition 0x0002 is not 0x0001",
+        },
+        Scenario {
+            name: "unstamped-ud-a-b",
+            roles: A_B,
+            program: Program::UdPingpong,
+            rules: roles!(),
+            binding: "A 0x8001 ⟵ B 0x0001, not stamped",
+            completes: false,
+            reason: Reason::PkeyViolation,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[PP_QKEY],
+            why: "rxe sends 0xffff, which 0x8001 refuses",
         },
     ]
 }
