@@ -254,19 +254,7 @@ impl Filter {
     /// Runs one frame through the program in the kernel (BPF_PROG_TEST_RUN)
     /// and returns whether it passed.
     pub fn run(&self, frame: &[u8]) -> Result<bool> {
-        let result = self
-            .program()
-            .test_run(TestRunOptions {
-                data_in: Some(frame),
-                repeat: 1,
-                ..Default::default()
-            })
-            .map_err(|e| privileged("BPF_PROG_TEST_RUN", e.into()))?;
-        match result.return_value {
-            XDP_PASS => Ok(true),
-            XDP_DROP => Ok(false),
-            other => bail!("the XDP program returned {other}, expected XDP_PASS or XDP_DROP"),
-        }
+        self.run_out(frame).map(|(pass, _)| pass)
     }
 
     /// Runs one frame through the XDP program and returns whether it passed

@@ -201,11 +201,12 @@ pub fn scenario(
     let (server_end, client_end) = (topo.server(), topo.client());
     let policy = work.join(format!("{}.toml", sc.name));
     fs::write(&policy, sc.policy_text())?;
-    let stamping = sc.policy().stamp;
+    let rules = sc.policy();
     let attach = Attach::start(&server_end.iface, &policy)?;
     // Stamping needs the sender's end too: its egress stamps, its XDP
     // restores the replies.
-    let client_attach = stamping
+    let client_attach = rules
+        .stamp
         .then(|| Attach::start(&client_end.iface, &policy))
         .transpose()?;
     let captures: Vec<PathBuf> = capture_dir.map_or_else(Vec::new, |dir| {
@@ -236,7 +237,7 @@ pub fn scenario(
         Ready::Tcp(port) => wait_listening(port)?,
         Ready::Millis(ms) => std::thread::sleep(Duration::from_millis(ms)),
     }
-    if program.qp_before_exchange() && !sc.policy().binds.is_empty() {
+    if program.qp_before_exchange() && !rules.binds.is_empty() {
         let pid = format!("pid {} ", server.0.id());
         attach.wait_for(|l| l.contains("bound QP") && l.contains(&pid), READY)?;
     }
@@ -287,7 +288,7 @@ pub fn scenario(
         r.map_or(0, |r| {
             Reason::ALL
                 .into_iter()
-                .filter(|&x| x != Reason::NotRoce && !sc.policy().refuses(x))
+                .filter(|&x| x != Reason::NotRoce && !rules.refuses(x))
                 .map(|x| r[x.index() as usize])
                 .sum()
         })

@@ -167,22 +167,15 @@ macro_rules! roles {
 
 const STAMPING: &str = concat!("[enforcement]\nstamp = true\n", roles!());
 
-const A_B: Option<Roles> = Some(Roles {
-    server: "pp-a-full",
-    client: "pp-b-limited",
-});
-const A_C: Option<Roles> = Some(Roles {
-    server: "pp-a-full",
-    client: "pp-c-limited",
-});
-const B_C: Option<Roles> = Some(Roles {
-    server: "pp-b-limited",
-    client: "pp-c-limited",
-});
-const B_D: Option<Roles> = Some(Roles {
-    server: "pp-b-limited",
-    client: "pp-d-other",
-});
+/// The roles' command names, as the rules above bind them.
+const A: &str = "pp-a-full";
+const B: &str = "pp-b-limited";
+const C: &str = "pp-c-limited";
+const D: &str = "pp-d-other";
+
+const fn roles(server: &'static str, client: &'static str) -> Option<Roles> {
+    Some(Roles { server, client })
+}
 
 /// Q_Keys: ibv_ud_pingpong's, rdma_cm's UD port space's, and the GSI's.
 const PP_QKEY: u32 = 0x1111_1111;
@@ -325,7 +318,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "stamp-ud-a-b",
-            roles: A_B,
+            roles: roles(A, B),
             program: Program::UdPingpong,
             rules: STAMPING,
             binding: "A 0x8001 ⟵ B 0x0001, stamped",
@@ -337,7 +330,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "stamp-rc-a-c",
-            roles: A_C,
+            roles: roles(A, C),
             program: Program::RcPingpong,
             rules: STAMPING,
             binding: "A 0x8001 ⟵ C 0x0001, stamped",
@@ -349,7 +342,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "stamp-ud-b-c",
-            roles: B_C,
+            roles: roles(B, C),
             program: Program::UdPingpong,
             rules: STAMPING,
             binding: "B 0x0001 ⟵ C 0x0001, stamped",
@@ -361,7 +354,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "stamp-rc-b-c",
-            roles: B_C,
+            roles: roles(B, C),
             program: Program::RcPingpong,
             rules: STAMPING,
             binding: "B 0x0001 ⟵ C 0x0001, stamped",
@@ -373,7 +366,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "stamp-ud-b-d",
-            roles: B_D,
+            roles: roles(B, D),
             program: Program::UdPingpong,
             rules: STAMPING,
             binding: "B 0x0001 ⟵ D 0x8002, stamped",
@@ -385,7 +378,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "unstamped-ud-a-b",
-            roles: A_B,
+            roles: roles(A, B),
             program: Program::UdPingpong,
             rules: roles!(),
             binding: "A 0x8001 ⟵ B 0x0001, not stamped",
@@ -413,6 +406,13 @@ mod tests {
             assert_eq!(p.binds.is_empty(), unbound, "{}", sc.name);
             assert_eq!(p.unknown_qp == UnknownQp::Drop, unbound, "{}", sc.name);
             assert!(sc.completes || p.refuses(sc.reason), "{}", sc.name);
+            // Every role is a command name a rule binds.
+            if let Some(r) = sc.roles {
+                for comm in [r.server, r.client] {
+                    let bound = p.binds.iter().any(|b| b.comm.as_deref() == Some(comm));
+                    assert!(bound, "{}: no rule binds {comm}", sc.name);
+                }
+            }
         }
     }
 }
