@@ -8,7 +8,8 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader,
     programs::{
-        SchedClassifier, TcAttach, TcAttachType, TestRun, TestRunOptions, Xdp, XdpMode,
+        SchedClassifier, TcAttach, TcAttachType, TestRun, TestRunOptions, TestRunResult, Xdp,
+        XdpMode,
         links::{FdLink, LinkOrder},
         tc::{self, NlOptions, SchedClassifierLinkId, TcError},
     },
@@ -260,17 +261,8 @@ impl Filter {
     /// Runs one frame through the XDP program and returns whether it passed
     /// and the frame as the program left it.
     pub fn run_out(&self, frame: &[u8]) -> Result<(bool, Vec<u8>)> {
-        let mut out = vec![0; frame.len()];
-        let result = self
-            .program()
-            .test_run(TestRunOptions {
-                data_in: Some(frame),
-                data_out: Some(&mut out),
-                ..Default::default()
-            })
-            .map_err(|e| privileged("BPF_PROG_TEST_RUN", e.into()))?;
-        out.truncate(result.data_size_out as usize);
-        let pass = match result.return_value {
+        let (verdict, out) = run_once(self.program(), frame)?;
+        let pass = match verdict {
             XDP_PASS => true,
             XDP_DROP => false,
             other => bail!("the XDP program returned {other}, expected XDP_PASS or XDP_DROP"),
@@ -281,22 +273,13 @@ impl Filter {
     /// Runs one outgoing frame through the egress program and returns the
     /// frame as it leaves.
     pub fn run_egress(&self, frame: &[u8]) -> Result<Vec<u8>> {
-        let mut out = vec![0; frame.len()];
-        let result = self
-            .stamp_program()
-            .test_run(TestRunOptions {
-                data_in: Some(frame),
-                data_out: Some(&mut out),
-                ..Default::default()
-            })
-            .map_err(|e| privileged("BPF_PROG_TEST_RUN", e.into()))?;
-        if result.return_value as i32 != TC_ACT_UNSPEC {
+        let (verdict, out) = run_once(self.stamp_program(), frame)?;
+        if verdict as i32 != TC_ACT_UNSPEC {
             bail!(
                 "the egress program returned {}, expected TC_ACT_UNSPEC",
-                result.return_value as i32
+                verdict as i32
             );
         }
-        out.truncate(result.data_size_out as usize);
         Ok(out)
     }
 
@@ -354,6 +337,24 @@ impl Filter {
             .map_err(|e| privileged("BPF_PROG_TEST_RUN", e.into()))?;
         Ok(result.duration)
     }
+}
+
+/// One BPF_PROG_TEST_RUN of `frame` through `program`: what it returned and
+/// the frame as it left it.
+fn run_once<P>(program: &P, frame: &[u8]) -> Result<(u32, Vec<u8>)>
+where
+    P: for<'a> TestRun<Opts<'a> = TestRunOptions<'a>, Result = TestRunResult>,
+{
+    let mut out = vec![0; frame.len()];
+    let result = program
+        .test_run(TestRunOptions {
+            data_in: Some(frame),
+            data_out: Some(&mut out),
+            ..Default::default()
+        })
+        .map_err(|e| privileged("BPF_PROG_TEST_RUN", e.into()))?;
+    out.truncate(result.data_size_out as usize);
+    Ok((result.return_value, out))
 }
 
 /// Adds the likely cause to errors of privileged BPF operations.
