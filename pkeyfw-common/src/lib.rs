@@ -7,10 +7,10 @@
 //! tables, so unit tests on the host exercise the very code the kernel runs.
 #![no_std]
 
+pub mod abi;
 pub mod csum;
 pub mod frame;
 pub mod icrc;
-pub mod maps;
 pub mod parse;
 pub mod pkey;
 pub mod reason;

@@ -133,15 +133,15 @@ impl Transport {
         }
     }
 
-    /// The [`QpType`](crate::maps::QpType) code of a QP that receives this
+    /// The [`QpType`](crate::abi::QpType) code of a QP that receives this
     /// transport; CNP has none (every QP type accepts it).
     #[inline(always)]
     pub const fn qp_type(self) -> Option<u8> {
         match self {
-            Transport::Rc => Some(crate::maps::QpType::Rc as u8),
-            Transport::Uc => Some(crate::maps::QpType::Uc as u8),
-            Transport::Ud => Some(crate::maps::QpType::Ud as u8),
-            Transport::Xrc => Some(crate::maps::QpType::Xrc as u8),
+            Transport::Rc => Some(crate::abi::QpType::Rc as u8),
+            Transport::Uc => Some(crate::abi::QpType::Uc as u8),
+            Transport::Ud => Some(crate::abi::QpType::Ud as u8),
+            Transport::Xrc => Some(crate::abi::QpType::Xrc as u8),
             Transport::Cnp => None,
         }
     }

@@ -9,10 +9,11 @@
 use network_types::udp::UdpHdr;
 
 use crate::{
-    Outcome, Tables, csum,
+    Outcome, Tables,
+    abi::Config,
+    csum,
     frame::Frame,
     icrc,
-    maps::Config,
     parse::{self, Bth, Parsed, Transport},
     pkey,
     verdict::{GSI_QPN, SMI_QPN},

@@ -1,8 +1,8 @@
 //! The partition verdict (IBA 10.9, seeds 000-003) for a classified frame.
 
 use crate::{
+    abi::{Config, GroupEntry, QpEntry, UnknownQp},
     frame::Frame,
-    maps::{Config, GroupEntry, QpEntry, UnknownQp},
     parse::{self, Parsed, Roce, Transport},
     pkey,
     reason::{Outcome, Reason},

@@ -17,13 +17,13 @@ use aya_ebpf::{
 };
 use pkeyfw_common::{
     Frame, Outcome, Reason, Stamp, Tables,
-    frame::MAX_OFFSET,
-    judge,
-    maps::{
+    abi::{
         Config, ConnKey, DEFAULT_QP_CAPACITY, EVENT_WINDOW_SHIFT, EVENTS_BYTES, EVENTS_PER_WINDOW,
         Event, EventBudget, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, PARTITIONS, QpEntry,
         QpStats, port_key_index, qp_key,
     },
+    frame::MAX_OFFSET,
+    judge,
     stamp::{self, Conns, Plan, UDP_CHECK},
 };
 
@@ -69,7 +69,7 @@ static EVENT_BUDGET: PerCpuArray<EventBudget, 1> = PerCpuArray::new();
 
 /// The policy in force: its generation's maps and settings.
 #[inline(always)]
-fn policy() -> (Maps, Config) {
+fn policy() -> (Generation, Config) {
     let generation = match ACTIVE.get(0) {
         Some(g) => *g & 1,
         None => 0,
@@ -78,17 +78,17 @@ fn policy() -> (Maps, Config) {
         Some(c) => *c,
         None => Config::default(),
     };
-    (Maps { generation }, config)
+    (Generation { generation }, config)
 }
 
 #[xdp]
 pub fn pkeyfw(ctx: XdpContext) -> u32 {
-    let (maps, config) = policy();
+    let (live, config) = policy();
     let frame = Packet {
         start: ctx.data(),
         end: ctx.data_end(),
     };
-    let outcome = judge(&frame, &maps, &config);
+    let outcome = judge(&frame, &live, &config);
     // After the verdict, which judged the stamped P_Key: the local rxe
     // accepts only 0xFFFF.
     if let Some(restore) = stamp::ingress(&frame, &outcome, &config) {
@@ -129,9 +129,9 @@ pub fn pkeyfw(ctx: XdpContext) -> u32 {
 /// while the active policy stamps. Never changes a frame's fate.
 #[classifier]
 pub fn pkeyfw_stamp(ctx: TcContext) -> i32 {
-    let (maps, config) = policy();
+    let (live, config) = policy();
     let skb = Skb(&ctx);
-    if let Some(stamping) = stamp::egress(&skb, &maps, &config) {
+    if let Some(stamping) = stamp::egress(&skb, &live, &config) {
         count_stamp(stamping.and_then(|plan| skb.rewrite(&plan)), Stamp::Stamped);
     }
     // TCX_NEXT for tcx, "continue" for a netlink filter: let others decide.
@@ -318,12 +318,12 @@ impl Skb<'_> {
     }
 }
 
-/// The maps of one policy generation.
-struct Maps {
+/// The maps of one policy generation: what the verdict reads.
+struct Generation {
     generation: u32,
 }
 
-impl Tables for Maps {
+impl Tables for Generation {
     #[inline(always)]
     fn qp(&self, qpn: u32) -> Option<QpEntry> {
         // SAFETY: the value is copied out at once.
@@ -349,7 +349,7 @@ impl Tables for Maps {
     }
 }
 
-impl Conns for Maps {
+impl Conns for Generation {
     #[inline(always)]
     fn local_qp(&self, remote_qpn: u32, peer: &[u8; 16]) -> Option<u32> {
         let key = ConnKey {

@@ -14,13 +14,13 @@ use std::{
 
 use anyhow::{Context as _, Result, ensure};
 use pkeyfw::{
-    filter::Filter,
+    loading::filter::Filter,
     policy::{Group, Policy, QpRule},
     wire::{Net, Packet},
 };
 use pkeyfw_common::{
     Reason, Stamp,
-    maps::{QpType, UnknownQp, name},
+    abi::{QpType, UnknownQp, name},
     verdict::{GSI_QKEY, MULTICAST_QPN},
 };
 
@@ -275,7 +275,7 @@ fn bench_at(qps: u32, paths: &[Path]) -> Result<Run> {
 /// through the filter and the empty program, alternating, so that a change
 /// of machine state in between hits both.
 fn measure(filter: &mut Filter, path: &Path) -> Result<Cost> {
-    let judged = filter.judge(&path.frame)?;
+    let judged = filter.run_counted(&path.frame)?;
     ensure!(
         judged == (path.pass, path.reason),
         "{}: the kernel judged (pass, reason) = {judged:?}, expected ({}, {:?})",

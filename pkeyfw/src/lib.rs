@@ -1,20 +1,17 @@
 //! pkeyfw: InfiniBand partition (P_Key / Q_Key) enforcement for RoCE, in XDP.
 //!
-//! The library behind the `pkeyfw` command: policy parsing, the loader of the
-//! XDP program, and the commands built on them.
+//! The library behind the `pkeyfw` command, by role:
+//! - [`policy`]: the policy file and OpenSM's partitions.conf, validated;
+//! - [`loading`]: the programs and maps in the kernel, and their pins;
+//! - [`control`]: what keeps a running filter in step with the host's QPs;
+//! - [`reporting`]: how frames, counters and violations read to a person;
+//! - [`cmd`]: the commands built on them.
 
-pub mod binder;
-pub mod btf;
 pub mod capture;
 pub mod cmd;
-pub mod describe;
-pub mod events;
-pub mod filter;
+pub mod control;
 pub mod lab;
-pub mod maps;
-pub mod netlink;
-pub mod pins;
+pub mod loading;
 pub mod policy;
-pub mod rdma;
-pub mod watch;
+pub mod reporting;
 pub mod wire;

@@ -13,9 +13,9 @@ use std::{
 };
 
 use pkeyfw::{
+    control::netlink,
     lab::netns::{VethPair, capture_during, in_netns, send},
-    netlink,
-    pins::Pins,
+    loading::pins::Pins,
 };
 use pkeyfw_common::{Reason, judge};
 use serde_json::Value;
@@ -132,7 +132,7 @@ fn check_traffic(pair: &VethPair, mode: &str) {
         let show = |v: &[Vec<u8>], other: &[Vec<u8>]| -> Vec<String> {
             v.iter()
                 .filter(|f| !other.contains(f))
-                .map(|f| pkeyfw::describe::frame(f))
+                .map(|f| pkeyfw::reporting::describe::frame(f))
                 .collect()
         };
         panic!(

@@ -32,7 +32,7 @@ fn the_lab_shows_every_case_as_expected() {
         "namespaces left behind"
     );
     assert!(
-        !pkeyfw::pins::Pins::of("pkeyfw-labb").exists(),
+        !pkeyfw::loading::pins::Pins::of("pkeyfw-labb").exists(),
         "pins left behind"
     );
 }

@@ -11,8 +11,8 @@ use pkeyfw::{
     wire::{Ext, Net, Packet},
 };
 use pkeyfw_common::{
+    abi::{QpType, UnknownQp},
     judge,
-    maps::{QpType, UnknownQp},
     verdict::{GSI_QKEY, MULTICAST_QPN},
 };
 use proptest::{
@@ -183,7 +183,7 @@ fn frame() -> impl Strategy<Value = Vec<u8>> {
 #[test]
 fn kernel_verdicts_equal_host_verdicts() {
     common::require_root();
-    let filter = std::cell::RefCell::new(pkeyfw::filter::Filter::load(64).expect("load"));
+    let filter = std::cell::RefCell::new(pkeyfw::loading::filter::Filter::load(64).expect("load"));
     let mut runner = TestRunner::new(Config {
         cases: 192,
         failure_persistence: None,
@@ -198,7 +198,7 @@ fn kernel_verdicts_equal_host_verdicts() {
                 filter.apply(&policy).expect("apply");
                 for f in &frames {
                     let host = judge(&f[..], &policy, &policy.config());
-                    let (pass, reason) = filter.judge(f).expect("run");
+                    let (pass, reason) = filter.run_counted(f).expect("run");
                     prop_assert_eq!(
                         (reason, pass),
                         (host.reason, host.pass),

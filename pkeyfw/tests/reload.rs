@@ -14,7 +14,7 @@ use std::{
 
 use pkeyfw::{
     lab::netns::{VethPair, capture_during, send},
-    pins::Pins,
+    loading::pins::Pins,
     policy::Policy,
     wire::Packet,
 };
@@ -103,7 +103,7 @@ fn reload_under_flood_never_mixes_policies() {
         assert!(
             verdicts(f, &p1) || verdicts(f, &p2),
             "a frame both policies drop crossed: {}",
-            pkeyfw::describe::frame(f)
+            pkeyfw::reporting::describe::frame(f)
         );
     }
     assert!(!ours.is_empty(), "the frames both policies pass must cross");

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use aya::programs::XdpMode;
 use pkeyfw::{
-    filter::{Egress, Filter},
     lab::netns::{VethPair, capture_during, in_netns, send},
-    pins::Pins,
+    loading::filter::{Egress, Filter},
+    loading::pins::Pins,
     policy::Policy,
     wire::{Packet, icrc_of},
 };
@@ -194,7 +194,11 @@ fn ingress_restores_the_default_pkey_of_passed_frames() {
             };
             let input = frame(&p, checksum);
             let before = filter.maps().stamps().unwrap();
-            assert_eq!(filter.judge(&input).unwrap(), (true, Reason::Ok), "{what}");
+            assert_eq!(
+                filter.run_counted(&input).unwrap(),
+                (true, Reason::Ok),
+                "{what}"
+            );
             assert_eq!(
                 moved(before, filter.maps().stamps().unwrap()),
                 Some(Stamp::Restored)
@@ -207,7 +211,7 @@ fn ingress_restores_the_default_pkey_of_passed_frames() {
     // Two limited members: dropped on the stamped value, not rewritten.
     let limited = frame(&Packet::rc(0x0001, QPB), true);
     assert_eq!(
-        filter.judge(&limited).unwrap(),
+        filter.run_counted(&limited).unwrap(),
         (false, Reason::PkeyViolation)
     );
     assert_eq!(filter.run_out(&limited).unwrap(), (false, limited.clone()));

@@ -12,7 +12,7 @@ fn every_case_in_the_kernel() {
     let mut filter = common::filter(&cases[0].policy);
     for case in &cases {
         filter.apply(&case.policy).expect("apply");
-        let (pass, reason) = filter.judge(&case.frame).expect("run");
+        let (pass, reason) = filter.run_counted(&case.frame).expect("run");
         if (reason, pass) != (case.reason, case.pass) {
             failures.push(format!(
                 "{}: want {:?}/{}, got {reason:?}/{pass}",
@@ -32,7 +32,7 @@ fn truncated_frames_in_the_kernel() {
     for (name, packet) in common::cases::valid_frames() {
         let frame = packet.bytes();
         for len in ETH..=frame.len() {
-            let (pass, reason) = filter.judge(&frame[..len]).expect("run");
+            let (pass, reason) = filter.run_counted(&frame[..len]).expect("run");
             if len < packet.headers_end() {
                 assert_eq!(
                     (reason, pass),
@@ -95,7 +95,9 @@ fn reapplying_keeps_counters_of_kept_qps_and_forgets_removed_ones() {
     smaller.qps.remove(&QPB);
     filter.apply(&smaller).unwrap();
     filter.run(&Packet::rc(0x0001, QPA).bytes()).unwrap();
-    let (pass, reason) = filter.judge(&Packet::rc(0x8001, QPB).bytes()).unwrap();
+    let (pass, reason) = filter
+        .run_counted(&Packet::rc(0x8001, QPB).bytes())
+        .unwrap();
     assert_eq!(
         (pass, reason),
         (false, Reason::PkeyViolation),

@@ -16,15 +16,16 @@ use tokio::{
 };
 
 use crate::{
-    binder::{self, Binder},
     cmd::stats::Snapshot,
-    describe, events,
-    filter::{Egress, Filter},
-    maps::ReasonCounts,
-    netlink::{self, XdpMode},
-    pins::{Pins, State},
+    control::binder::{self, Binder},
+    control::netlink::{self, XdpMode},
+    control::probes::Probes,
+    loading::filter::{Egress, Filter},
+    loading::maps::ReasonCounts,
+    loading::pins::{Pins, State},
     policy::Policy,
-    watch::QpWatch,
+    reporting::describe,
+    reporting::events,
 };
 
 /// `--mode`.
@@ -273,10 +274,10 @@ async fn foreground(
     let mut poll = tokio::time::interval(binder::POLL);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut poll_error = None;
-    let mut watch = if binder.active() {
-        // SAFETY: the ring buffer's fd is owned by the watch, which the
+    let mut probes = if binder.active() {
+        // SAFETY: the ring buffer's fd is owned by the probes, which the
         // AsyncFd owns; it closes only when the AsyncFd is dropped.
-        let registered = QpWatch::start(&pins.dir, binder.ifindex()).and_then(|w| {
+        let registered = Probes::start(&pins.dir, binder.ifindex()).and_then(|w| {
             if let Err(why) = &w.connections {
                 println!(
                     "pkeyfw: QP connections are not probed ({why}); they are read every {} ms",
@@ -320,7 +321,7 @@ async fn foreground(
                 }
                 last = now;
             }
-            created = qp_created(&mut watch) => {
+            created = qp_created(&mut probes) => {
                 created?;
                 resync(binder, filter, &mut poll_error);
             }
@@ -339,11 +340,11 @@ async fn foreground(
 }
 
 /// Waits for the QP-creation probe's wake-up (forever without a probe).
-async fn qp_created(watch: &mut Option<AsyncFd<QpWatch>>) -> Result<()> {
-    let Some(watch) = watch else {
+async fn qp_created(probes: &mut Option<AsyncFd<Probes>>) -> Result<()> {
+    let Some(probes) = probes else {
         return std::future::pending().await;
     };
-    let mut guard = watch.readable_mut().await?;
+    let mut guard = probes.readable_mut().await?;
     guard.get_inner_mut().drain();
     guard.clear_ready();
     Ok(())

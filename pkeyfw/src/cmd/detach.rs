@@ -2,7 +2,7 @@
 
 use anyhow::{Result, bail};
 
-use crate::pins::{Pins, State};
+use crate::loading::pins::{Pins, State};
 
 pub fn run(iface: &str) -> Result<()> {
     let pins = Pins::of(iface);

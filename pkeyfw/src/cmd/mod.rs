@@ -11,7 +11,7 @@ pub mod stats;
 use anyhow::{Context as _, Result};
 
 use crate::{
-    netlink,
+    control::netlink,
     policy::{guid_from_mac, parse_guid},
 };
 

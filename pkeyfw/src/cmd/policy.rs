@@ -7,7 +7,7 @@ use std::{io::Write, path::Path};
 use anyhow::Result;
 use serde_json::json;
 
-use crate::{describe, policy::Policy};
+use crate::{policy::Policy, reporting::describe};
 
 pub fn check(path: &Path, guid: Option<u64>, json: bool) -> Result<()> {
     let policy = Policy::load_for(path, guid)?;

@@ -10,16 +10,16 @@ use std::{
 };
 
 use anyhow::{Result, bail};
-use pkeyfw_common::maps::QpStats;
+use pkeyfw_common::abi::QpStats;
 use serde_json::{Value, json};
 
 use crate::{
-    describe,
-    maps::Maps,
-    netlink,
-    pins::{Pins, State},
+    control::netlink,
+    control::rdma::{self, Device, IbQpType, Qp},
+    loading::maps::Maps,
+    loading::pins::{Pins, State},
     policy::{Binding, Policy, QpRule},
-    rdma::{self, Device, IbQpType, Qp},
+    reporting::describe,
 };
 
 /// Everything `pkeyfw qps` shows.

@@ -13,10 +13,10 @@ use std::{
 use anyhow::{Result, bail};
 
 use crate::{
-    binder::Binder,
-    maps::Maps,
-    netlink,
-    pins::{Pins, State},
+    control::binder::Binder,
+    control::netlink,
+    loading::maps::Maps,
+    loading::pins::{Pins, State},
     policy::Policy,
 };
 

@@ -7,7 +7,7 @@ use anyhow::Result;
 use pkeyfw_common::Reason;
 use serde_json::json;
 
-use crate::{capture, describe, filter::Filter, policy::Policy};
+use crate::{capture, loading::filter::Filter, policy::Policy, reporting::describe};
 
 /// Bytes of an Ethernet header.
 const ETH_HLEN: usize = 14;
@@ -75,7 +75,7 @@ pub fn run(policy: &Policy, capture: &Path, json: bool, out: &mut impl Write) ->
             runts.push(frame.index);
             continue;
         }
-        let (pass, reason) = filter.judge(&frame.data)?;
+        let (pass, reason) = filter.run_counted(&frame.data)?;
         let verdict = FrameVerdict {
             index: frame.index,
             pass,

@@ -4,14 +4,14 @@
 use std::{io::Write, time::Duration};
 
 use anyhow::{Result, bail};
-use pkeyfw_common::{Stamp, maps::QpStats};
+use pkeyfw_common::{Stamp, abi::QpStats};
 use serde_json::json;
 
 use crate::{
-    describe,
-    maps::{Maps, ReasonCounts, StampCounts},
-    netlink::XdpMode,
-    pins::{Pins, State},
+    control::netlink::XdpMode,
+    loading::maps::{Maps, ReasonCounts, StampCounts},
+    loading::pins::{Pins, State},
+    reporting::describe,
 };
 
 /// One attachment's counters at one moment.

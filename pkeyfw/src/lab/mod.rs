@@ -20,7 +20,10 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use pkeyfw_common::Reason;
 
-use crate::{cmd::stats::Snapshot, describe, maps::Maps, netlink::XdpMode, pins::Pins};
+use crate::{
+    cmd::stats::Snapshot, control::netlink::XdpMode, loading::maps::Maps, loading::pins::Pins,
+    reporting::describe,
+};
 use netns::VethPair;
 
 /// Set by SIGINT/SIGTERM: stop after the current case and clean up.

@@ -119,7 +119,7 @@ struct PacketSocket(std::os::fd::OwnedFd);
 
 impl PacketSocket {
     fn bind(iface: &str) -> Result<PacketSocket> {
-        let index = crate::netlink::if_index(iface)?;
+        let index = crate::control::netlink::if_index(iface)?;
         let proto = (libc::ETH_P_ALL as u16).to_be();
         // SAFETY: plain socket creation.
         let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(proto)) };

@@ -12,7 +12,7 @@
 
 use std::{collections::btree_map::Entry, ops::RangeInclusive};
 
-use pkeyfw_common::{maps::QpType, verdict::MULTICAST_QPN};
+use pkeyfw_common::{abi::QpType, verdict::MULTICAST_QPN};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -21,7 +21,7 @@ use super::{
     error::position,
     file::{Ctx, MIN_QPN},
 };
-use crate::rdma::Qp;
+use crate::control::rdma::Qp;
 
 /// Longest command name the kernel keeps (`TASK_COMM_LEN` - 1).
 const MAX_COMM: usize = 15;

@@ -4,7 +4,7 @@
 use std::{collections::BTreeMap, net::IpAddr, ops::Range, path::Path};
 
 use pkeyfw_common::{
-    maps::{QpType, UnknownQp},
+    abi::{QpType, UnknownQp},
     pkey,
     verdict::MULTICAST_QPN,
 };

@@ -11,7 +11,7 @@ use std::{collections::BTreeMap, net::IpAddr, path::Path};
 
 use pkeyfw_common::{
     Reason, Tables,
-    maps::{Config, GroupEntry, QpEntry, QpType, UnknownQp},
+    abi::{Config, GroupEntry, QpEntry, QpType, UnknownQp},
     pkey,
     stamp::Conns,
     verdict::v4_mapped,

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use pkeyfw_common::maps::{QpType, UnknownQp};
+use pkeyfw_common::abi::{QpType, UnknownQp};
 
 use super::{Policy, PolicyError};
 

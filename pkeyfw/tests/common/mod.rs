@@ -9,7 +9,7 @@ use std::{
     process::{Command, Output},
 };
 
-use pkeyfw::{filter::Filter, lab::netns::VethPair, pins::Pins, policy::Policy};
+use pkeyfw::{lab::netns::VethPair, loading::filter::Filter, loading::pins::Pins, policy::Policy};
 
 /// Parses a policy given inline.
 pub fn policy(toml: &str) -> Policy {

@@ -2,13 +2,13 @@
 
 use std::{collections::BTreeMap, path::Path};
 
-use pkeyfw_common::maps::QpStats;
+use pkeyfw_common::abi::QpStats;
 use serde_json::json;
 
 use super::View;
 use crate::{
+    control::rdma::{Device, IbQpType, Qp},
     policy::Policy,
-    rdma::{Device, IbQpType, Qp},
 };
 
 const POLICY: &str = "[port]\npkeys = [0xffff, 0x8001]\n\

@@ -24,8 +24,8 @@ use super::{
 };
 use crate::{
     capture,
-    maps::{Maps, ReasonCounts},
-    pins::Pins,
+    loading::maps::{Maps, ReasonCounts},
+    loading::pins::Pins,
     wire,
 };
 

@@ -393,7 +393,7 @@ pub fn all() -> Vec<Scenario> {
 
 #[cfg(test)]
 mod tests {
-    use pkeyfw_common::maps::UnknownQp;
+    use pkeyfw_common::abi::UnknownQp;
 
     use super::*;
 

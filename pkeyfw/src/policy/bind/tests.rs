@@ -3,12 +3,12 @@
 
 use std::path::Path;
 
-use pkeyfw_common::maps::QpType;
+use pkeyfw_common::abi::QpType;
 
 use super::{BindRule, Binding};
 use crate::{
+    control::rdma::{IbQpType, Qp},
     policy::{Conn, Policy, PolicyError, QpRule},
-    rdma::{IbQpType, Qp},
 };
 
 const EXAMPLE: &str = r#"

@@ -16,10 +16,10 @@ use aya::{
 };
 use pkeyfw_common::{
     Reason,
-    maps::{DEFAULT_QP_CAPACITY, GENERATIONS, name},
+    abi::{DEFAULT_QP_CAPACITY, GENERATIONS, name},
 };
 
-use crate::{maps::Maps, policy::Policy};
+use crate::{loading::maps::Maps, policy::Policy};
 
 /// The program's name in the object.
 pub const PROGRAM: &str = "pkeyfw";
@@ -196,8 +196,8 @@ impl Filter {
     /// Pins the attachments (the XDP link at `pins.link()`, a tcx egress
     /// link at `pins.egress_link()`): they outlive this process until the
     /// pins are removed. A clsact egress filter needs no pin; it stays until
-    /// [`Pins::remove`](crate::pins::Pins::remove) deletes it by name.
-    pub fn pin_link(&mut self, pins: &crate::pins::Pins) -> Result<()> {
+    /// [`Pins::remove`](crate::loading::pins::Pins::remove) deletes it by name.
+    pub fn pin_link(&mut self, pins: &crate::loading::pins::Pins) -> Result<()> {
         let id = self.link.take().context("not attached")?;
         let link = self.program_mut().take_link(id)?;
         let link: FdLink = link
@@ -299,7 +299,7 @@ impl Filter {
 
     /// Runs one frame and returns whether it passed and the reason the kernel
     /// counted for it (read from the change of the per-reason counters).
-    pub fn judge(&self, frame: &[u8]) -> Result<(bool, Reason)> {
+    pub fn run_counted(&self, frame: &[u8]) -> Result<(bool, Reason)> {
         let before = self.maps.reasons()?;
         let pass = self.run(frame)?;
         let after = self.maps.reasons()?;

@@ -21,7 +21,7 @@ use aya_ebpf::{
     macros::{btf_map, kprobe, kretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
-use pkeyfw_common::maps::{ConnKey, DEFAULT_QP_CAPACITY, GENERATIONS, QPN_MASK, QpLayout};
+use pkeyfw_common::abi::{ConnKey, DEFAULT_QP_CAPACITY, GENERATIONS, QPN_MASK, QpLayout};
 
 /// The creating process's PID, per QP created.
 #[btf_map]

@@ -3,9 +3,9 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
-use pkeyfw_common::{Reason, maps::Event};
+use pkeyfw_common::{Reason, abi::Event};
 
-use crate::describe;
+use crate::reporting::describe;
 
 /// Decodes one ring-buffer record.
 pub fn decode(bytes: &[u8]) -> Option<Event> {

@@ -1,7 +1,7 @@
 //! The RDMA-core probes of a foreground attachment: a wake-up on every QP
 //! creation, so new QPs are bound at once rather than at the next poll, and
 //! the connection probe, which writes a connected QP's peer into the
-//! filter's `CONNS` as the QP is given it (see pkeyfw-ebpf's watch.rs).
+//! filter's `CONNS` as the QP is given it (see pkeyfw-ebpf's probes.rs).
 //! Where the creation probe cannot attach (no ib_core, no kprobes), polling
 //! alone remains; where the connection probe cannot (no ib_core BTF), the
 //! peer is learnt from RDMA netlink at the next poll.
@@ -17,12 +17,12 @@ use aya::{
     maps::{MapData, RingBuf},
     programs::KProbe,
 };
-use pkeyfw_common::maps::{QpLayout, name};
+use pkeyfw_common::abi::{QpLayout, name};
 
-use crate::{btf::Btf, rdma};
+use crate::{control::rdma, loading::btf::Btf};
 
-/// The watcher object built from pkeyfw-ebpf's `pkeyfw-watch`.
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pkeyfw-watch"));
+/// The probes object built from pkeyfw-ebpf's `pkeyfw-probes`.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pkeyfw-probes"));
 
 /// Functions every QP creation returns through (user and kernel QPs).
 const CREATORS: [&str; 2] = ["ib_create_qp_user", "ib_create_qp_kernel"];
@@ -30,7 +30,7 @@ const CREATORS: [&str; 2] = ["ib_create_qp_user", "ib_create_qp_kernel"];
 const CONNECTOR: &str = "ib_modify_qp_with_udata";
 
 /// The probes and the ring buffer the creation probe signals through.
-pub struct QpWatch {
+pub struct Probes {
     /// Holds the programs and their attachments.
     _ebpf: Ebpf,
     ring: RingBuf<MapData>,
@@ -38,10 +38,10 @@ pub struct QpWatch {
     pub connections: Result<(), String>,
 }
 
-impl QpWatch {
+impl Probes {
     /// Loads and attaches the probes for the filter pinned under `pins`,
     /// on interface `ifindex`.
-    pub fn start(pins: &Path, ifindex: u32) -> Result<QpWatch> {
+    pub fn start(pins: &Path, ifindex: u32) -> Result<Probes> {
         let layout = layout(ifindex);
         let conns = pins.join(name::CONNS);
         let conns_size = MapData::from_pin(&conns)
@@ -61,7 +61,7 @@ impl QpWatch {
         let connections = layout.map_err(|e| format!("{e:#}")).and_then(|_| {
             let program: &mut KProbe = ebpf
                 .program_mut("pkeyfw_qp_connect")
-                .ok_or("the watch object has no connection probe")?
+                .ok_or("the probes object has no connection probe")?
                 .try_into()
                 .map_err(|e| format!("{e}"))?;
             program.load().map_err(|e| format!("{e}"))?;
@@ -72,7 +72,7 @@ impl QpWatch {
         });
         let program: &mut KProbe = ebpf
             .program_mut("pkeyfw_qp_created")
-            .ok_or_else(|| anyhow!("the watch object has no program"))?
+            .ok_or_else(|| anyhow!("the probes object has no program"))?
             .try_into()?;
         program.load().context("loading the QP-creation probe")?;
         for f in CREATORS {
@@ -82,9 +82,9 @@ impl QpWatch {
         }
         let ring = RingBuf::try_from(
             ebpf.take_map("QP_CREATED")
-                .ok_or_else(|| anyhow!("the watch object has no ring buffer"))?,
+                .ok_or_else(|| anyhow!("the probes object has no ring buffer"))?,
         )?;
-        Ok(QpWatch {
+        Ok(Probes {
             _ebpf: ebpf,
             ring,
             connections,
@@ -127,7 +127,7 @@ fn layout(ifindex: u32) -> Result<QpLayout> {
     })
 }
 
-impl AsRawFd for QpWatch {
+impl AsRawFd for Probes {
     fn as_raw_fd(&self) -> RawFd {
         self.ring.as_raw_fd()
     }

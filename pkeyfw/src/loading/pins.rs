@@ -12,8 +12,8 @@ use anyhow::{Context as _, Result, bail};
 use aya::programs::{ProgramInfo, TcAttachType, links::PinnedLink, tc};
 
 use crate::{
-    filter::{PROGRAM, STAMP_PROGRAM},
-    netlink::{self, XdpMode},
+    control::netlink::{self, XdpMode},
+    loading::filter::{PROGRAM, STAMP_PROGRAM},
 };
 
 /// bpffs mount point.

@@ -21,7 +21,7 @@ use aya::{
 };
 use pkeyfw_common::{
     Reason, Stamp,
-    maps::{
+    abi::{
         Config, ConnKey, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, QPN_MASK, QpEntry,
         QpStats, name, port_key_index, qp_key,
     },

@@ -13,7 +13,7 @@ mod socket;
 use std::{collections::BTreeMap, fmt, net::SocketAddr};
 
 use anyhow::{Context as _, Result};
-use pkeyfw_common::maps::QpType;
+use pkeyfw_common::abi::QpType;
 
 use self::{
     nldev::{Request, command},

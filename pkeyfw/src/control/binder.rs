@@ -4,7 +4,7 @@
 //!
 //! RDMA netlink (Linux 6.1) sends no notification when a QP is created, so
 //! a foreground attachment reads it every [`POLL`], and at once when the
-//! QP-creation probe ([`crate::watch`]) fires. A QP that appears or goes is
+//! QP-creation probe ([`crate::control::probes`]) fires. A QP that appears or goes is
 //! one map entry added to or removed from the live policy (a frame sees the
 //! entry whole or not at all); anything else that changes switches
 //! generations as a reload does.
@@ -14,9 +14,9 @@ use std::{collections::BTreeMap, time::Duration};
 use anyhow::Result;
 
 use crate::{
-    maps::Maps,
+    control::rdma::{self, Qp},
+    loading::maps::Maps,
     policy::{Binding, Policy, QpRule},
-    rdma::{self, Qp},
 };
 
 /// How often the QPs are read without a wake-up. A snapshot is a handful of

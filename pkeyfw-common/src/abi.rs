@@ -159,7 +159,7 @@ pub struct ConnKey {
     pub addr: [u8; 16],
 }
 
-/// What the connection probe (pkeyfw-watch) needs to read the kernel's RDMA
+/// What the connection probe (pkeyfw-probes) needs to read the kernel's RDMA
 /// structures: byte offsets, from ib_core's BTF since they change between
 /// kernels, and the RDMA devices (by index) of the attachment's interface.
 /// The watch object's global `LAYOUT`.

@@ -1,0 +1,5 @@
+//! How frames, P_Keys, counters and violation events read to a person:
+//! display only, every verdict comes from the kernel.
+
+pub mod describe;
+pub mod events;
