@@ -7,6 +7,7 @@
 
 /// Map names, as the loader finds them in the object.
 pub mod name {
+    pub const ABI: &str = "ABI";
     pub const ACTIVE: &str = "ACTIVE";
     pub const CONFIG: &str = "CONFIG";
     pub const QPS: &str = "QPS";
@@ -19,6 +20,66 @@ pub mod name {
     pub const CONNS: &str = "CONNS";
     pub const STAMPS: &str = "STAMPS";
 }
+
+/// The layout of every map below, as one number: `ABI[0]` holds it, so a
+/// filter pinned by a pkeyfw with another layout is refused, not misread.
+/// The counter maps' sizes are part of it, so a new reason or stamping
+/// outcome changes it by itself; raise [`LAYOUT`] with any other change to
+/// a map's name, kind, key, value or indexing.
+pub const LAYOUT_VERSION: u32 =
+    LAYOUT << 16 | (crate::reason::REASON_SLOTS as u32) << 8 | crate::Stamp::COUNT as u32;
+/// The hand-kept part of [`LAYOUT_VERSION`].
+const LAYOUT: u32 = 2;
+
+/// The kind of a map, as the loader opens its pin.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum MapKind {
+    Array,
+    HashMap,
+    PerCpuArray,
+    RingBuf,
+}
+
+/// How many entries a map has.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum MapSize {
+    /// As declared in the program.
+    Fixed,
+    /// This many entries per QP the filter is loaded for.
+    PerQp(u32),
+}
+
+/// One map of the filter object.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct MapSpec {
+    pub name: &'static str,
+    pub kind: MapKind,
+    pub size: MapSize,
+}
+
+/// Every map of the filter object: the loader takes, pins, opens and sizes
+/// the maps from this table, and refuses an object with a map it lacks.
+pub const MAPS: [MapSpec; 12] = {
+    use MapKind::*;
+    use MapSize::*;
+    const fn spec(name: &'static str, kind: MapKind, size: MapSize) -> MapSpec {
+        MapSpec { name, kind, size }
+    }
+    [
+        spec(name::ABI, Array, Fixed),
+        spec(name::ACTIVE, Array, Fixed),
+        spec(name::CONFIG, Array, Fixed),
+        spec(name::QPS, HashMap, PerQp(GENERATIONS)),
+        spec(name::GROUPS, HashMap, Fixed),
+        spec(name::PORT_KEYS, HashMap, Fixed),
+        spec(name::REASONS, PerCpuArray, Fixed),
+        spec(name::QP_STATS, Array, PerQp(1)),
+        spec(name::EVENTS, RingBuf, Fixed),
+        spec(name::EVENT_BUDGET, PerCpuArray, Fixed),
+        spec(name::CONNS, HashMap, PerQp(GENERATIONS)),
+        spec(name::STAMPS, PerCpuArray, Fixed),
+    ]
+};
 
 /// Policy generations: the live one and the one being written.
 pub const GENERATIONS: u32 = 2;
@@ -45,67 +106,37 @@ pub const fn port_key_index(generation: u32, pkey: u16) -> u32 {
     generation * PARTITIONS + crate::pkey::key(pkey) as u32
 }
 
-/// A QP's transport, numbered as the BTH opcode's top three bits.
-#[repr(u8)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum QpType {
-    Rc = 0,
-    Uc = 1,
-    Ud = 3,
-    Xrc = 5,
-}
-
-impl QpType {
-    pub const ALL: [QpType; 4] = [QpType::Rc, QpType::Uc, QpType::Ud, QpType::Xrc];
-
-    pub const fn name(self) -> &'static str {
-        match self {
-            QpType::Rc => "rc",
-            QpType::Uc => "uc",
-            QpType::Ud => "ud",
-            QpType::Xrc => "xrc",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<QpType> {
-        Self::ALL.into_iter().find(|t| t.name() == name)
+crate::named_enum! {
+    /// A QP's transport, numbered as the BTH opcode's top three bits.
+    pub enum QpType: u8 {
+        Rc = 0 => "rc",
+        Uc = 1 => "uc",
+        Ud = 3 => "ud",
+        Xrc = 5 => "xrc",
     }
 }
 
-/// What happens to RoCE frames for a QP (or group) the policy does not know.
-#[repr(u8)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
-pub enum UnknownQp {
-    /// Pass if the P_Key matches the port's default P_Key (index 0), else drop
-    /// as a P_Key violation: what a port with only its default entry would do.
-    #[default]
-    DefaultPkey = 0,
-    Drop = 1,
-    Pass = 2,
+crate::named_enum! {
+    /// What happens to RoCE frames for a QP (or group) the policy does not know.
+    #[derive(Default)]
+    pub enum UnknownQp: u8 {
+        /// Pass if the P_Key matches the port's default P_Key (index 0), else
+        /// drop as a P_Key violation: what a port with only its default entry
+        /// would do.
+        #[default]
+        DefaultPkey = 0 => "default-pkey",
+        Drop = 1 => "drop",
+        Pass = 2 => "pass",
+    }
 }
 
 impl UnknownQp {
-    pub const ALL: [UnknownQp; 3] = [UnknownQp::DefaultPkey, UnknownQp::Drop, UnknownQp::Pass];
-
-    pub const fn name(self) -> &'static str {
-        match self {
-            UnknownQp::DefaultPkey => "default-pkey",
-            UnknownQp::Drop => "drop",
-            UnknownQp::Pass => "pass",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<UnknownQp> {
-        Self::ALL.into_iter().find(|t| t.name() == name)
-    }
-
     /// Decodes the config byte; an unknown value fails closed.
     #[inline(always)]
     pub const fn from_u8(v: u8) -> UnknownQp {
-        match v {
-            0 => UnknownQp::DefaultPkey,
-            2 => UnknownQp::Pass,
-            _ => UnknownQp::Drop,
+        match UnknownQp::from_repr(v) {
+            Some(rule) => rule,
+            None => UnknownQp::Drop,
         }
     }
 }
@@ -239,6 +270,21 @@ pub struct EventBudget {
     pub window: u64,
     pub sent: u64,
 }
+
+// The layouts the kernel and the host share: a change here is a change of
+// LAYOUT_VERSION.
+const _: () = {
+    use core::mem::size_of;
+    assert!(size_of::<Config>() == 8);
+    assert!(size_of::<QpEntry>() == 12);
+    assert!(size_of::<GroupKey>() == 20);
+    assert!(size_of::<GroupEntry>() == 8);
+    assert!(size_of::<ConnKey>() == 24);
+    assert!(size_of::<QpStats>() == 16);
+    assert!(size_of::<Event>() == 52);
+    assert!(size_of::<EventBudget>() == 16);
+    assert!(size_of::<QpLayout>() == 20 + 4 * QpLayout::DEVICES);
+};
 
 #[cfg(feature = "user")]
 mod pod {

@@ -12,6 +12,10 @@ pub trait Frame {
     /// The `T` stored at `off`, or `None` when the frame ends before it does.
     /// `T` must be a plain header type, valid for any bytes.
     fn header<T: Copy>(&self, off: usize) -> Option<T>;
+
+    /// The frame's length in bytes, all of it (not only what `header`
+    /// can reach).
+    fn wire_len(&self) -> usize;
 }
 
 impl Frame for [u8] {
@@ -23,5 +27,10 @@ impl Frame for [u8] {
         // SAFETY: in bounds (checked above); callers only ask for plain header
         // types, valid for any bit pattern; the read is unaligned.
         Some(unsafe { core::ptr::read_unaligned(self.as_ptr().add(off).cast::<T>()) })
+    }
+
+    #[inline]
+    fn wire_len(&self) -> usize {
+        self.len()
     }
 }

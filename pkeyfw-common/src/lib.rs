@@ -11,6 +11,7 @@ pub mod abi;
 pub mod csum;
 pub mod frame;
 pub mod icrc;
+pub mod named;
 pub mod parse;
 pub mod pkey;
 pub mod reason;
@@ -18,6 +19,6 @@ pub mod stamp;
 pub mod verdict;
 
 pub use frame::Frame;
-pub use reason::{Outcome, Reason};
+pub use reason::{Outcome, Reason, Verdict};
 pub use stamp::Stamp;
 pub use verdict::{Tables, judge};

@@ -1,68 +1,57 @@
 //! The one list of reasons a frame is passed or dropped: it indexes the
 //! per-reason counters, names the CLI's columns and keys the JSON output.
 
-/// Why a frame got its verdict. The discriminant is the index into the
-/// per-reason counter map, so the order is part of the kernel/user ABI.
-#[repr(u32)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Reason {
-    /// RoCE frame accepted by its QP, group or QP1.
-    Ok = 0,
-    /// Not RoCE (or a non-first fragment): never touched.
-    NotRoce = 1,
-    /// Destination QP0: the SMI is a member of every partition.
-    Smi = 2,
-    /// Destination QP not in the table (or an unknown multicast group).
-    UnknownQp = 3,
-    /// The frame's P_Key does not match the receiver's.
-    PkeyViolation = 4,
-    /// A datagram's Q_Key differs from the receiver's.
-    QkeyViolation = 5,
-    /// The opcode's transport does not fit the receiving QP.
-    OpcodeMismatch = 6,
-    /// A header cut short or invalid, in a frame that is or could be RoCE.
-    Malformed = 7,
+crate::named_enum! {
+    /// Why a frame got its verdict. The value indexes the per-reason
+    /// counters (with a [`Verdict`]), so the order is part of the ABI.
+    pub enum Reason: u32 as counter {
+        /// RoCE frame accepted by its QP, group or QP1.
+        Ok = 0 => "ok",
+        /// Not RoCE (or a non-first fragment): never touched.
+        NotRoce = 1 => "not_roce",
+        /// Destination QP0: the SMI is a member of every partition.
+        Smi = 2 => "smi",
+        /// Destination QP not in the table (or an unknown multicast group).
+        UnknownQp = 3 => "unknown_qp",
+        /// The frame's P_Key does not match the receiver's.
+        PkeyViolation = 4 => "pkey_violation",
+        /// A datagram's Q_Key differs from the receiver's.
+        QkeyViolation = 5 => "qkey_violation",
+        /// The opcode's transport does not fit the receiving QP.
+        OpcodeMismatch = 6 => "opcode_mismatch",
+        /// A header cut short or invalid, in a frame that is or could be RoCE.
+        Malformed = 7 => "malformed",
+    }
 }
 
-impl Reason {
-    /// Number of reasons: the size of the per-reason counter map.
-    pub const COUNT: usize = 8;
-
-    /// Every reason, in counter order.
-    pub const ALL: [Reason; Self::COUNT] = [
-        Reason::Ok,
-        Reason::NotRoce,
-        Reason::Smi,
-        Reason::UnknownQp,
-        Reason::PkeyViolation,
-        Reason::QkeyViolation,
-        Reason::OpcodeMismatch,
-        Reason::Malformed,
-    ];
-
-    /// The name used by the CLI, the JSON output and the policy tests.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Reason::Ok => "ok",
-            Reason::NotRoce => "not_roce",
-            Reason::Smi => "smi",
-            Reason::UnknownQp => "unknown_qp",
-            Reason::PkeyViolation => "pkey_violation",
-            Reason::QkeyViolation => "qkey_violation",
-            Reason::OpcodeMismatch => "opcode_mismatch",
-            Reason::Malformed => "malformed",
-        }
+crate::named_enum! {
+    /// What was done with a frame: with its [`Reason`], the key of the
+    /// kernel's frame counters (as Cilium keys drops by reason and
+    /// direction), so that what the counters say was done is what was done.
+    pub enum Verdict: u32 as counter {
+        /// Allowed by the partition rules, and passed.
+        Pass = 0 => "pass",
+        /// Refused, and dropped.
+        Drop = 1 => "drop",
+        /// Refused, but passed: the policy only monitors.
+        Monitor = 2 => "monitor",
     }
+}
 
-    /// The reason with this [`name`](Self::name).
-    pub fn from_name(name: &str) -> Option<Reason> {
-        Self::ALL.into_iter().find(|r| r.name() == name)
+impl Verdict {
+    /// Whether the partition rules refused the frame.
+    pub const fn refused(self) -> bool {
+        !matches!(self, Verdict::Pass)
     }
+}
 
-    /// Counter index of this reason.
-    pub const fn index(self) -> u32 {
-        self as u32
-    }
+/// Slots of the frame counters (`REASONS`): one per (reason, verdict).
+pub const REASON_SLOTS: usize = Reason::COUNT * Verdict::COUNT;
+
+/// The frame counter of a reason and verdict.
+#[inline(always)]
+pub const fn reason_slot(reason: Reason, verdict: Verdict) -> u32 {
+    reason.index() * Verdict::COUNT as u32 + verdict.index()
 }
 
 /// What the filter does with a frame, and why.
@@ -77,4 +66,16 @@ pub struct Outcome {
     pub qp_slot: Option<u32>,
     /// The RoCE headers, when the frame is RoCE.
     pub roce: Option<crate::parse::Roce>,
+}
+
+impl Outcome {
+    /// What was done with the frame.
+    #[inline(always)]
+    pub const fn verdict(&self) -> Verdict {
+        match (self.allowed, self.pass) {
+            (true, _) => Verdict::Pass,
+            (false, false) => Verdict::Drop,
+            (false, true) => Verdict::Monitor,
+        }
+    }
 }

@@ -19,59 +19,28 @@ use crate::{
     verdict::{GSI_QPN, SMI_QPN},
 };
 
-/// What stamping did with a frame. The discriminant indexes the per-outcome
-/// counters (`STAMPS`), so the order is part of the kernel/user ABI.
-#[repr(u32)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Stamp {
-    /// Egress: the BTH now carries the sending QP's P_Key.
-    Stamped = 0,
-    /// Egress: the frame already carried the binding's P_Key.
-    Unchanged = 1,
-    /// Egress: no binding for the sending QP (or connection); left as is.
-    Unbound = 2,
-    /// Egress: to or from QP0/QP1, which keep the port's P_Key.
-    Management = 3,
-    /// Not RoCE v2 (RoCE v1 included), its UDP length does not fit it, or
-    /// the kernel could not make it writable; left as is.
-    NotRoce = 4,
-    /// The ICRC lies beyond [`icrc::MAX_PATCH_DISTANCE`]; left as is.
-    TooLong = 5,
-    /// Ingress: a passed frame's P_Key set back to 0xFFFF.
-    Restored = 6,
-}
-
-impl Stamp {
-    /// Number of outcomes: the size of the counter map.
-    pub const COUNT: usize = 7;
-
-    /// Every outcome, in counter order.
-    pub const ALL: [Stamp; Self::COUNT] = [
-        Stamp::Stamped,
-        Stamp::Unchanged,
-        Stamp::Unbound,
-        Stamp::Management,
-        Stamp::NotRoce,
-        Stamp::TooLong,
-        Stamp::Restored,
-    ];
-
-    /// The name used by the CLI and the JSON output.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Stamp::Stamped => "stamped",
-            Stamp::Unchanged => "unchanged",
-            Stamp::Unbound => "unbound",
-            Stamp::Management => "management",
-            Stamp::NotRoce => "not_roce",
-            Stamp::TooLong => "too_long",
-            Stamp::Restored => "restored",
-        }
-    }
-
-    /// Counter index of this outcome.
-    pub const fn index(self) -> u32 {
-        self as u32
+crate::named_enum! {
+    /// What stamping did with a frame. The value indexes the per-outcome
+    /// counters (`STAMPS`), so the order is part of the kernel/user ABI.
+    pub enum Stamp: u32 as counter {
+        /// Egress: the BTH now carries the sending QP's P_Key.
+        Stamped = 0 => "stamped",
+        /// Egress: the frame already carried the binding's P_Key.
+        Unchanged = 1 => "unchanged",
+        /// Egress: no binding for the sending QP (or connection); left as is.
+        Unbound = 2 => "unbound",
+        /// Egress: to or from QP0/QP1, which keep the port's P_Key.
+        Management = 3 => "management",
+        /// Not RoCE v2 (RoCE v1 included), or its UDP length does not fit
+        /// it; left as is.
+        NotRoce = 4 => "not_roce",
+        /// The ICRC lies beyond [`icrc::MAX_PATCH_DISTANCE`]; left as is.
+        TooLong = 5 => "too_long",
+        /// Ingress: a passed frame's P_Key set back to 0xFFFF.
+        Restored = 6 => "restored",
+        /// A kernel helper refused to read or write the frame (it could
+        /// not be made writable, say); left as is.
+        HelperFailed = 7 => "helper_failed",
     }
 }
 
@@ -221,6 +190,10 @@ fn plan<F: Frame + ?Sized>(frame: &F, roce: &parse::Roce, new: u16) -> Result<Pl
     };
     if plan.bytes_after() >= icrc::MAX_PATCH_DISTANCE {
         return Err(Stamp::TooLong);
+    }
+    // A UDP length that runs past the frame: there is no ICRC to patch.
+    if icrc_at + 4 > frame.wire_len() {
+        return Err(Stamp::NotRoce);
     }
     Ok(plan)
 }

@@ -11,12 +11,14 @@
 use aya_ebpf::{
     bindings::{BPF_F_MARK_MANGLED_0, TC_ACT_UNSPEC, xdp_action, xdp_md},
     btf_maps::{Array, HashMap, PerCpuArray, RingBuf},
-    helpers::{bpf_ktime_get_coarse_ns, bpf_xdp_load_bytes, bpf_xdp_store_bytes},
+    helpers::{
+        bpf_ktime_get_coarse_ns, bpf_xdp_get_buff_len, bpf_xdp_load_bytes, bpf_xdp_store_bytes,
+    },
     macros::{btf_map, classifier, xdp},
     programs::{TcContext, XdpContext},
 };
 use pkeyfw_common::{
-    Frame, Outcome, Reason, Stamp, Tables,
+    Frame, Outcome, Stamp, Tables,
     abi::{
         Config, ConnKey, DEFAULT_QP_CAPACITY, EVENT_WINDOW_SHIFT, EVENTS_BYTES, EVENTS_PER_WINDOW,
         Event, EventBudget, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, PARTITIONS, QpEntry,
@@ -24,9 +26,14 @@ use pkeyfw_common::{
     },
     frame::MAX_OFFSET,
     judge,
+    reason::{REASON_SLOTS, reason_slot},
     stamp::{self, Conns, Plan, UDP_CHECK},
 };
 
+/// `LAYOUT_VERSION`, written by the loader: what a later pkeyfw checks
+/// before it reads these maps through their pins.
+#[btf_map]
+static ABI: Array<u32, 1> = Array::new();
 /// The generation of the policy in force (0 or 1).
 #[btf_map]
 static ACTIVE: Array<u32, 1> = Array::new();
@@ -44,9 +51,9 @@ static GROUPS: HashMap<GroupKey, GroupEntry, { GROUP_CAPACITY as usize }> = Hash
 /// Only QP1 frames look here; a hash keeps a generation cheap to clear.
 #[btf_map]
 static PORT_KEYS: HashMap<u32, u8, { (GENERATIONS * PARTITIONS) as usize }> = HashMap::new();
-/// Frames per reason, per CPU.
+/// Frames per (reason, verdict), per CPU.
 #[btf_map]
-static REASONS: PerCpuArray<u64, { Reason::COUNT }> = PerCpuArray::new();
+static REASONS: PerCpuArray<u64, REASON_SLOTS> = PerCpuArray::new();
 /// Frames passed and dropped per QP-table entry (indexed by its slot).
 #[btf_map]
 static QP_STATS: Array<QpStats, { DEFAULT_QP_CAPACITY as usize }> = Array::new();
@@ -87,6 +94,7 @@ pub fn pkeyfw(ctx: XdpContext) -> u32 {
     let frame = Packet {
         start: ctx.data(),
         end: ctx.data_end(),
+        ctx: ctx.ctx,
     };
     let outcome = judge(&frame, &live, &config);
     // After the verdict, which judged the stamped P_Key: the local rxe
@@ -99,7 +107,7 @@ pub fn pkeyfw(ctx: XdpContext) -> u32 {
         );
     }
 
-    if let Some(count) = REASONS.get_ptr_mut(outcome.reason.index()) {
+    if let Some(count) = REASONS.get_ptr_mut(reason_slot(outcome.reason, outcome.verdict())) {
         // SAFETY: a per-CPU slot, written only by this CPU.
         unsafe { *count += 1 };
     }
@@ -211,10 +219,12 @@ unsafe fn atomic_inc(counter: *mut u64) {
     };
 }
 
-/// Packet memory between `data` and `data_end`.
+/// Packet memory between `data` and `data_end`: the linear part of the
+/// frame, which holds the headers.
 struct Packet {
     start: usize,
     end: usize,
+    ctx: *mut xdp_md,
 }
 
 impl Frame for Packet {
@@ -232,6 +242,13 @@ impl Frame for Packet {
         // SAFETY: within [data, data_end); header types are plain bytes.
         Some(unsafe { core::ptr::read_unaligned(at as *const T) })
     }
+
+    /// The linear part and any fragments (a multi-buffer frame).
+    #[inline(always)]
+    fn wire_len(&self) -> usize {
+        // SAFETY: a live XDP context.
+        unsafe { bpf_xdp_get_buff_len(self.ctx) as usize }
+    }
 }
 
 /// Rewrites XDP packet bytes through the helpers (Linux 5.18+), whose
@@ -248,7 +265,7 @@ impl XdpBytes {
         if rc == 0 {
             Ok(bytes)
         } else {
-            Err(Stamp::NotRoce)
+            Err(Stamp::HelperFailed)
         }
     }
 
@@ -257,7 +274,11 @@ impl XdpBytes {
         // SAFETY: a live XDP context and a buffer of N bytes.
         let rc =
             unsafe { bpf_xdp_store_bytes(self.0, off as u32, bytes.as_mut_ptr().cast(), N as u32) };
-        if rc == 0 { Ok(()) } else { Err(Stamp::NotRoce) }
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(Stamp::HelperFailed)
+        }
     }
 
     /// Applies `plan`: P_Key, ICRC, UDP checksum.
@@ -285,6 +306,11 @@ impl Frame for Skb<'_> {
         }
         self.0.load::<T>(off).ok()
     }
+
+    #[inline(always)]
+    fn wire_len(&self) -> usize {
+        self.0.len() as usize
+    }
 }
 
 impl Skb<'_> {
@@ -296,10 +322,10 @@ impl Skb<'_> {
         let ctx = self.0;
         let icrc = ctx
             .load::<[u8; 4]>(plan.icrc_at)
-            .map_err(|_| Stamp::NotRoce)?;
+            .map_err(|_| Stamp::HelperFailed)?;
         let check = ctx
             .load::<[u8; 2]>(plan.udp_at + UDP_CHECK)
-            .map_err(|_| Stamp::NotRoce)?;
+            .map_err(|_| Stamp::HelperFailed)?;
         let patch = plan.patch(icrc, check).ok_or(Stamp::TooLong)?;
         // Size 0: `to` is a difference of sums, in the kernel's (memory-order)
         // view of the checksum words.
@@ -314,7 +340,7 @@ impl Skb<'_> {
                     BPF_F_MARK_MANGLED_0 as u64,
                 )
             })
-            .map_err(|_| Stamp::NotRoce)
+            .map_err(|_| Stamp::HelperFailed)
     }
 }
 

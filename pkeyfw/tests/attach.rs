@@ -15,9 +15,9 @@ use std::{
 use pkeyfw::{
     control::netlink,
     lab::netns::{VethPair, capture_during, in_netns, send},
-    loading::pins::Pins,
+    loading::{maps::ReasonCounts, pins::Pins},
 };
-use pkeyfw_common::{Reason, judge};
+use pkeyfw_common::{Reason, Verdict, judge};
 use serde_json::Value;
 
 /// A short unique tag per test (interface names are at most 15 bytes).
@@ -112,11 +112,11 @@ fn check_traffic(pair: &VethPair, mode: &str) {
         .filter(|c| c.policy == policy)
         .collect();
     let frames: Vec<Vec<u8>> = cases.iter().map(|c| c.frame.clone()).collect();
-    let mut want_reasons = [0u64; Reason::COUNT];
+    let mut want_counts = ReasonCounts::default();
     let mut want: Vec<Vec<u8>> = Vec::new();
     for f in &frames {
         let o = judge(&f[..], &policy, &policy.config());
-        want_reasons[o.reason.index() as usize] += 1;
+        want_counts.add(o.reason, o.verdict());
         if o.pass {
             want.push(f.clone());
         }
@@ -152,10 +152,19 @@ fn check_traffic(pair: &VethPair, mode: &str) {
     for r in Reason::ALL {
         assert_eq!(
             stats["reasons"][r.name()],
-            want_reasons[r.index() as usize],
+            want_counts.total(r),
             "{}",
             r.name()
         );
+        for v in Verdict::ALL {
+            assert_eq!(
+                stats["verdicts"][r.name()][v.name()],
+                want_counts.get(r, v),
+                "{} {}",
+                r.name(),
+                v.name()
+            );
+        }
     }
     let qps = stats["qps"].as_array().unwrap();
     assert_eq!(qps.len(), policy.qps.len());
@@ -294,4 +303,39 @@ fn bad_policy_or_interface_attaches_nothing() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no interface nosuchif0"));
     assert!(!Pins::of("nosuchif0").exists());
+}
+
+/// A filter pinned by a pkeyfw whose maps have another layout is refused
+/// with the reason, never read as this one's; detach still removes it.
+#[test]
+fn a_filter_of_another_layout_is_refused_not_misread() {
+    use aya::maps::{Array, Map, MapData};
+    use pkeyfw_common::abi::{LAYOUT_VERSION, name};
+    common::require_root();
+    let pair = VethPair::create(&tag()).unwrap();
+    let (_dir, policy) = policy_file("[port]\npkeys = [0xffff]\n");
+    let pins = Pins::of(&pair.b);
+    let _cleanup = common::Unpin(Pins::of(&pair.b));
+    common::succeed(common::pkeyfw_in(&pair.ns_b).args([
+        "attach",
+        &pair.b,
+        "--policy",
+        policy.to_str().unwrap(),
+        "--pin",
+    ]));
+    stats_json(&pair);
+    let abi = MapData::from_pin(pins.dir.join(name::ABI)).unwrap();
+    Array::<_, u32>::try_from(Map::Array(abi))
+        .unwrap()
+        .set(0, &(LAYOUT_VERSION + 1), 0)
+        .unwrap();
+    let out = common::pkeyfw_in(&pair.ns_b)
+        .args(["stats", &pair.b, "--json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("another map layout"), "{err}");
+    common::succeed(common::pkeyfw_in(&pair.ns_b).args(["detach", &pair.b]));
+    assert_eq!(xdp_on(&pair), None, "no program left on the interface");
 }

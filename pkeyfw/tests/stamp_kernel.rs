@@ -201,7 +201,8 @@ fn ingress_restores_the_default_pkey_of_passed_frames() {
             );
             assert_eq!(
                 moved(before, filter.maps().stamps().unwrap()),
-                Some(Stamp::Restored)
+                Some(Stamp::Restored),
+                "{what}"
             );
             let (pass, out) = filter.run_out(&input).unwrap();
             assert!(pass, "{what}");

@@ -3,7 +3,8 @@
 
 mod common;
 
-use pkeyfw_common::Reason;
+use pkeyfw::loading::maps::ReasonCounts;
+use pkeyfw_common::{Reason, Verdict};
 
 #[test]
 fn every_case_in_the_kernel() {
@@ -51,10 +52,21 @@ fn counters_count_every_frame_once() {
     let cases = common::cases::all();
     let policy = &cases[0].policy;
     let filter = common::filter(policy);
-    let mut want = [0u64; Reason::COUNT];
+    assert!(
+        !policy.monitor,
+        "an enforcing policy: a refused frame is dropped"
+    );
+    let mut want = ReasonCounts::default();
     for case in cases.iter().filter(|c| &c.policy == policy) {
         filter.run(&case.frame).expect("run");
-        want[case.reason.index() as usize] += 1;
+        want.add(
+            case.reason,
+            if case.pass {
+                Verdict::Pass
+            } else {
+                Verdict::Drop
+            },
+        );
     }
     assert_eq!(filter.maps().reasons().unwrap(), want);
 }
@@ -106,4 +118,29 @@ fn reapplying_keeps_counters_of_kept_qps_and_forgets_removed_ones() {
     let stats = filter.maps().qp_counters().unwrap();
     assert_eq!(stats.iter().find(|(q, _)| *q == QPA).unwrap().1.passed, 2);
     assert!(stats.iter().all(|(q, _)| *q != QPB));
+}
+
+/// The kernel counts what it did: in monitor mode a refused frame is counted
+/// as passed by monitor mode under its reason, never as a drop.
+#[test]
+fn monitor_mode_counts_refusals_as_monitor_passes() {
+    use common::cases::{QPB, QPD};
+    use pkeyfw::wire::Packet;
+    let policy =
+        common::policy(&common::cases::BASE.replace("mode = \"enforce\"", "mode = \"monitor\""));
+    let filter = common::filter(&policy);
+    let refused = Packet::rc(0x0001, QPB).bytes(); // limited → limited
+    let allowed = Packet::rc(0x8002, QPD).bytes();
+    assert_eq!(
+        filter.run_verdict(&refused).unwrap(),
+        (Verdict::Monitor, Reason::PkeyViolation)
+    );
+    assert_eq!(
+        filter.run_verdict(&allowed).unwrap(),
+        (Verdict::Pass, Reason::Ok)
+    );
+    let counts = filter.maps().reasons().unwrap();
+    assert_eq!(counts.get(Reason::PkeyViolation, Verdict::Drop), 0);
+    assert_eq!(counts.refused(), 1);
+    assert_eq!(counts.passed_by(Reason::PkeyViolation), 1);
 }

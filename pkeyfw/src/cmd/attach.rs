@@ -9,7 +9,6 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use aya::programs::XdpMode as AyaMode;
-use pkeyfw_common::Reason;
 use tokio::{
     io::{Interest, unix::AsyncFd},
     signal::unix::{SignalKind, signal},
@@ -21,7 +20,6 @@ use crate::{
     control::netlink::{self, XdpMode},
     control::probes::Probes,
     loading::filter::{Egress, Filter},
-    loading::maps::ReasonCounts,
     loading::pins::{Pins, State},
     policy::Policy,
     reporting::describe,
@@ -207,15 +205,6 @@ fn summary(policy: &Policy, path: &Path) -> String {
     )
 }
 
-/// The frames the counters say were refused.
-fn violations(counts: &ReasonCounts, policy: &Policy) -> u64 {
-    Reason::ALL
-        .into_iter()
-        .filter(|&r| policy.refuses(r))
-        .map(|r| counts[r.index() as usize])
-        .sum()
-}
-
 /// Re-reads the policy file the attachment runs (which `pkeyfw reload
 /// --policy` may have changed) and applies it with the QPs that exist.
 fn reload(
@@ -300,7 +289,7 @@ async fn foreground(
     } else {
         None
     };
-    let mut last = violations(&filter.maps().reasons()?, binder.policy());
+    let mut last = filter.maps().reasons()?.refused();
     loop {
         tokio::select! {
             guard = ready.readable() => {
@@ -315,7 +304,7 @@ async fn foreground(
                 guard.clear_ready();
             }
             _ = second.tick() => {
-                let now = violations(&filter.maps().reasons()?, binder.policy());
+                let now = filter.maps().reasons()?.refused();
                 if let Some(hidden) = limiter.tick(now - last) {
                     println!("… and {hidden} more refused frames in the last second");
                 }

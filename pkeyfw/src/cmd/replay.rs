@@ -4,10 +4,15 @@
 use std::{io::Write, path::Path};
 
 use anyhow::Result;
-use pkeyfw_common::Reason;
+use pkeyfw_common::{Reason, Verdict};
 use serde_json::json;
 
-use crate::{capture, loading::filter::Filter, policy::Policy, reporting::describe};
+use crate::{
+    capture,
+    loading::{filter::Filter, maps::ReasonCounts},
+    policy::Policy,
+    reporting::describe,
+};
 
 /// Bytes of an Ethernet header.
 const ETH_HLEN: usize = 14;
@@ -22,14 +27,14 @@ pub struct FrameVerdict {
 /// Totals over a replay.
 #[derive(Default)]
 pub struct Totals {
-    pub reasons: [u64; Reason::COUNT],
+    pub reasons: ReasonCounts,
     pub passed: u64,
     pub dropped: u64,
 }
 
 impl Totals {
-    fn add(&mut self, v: &FrameVerdict) {
-        self.reasons[v.reason.index() as usize] += 1;
+    fn add(&mut self, v: &FrameVerdict, verdict: Verdict) {
+        self.reasons.add(v.reason, verdict);
         if v.pass {
             self.passed += 1;
         } else {
@@ -75,13 +80,14 @@ pub fn run(policy: &Policy, capture: &Path, json: bool, out: &mut impl Write) ->
             runts.push(frame.index);
             continue;
         }
-        let (pass, reason) = filter.run_counted(&frame.data)?;
+        let (counted, reason) = filter.run_verdict(&frame.data)?;
+        let pass = counted != Verdict::Drop;
         let verdict = FrameVerdict {
             index: frame.index,
             pass,
             reason,
         };
-        totals.add(&verdict);
+        totals.add(&verdict, counted);
         cut += usize::from(frame.wire_len > frame.data.len());
         if json {
             let line = json!({

@@ -4,7 +4,7 @@
 use std::{io::Write, time::Duration};
 
 use anyhow::{Result, bail};
-use pkeyfw_common::{Stamp, abi::QpStats};
+use pkeyfw_common::{Reason, Stamp, abi::QpStats};
 use serde_json::json;
 
 use crate::{
@@ -52,7 +52,8 @@ impl Snapshot {
             .iter()
             .map(|(qpn, s)| json!({"qpn": qpn, "passed": s.passed, "dropped": s.dropped}))
             .collect();
-        let mut out = json!({"interface": self.iface, "mode": self.mode.name(), "reasons": reasons, "qps": qps});
+        let verdicts = describe::verdicts_json(&self.reasons);
+        let mut out = json!({"interface": self.iface, "mode": self.mode.name(), "reasons": reasons, "verdicts": verdicts, "qps": qps});
         if self.shows_stamps() {
             let counts: serde_json::Map<_, _> = Stamp::ALL
                 .iter()
@@ -65,7 +66,7 @@ impl Snapshot {
 
     pub fn text(&self, out: &mut impl Write) -> std::io::Result<()> {
         let how = if self.pinned { "pinned" } else { "foreground" };
-        let total: u64 = self.reasons.iter().sum();
+        let total: u64 = Reason::ALL.iter().map(|&r| self.reasons.total(r)).sum();
         writeln!(
             out,
             "{}  {} mode, {how}: {total} frames",

@@ -134,7 +134,7 @@ fn observe(pair: &VethPair, maps: &Maps, frame: &[u8]) -> Result<Observed> {
         let after = maps.reasons()?;
         if let Some(r) = Reason::ALL
             .into_iter()
-            .find(|r| after[r.index() as usize] > before[r.index() as usize])
+            .find(|&r| after.total(r) > before.total(r))
         {
             break Some(r);
         }

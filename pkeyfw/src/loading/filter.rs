@@ -15,8 +15,8 @@ use aya::{
     },
 };
 use pkeyfw_common::{
-    Reason,
-    abi::{DEFAULT_QP_CAPACITY, GENERATIONS, name},
+    Reason, Verdict,
+    abi::{DEFAULT_QP_CAPACITY, MAPS, MapSize},
 };
 
 use crate::{loading::maps::Maps, policy::Policy};
@@ -79,10 +79,13 @@ impl Filter {
     fn load_with(qp_capacity: u32, pin: Option<&Path>) -> Result<Filter> {
         let capacity = qp_capacity.max(DEFAULT_QP_CAPACITY).next_power_of_two();
         raise_memlock();
-        let mut ebpf = EbpfLoader::new()
-            .map_max_entries(name::QPS, capacity * GENERATIONS)
-            .map_max_entries(name::QP_STATS, capacity)
-            .map_max_entries(name::CONNS, capacity * GENERATIONS)
+        let mut loader = EbpfLoader::new();
+        for spec in &MAPS {
+            if let MapSize::PerQp(n) = spec.size {
+                loader.map_max_entries(spec.name, capacity * n);
+            }
+        }
+        let mut ebpf = loader
             .load(OBJECT)
             .map_err(|e| privileged("loading the XDP object", e.into()))?;
         let program: &mut Xdp = ebpf
@@ -298,20 +301,34 @@ impl Filter {
     }
 
     /// Runs one frame and returns whether it passed and the reason the kernel
-    /// counted for it (read from the change of the per-reason counters).
+    /// counted for it (see [`run_verdict`](Self::run_verdict)).
     pub fn run_counted(&self, frame: &[u8]) -> Result<(bool, Reason)> {
+        let (verdict, reason) = self.run_verdict(frame)?;
+        Ok((verdict != Verdict::Drop, reason))
+    }
+
+    /// Runs one frame and returns what the kernel counted for it: the change
+    /// of the frame counters, which must be this one frame and agree with
+    /// what the program returned.
+    pub fn run_verdict(&self, frame: &[u8]) -> Result<(Verdict, Reason)> {
         let before = self.maps.reasons()?;
         let pass = self.run(frame)?;
         let after = self.maps.reasons()?;
-        let counted: Vec<Reason> = Reason::ALL
+        let counted: Vec<(Reason, Verdict)> = Reason::ALL
             .into_iter()
-            .filter(|r| after[r.index() as usize] != before[r.index() as usize])
+            .flat_map(|r| Verdict::ALL.map(|v| (r, v)))
+            .filter(|&(r, v)| after.get(r, v) != before.get(r, v))
             .collect();
         match counted[..] {
-            [reason] if after[reason.index() as usize] == before[reason.index() as usize] + 1 => {
-                Ok((pass, reason))
+            [(reason, verdict)]
+                if after.get(reason, verdict) == before.get(reason, verdict) + 1
+                    && (verdict != Verdict::Drop) == pass =>
+            {
+                Ok((verdict, reason))
             }
-            _ => bail!("the per-reason counters did not change by exactly one frame: {counted:?}"),
+            _ => bail!(
+                "the frame counters did not count exactly this one frame (passed: {pass}): {counted:?}"
+            ),
         }
     }
 

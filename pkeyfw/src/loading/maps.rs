@@ -20,11 +20,12 @@ use aya::{
     maps::{Array, HashMap, Map, MapData, MapError, MapInfo, PerCpuArray, RingBuf},
 };
 use pkeyfw_common::{
-    Reason, Stamp,
+    Reason, Stamp, Verdict,
     abi::{
-        Config, ConnKey, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, QPN_MASK, QpEntry,
-        QpStats, name, port_key_index, qp_key,
+        Config, ConnKey, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, LAYOUT_VERSION, MAPS,
+        MapKind, QPN_MASK, QpEntry, QpStats, name, port_key_index, qp_key,
     },
+    reason::{REASON_SLOTS, reason_slot},
 };
 
 use crate::policy::{Conn, Policy, QpRule};
@@ -34,24 +35,46 @@ use crate::policy::{Conn, Policy, QpRule};
 /// still be reading it.
 const GRACE: Duration = Duration::from_millis(20);
 
-/// Frames per reason, in [`Reason`] order.
-pub type ReasonCounts = [u64; Reason::COUNT];
+/// Frames per (reason, verdict), as the kernel counted them.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReasonCounts([u64; REASON_SLOTS]);
+
+impl ReasonCounts {
+    /// Frames counted under `reason` with `verdict`.
+    pub fn get(&self, reason: Reason, verdict: Verdict) -> u64 {
+        self.0[reason_slot(reason, verdict) as usize]
+    }
+
+    /// Frames counted under `reason`, whatever was done with them.
+    pub fn total(&self, reason: Reason) -> u64 {
+        Verdict::ALL.iter().map(|&v| self.get(reason, v)).sum()
+    }
+
+    /// Frames counted under `reason` that the partition rules refused
+    /// (dropped, or passed by monitor mode).
+    pub fn refused_by(&self, reason: Reason) -> u64 {
+        self.get(reason, Verdict::Drop) + self.get(reason, Verdict::Monitor)
+    }
+
+    /// Frames counted under `reason` that went on: allowed, or refused and
+    /// passed by monitor mode.
+    pub fn passed_by(&self, reason: Reason) -> u64 {
+        self.get(reason, Verdict::Pass) + self.get(reason, Verdict::Monitor)
+    }
+
+    /// Frames the partition rules refused, whatever the reason.
+    pub fn refused(&self) -> u64 {
+        Reason::ALL.iter().map(|&r| self.refused_by(r)).sum()
+    }
+
+    /// Counts one frame (for tallies made on the host, as replay's).
+    pub fn add(&mut self, reason: Reason, verdict: Verdict) {
+        self.0[reason_slot(reason, verdict) as usize] += 1;
+    }
+}
+
 /// Frames per stamping outcome, in [`Stamp`] order.
 pub type StampCounts = [u64; Stamp::COUNT];
-
-/// Every map, in the order [`Maps::build`] takes them.
-const MAP_NAMES: [&str; 10] = [
-    name::ACTIVE,
-    name::CONFIG,
-    name::QPS,
-    name::GROUPS,
-    name::PORT_KEYS,
-    name::REASONS,
-    name::QP_STATS,
-    name::EVENTS,
-    name::CONNS,
-    name::STAMPS,
-];
 
 /// The program's maps.
 pub struct Maps {
@@ -81,73 +104,95 @@ struct Held {
     conns: Vec<ConnKey>,
 }
 
+/// The maps of a filter by name, before they are typed.
+type ByName = StdHashMap<&'static str, Map>;
+
 impl Maps {
     /// Takes the maps out of a freshly loaded object, pinning each under
-    /// `pin` when given.
+    /// `pin` when given, and stamps the object with [`LAYOUT_VERSION`].
     pub(crate) fn take(ebpf: &mut Ebpf, pin: Option<&Path>) -> Result<Maps> {
-        let maps = MAP_NAMES.map(|name| {
+        let mut maps = ByName::new();
+        for spec in &MAPS {
             let map = ebpf
-                .take_map(name)
-                .ok_or_else(|| anyhow!("the XDP object has no map {name}"))?;
-            if let Some(dir) = pin {
+                .take_map(spec.name)
+                .ok_or_else(|| anyhow!("the XDP object has no map {}", spec.name))?;
+            maps.insert(spec.name, map);
+        }
+        // Data sections (.rodata, .bss) are the object's own, not shared.
+        if let Some((name, _)) = ebpf.maps().find(|(name, _)| !name.starts_with('.')) {
+            bail!("the XDP object has a map {name} that pkeyfw_common::abi::MAPS does not list");
+        }
+        let abi = maps.get_mut(name::ABI).context("no map ABI")?;
+        Array::<_, u32>::try_from(abi)?
+            .set(0, &LAYOUT_VERSION, 0)
+            .context("writing ABI")?;
+        if let Some(dir) = pin {
+            for (name, map) in &maps {
                 map.pin(dir.join(name))
                     .with_context(|| format!("pinning map {name} under {}", dir.display()))?;
             }
-            Ok(map)
-        });
+        }
         Maps::build(maps)
     }
 
-    /// Opens the maps a pinned or foreground attachment pinned under `dir`.
+    /// Opens the maps a pinned or foreground attachment pinned under `dir`,
+    /// refusing those of another layout.
     pub fn from_pins(dir: &Path) -> Result<Maps> {
-        let maps = MAP_NAMES.map(|name| {
+        let open = |name: &str| {
             let path = dir.join(name);
-            let data = MapData::from_pin(&path)
-                .with_context(|| format!("opening pinned map {}", path.display()))?;
-            Ok(match name {
-                name::QPS | name::GROUPS | name::PORT_KEYS | name::CONNS => Map::HashMap(data),
-                name::REASONS | name::STAMPS => Map::PerCpuArray(data),
-                name::EVENTS => Map::RingBuf(data),
-                _ => Map::Array(data),
-            })
-        });
+            MapData::from_pin(&path)
+                .with_context(|| format!("opening pinned map {}", path.display()))
+        };
+        let another = |found: String| {
+            anyhow!(
+                "the filter pinned under {} was loaded by a pkeyfw with another map layout ({found}; this one reads layout {LAYOUT_VERSION}): `pkeyfw detach` it and attach again",
+                dir.display()
+            )
+        };
+        let abi: Array<_, u32> = Array::try_from(Map::Array(
+            open(name::ABI).map_err(|_| another("no layout version".into()))?,
+        ))?;
+        match abi.get(&0, 0).context("reading ABI")? {
+            LAYOUT_VERSION => {}
+            v => return Err(another(format!("layout {v}"))),
+        }
+        let mut maps = ByName::new();
+        for spec in &MAPS {
+            let data = open(spec.name)?;
+            maps.insert(
+                spec.name,
+                match spec.kind {
+                    MapKind::Array => Map::Array(data),
+                    MapKind::HashMap => Map::HashMap(data),
+                    MapKind::PerCpuArray => Map::PerCpuArray(data),
+                    MapKind::RingBuf => Map::RingBuf(data),
+                },
+            );
+        }
         Maps::build(maps)
     }
 
-    fn build(maps: [Result<Map>; MAP_NAMES.len()]) -> Result<Maps> {
-        let maps = maps.into_iter().collect::<Result<Vec<Map>>>()?;
-        let ids = MAP_NAMES
+    fn build(mut maps: ByName) -> Result<Maps> {
+        let ids = MAPS
             .iter()
-            .zip(&maps)
-            .map(|(&name, map)| Ok((name, data(map)?.info()?.id())))
+            .map(|spec| Ok((spec.name, data(&maps[spec.name])?.info()?.id())))
             .collect::<Result<_>>()?;
-        let [
-            active,
-            config,
-            qps,
-            groups,
-            port_keys,
-            reasons,
-            qp_stats,
-            events,
-            conns,
-            stamps,
-        ] = <[Map; MAP_NAMES.len()]>::try_from(maps).map_err(|_| anyhow!("one map per name"))?;
-        let capacity = data(&qp_stats)?.info()?.max_entries();
+        let capacity = data(&maps[name::QP_STATS])?.info()?.max_entries();
+        let mut take = |name| maps.remove(name);
         Ok(Maps {
             ids,
             capacity,
             retired: None,
-            active: typed(active, name::ACTIVE)?,
-            config: typed(config, name::CONFIG)?,
-            qps: typed(qps, name::QPS)?,
-            groups: typed(groups, name::GROUPS)?,
-            port_keys: typed(port_keys, name::PORT_KEYS)?,
-            reasons: typed(reasons, name::REASONS)?,
-            qp_stats: typed(qp_stats, name::QP_STATS)?,
-            events: typed(events, name::EVENTS)?,
-            conns: typed(conns, name::CONNS)?,
-            stamps: typed(stamps, name::STAMPS)?,
+            active: typed(take(name::ACTIVE), name::ACTIVE)?,
+            config: typed(take(name::CONFIG), name::CONFIG)?,
+            qps: typed(take(name::QPS), name::QPS)?,
+            groups: typed(take(name::GROUPS), name::GROUPS)?,
+            port_keys: typed(take(name::PORT_KEYS), name::PORT_KEYS)?,
+            reasons: typed(take(name::REASONS), name::REASONS)?,
+            qp_stats: typed(take(name::QP_STATS), name::QP_STATS)?,
+            events: typed(take(name::EVENTS), name::EVENTS)?,
+            conns: typed(take(name::CONNS), name::CONNS)?,
+            stamps: typed(take(name::STAMPS), name::STAMPS)?,
         })
     }
 
@@ -161,15 +206,15 @@ impl Maps {
         Ok(self.active.get(&0, 0).context("reading ACTIVE")? & 1)
     }
 
-    /// Frames per reason, summed over CPUs.
+    /// Frames per (reason, verdict), summed over CPUs.
     pub fn reasons(&self) -> Result<ReasonCounts> {
-        let mut counts = [0; Reason::COUNT];
-        for reason in Reason::ALL {
+        let mut counts = ReasonCounts::default();
+        for (slot, count) in counts.0.iter_mut().enumerate() {
             let per_cpu = self
                 .reasons
-                .get(&reason.index(), 0)
+                .get(&(slot as u32), 0)
                 .context("reading REASONS")?;
-            counts[reason.index() as usize] = per_cpu.iter().sum();
+            *count = per_cpu.iter().sum();
         }
         Ok(counts)
     }
@@ -433,7 +478,8 @@ fn conn_key(g: u32, conn: &Conn) -> ConnKey {
     }
 }
 
-fn typed<T: TryFrom<Map, Error = MapError>>(map: Map, name: &str) -> Result<T> {
+fn typed<T: TryFrom<Map, Error = MapError>>(map: Option<Map>, name: &str) -> Result<T> {
+    let map = map.with_context(|| format!("no map {name}"))?;
     T::try_from(map).with_context(|| format!("map {name}"))
 }
 

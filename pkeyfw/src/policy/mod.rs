@@ -10,7 +10,7 @@ pub mod partitions;
 use std::{collections::BTreeMap, net::IpAddr, path::Path};
 
 use pkeyfw_common::{
-    Reason, Tables,
+    Tables,
     abi::{Config, GroupEntry, QpEntry, QpType, UnknownQp},
     pkey,
     stamp::Conns,
@@ -124,20 +124,6 @@ impl Policy {
             monitor: self.monitor.into(),
             stamp: self.stamp.into(),
             _pad: [0; 3],
-        }
-    }
-
-    /// Whether frames counted under `reason` are refused: the violations,
-    /// and unknown QPs when the unknown-QP rule drops them (monitor mode
-    /// passes them anyway, but they are refusals all the same).
-    pub fn refuses(&self, reason: Reason) -> bool {
-        match reason {
-            Reason::PkeyViolation
-            | Reason::QkeyViolation
-            | Reason::OpcodeMismatch
-            | Reason::Malformed => true,
-            Reason::UnknownQp => self.unknown_qp == UnknownQp::Drop,
-            Reason::Ok | Reason::NotRoce | Reason::Smi => false,
         }
     }
 

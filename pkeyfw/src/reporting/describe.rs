@@ -2,13 +2,13 @@
 //! only: verdicts always come from the kernel.
 
 use pkeyfw_common::{
-    Reason,
+    Reason, Verdict,
     parse::{self, Parsed, Transport},
     pkey,
 };
 use serde_json::{Map, Value, json};
 
-use crate::policy::BindRule;
+use crate::{loading::maps::ReasonCounts, policy::BindRule};
 
 /// `0x8001 (full, partition 0x0001)`.
 pub fn pkey(p: u16) -> String {
@@ -69,22 +69,46 @@ pub fn frame(data: &[u8]) -> String {
     }
 }
 
-/// Counts per reason, one `  name  count` line each, in counter order.
-pub fn reasons_text(
-    counts: &[u64; Reason::COUNT],
-    out: &mut impl std::io::Write,
-) -> std::io::Result<()> {
+/// Counts per reason, in counter order: a header, then per reason its
+/// frames and what was done with them.
+pub fn reasons_text(counts: &ReasonCounts, out: &mut impl std::io::Write) -> std::io::Result<()> {
+    write!(out, "  {:<16} {:>12}", "reason", "frames")?;
+    for v in Verdict::ALL {
+        write!(out, " {:>12}", v.name())?;
+    }
+    writeln!(out)?;
     for r in Reason::ALL {
-        writeln!(out, "  {:<16} {:>12}", r.name(), counts[r.index() as usize])?;
+        write!(out, "  {:<16} {:>12}", r.name(), counts.total(r))?;
+        for v in Verdict::ALL {
+            write!(out, " {:>12}", counts.get(r, v))?;
+        }
+        writeln!(out)?;
     }
     Ok(())
 }
 
-/// Counts per reason as a JSON object with all eight names, in counter order.
-pub fn reasons_json(counts: &[u64; Reason::COUNT]) -> Value {
+/// Frames per reason as a JSON object with every reason's name, in counter
+/// order.
+pub fn reasons_json(counts: &ReasonCounts) -> Value {
     let reasons: Map<_, _> = Reason::ALL
         .iter()
-        .map(|r| (r.name().to_string(), json!(counts[r.index() as usize])))
+        .map(|&r| (r.name().to_string(), json!(counts.total(r))))
+        .collect();
+    Value::Object(reasons)
+}
+
+/// Frames per reason and verdict: `{"pkey_violation": {"pass": 0, "drop": 3,
+/// "monitor": 0}, ...}`.
+pub fn verdicts_json(counts: &ReasonCounts) -> Value {
+    let reasons: Map<_, _> = Reason::ALL
+        .iter()
+        .map(|&r| {
+            let by: Map<_, _> = Verdict::ALL
+                .iter()
+                .map(|&v| (v.name().to_string(), json!(counts.get(r, v))))
+                .collect();
+            (r.name().to_string(), Value::Object(by))
+        })
         .collect();
     Value::Object(reasons)
 }

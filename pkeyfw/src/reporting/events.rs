@@ -23,9 +23,7 @@ fn addr(a: [u8; 16]) -> IpAddr {
 
 /// One line per refused frame.
 pub fn line(e: &Event) -> String {
-    let reason = Reason::ALL
-        .get(usize::from(e.reason))
-        .map_or("?", |r| r.name());
+    let reason = Reason::from_repr(e.reason.into()).map_or("?", Reason::name);
     let verdict = if e.monitor != 0 { "would drop" } else { "drop" };
     if e.src == [0; 16] && e.dst == [0; 16] {
         return format!("{verdict} {reason}");

@@ -16,6 +16,8 @@ use std::{fs, path::PathBuf};
 
 use anyhow::{Result, bail};
 use pkeyfw_common::Reason;
+
+use crate::loading::maps::ReasonCounts;
 use serde_json::json;
 
 use run::{Exit, Observed};
@@ -93,13 +95,13 @@ pub fn run(opts: &Options) -> Result<bool> {
 /// a frame with either wrong before counting it).
 fn judge(sc: &Scenario, o: &Observed) -> bool {
     let policy = sc.policy();
-    let refused_only = |counts: &[u64], allowed: Option<Reason>| {
+    let refused_only = |counts: &ReasonCounts, allowed: Option<Reason>| {
         Reason::ALL
             .into_iter()
-            .all(|r| Some(r) == allowed || !policy.refuses(r) || counts[r.index() as usize] == 0)
+            .all(|r| Some(r) == allowed || counts.refused_by(r) == 0)
     };
     o.completes() == sc.completes
-        && o.reasons[sc.reason.index() as usize] > 0
+        && o.reasons.total(sc.reason) > 0
         && refused_only(&o.reasons, Some(sc.reason))
         && o.client_reasons.is_none_or(|c| refused_only(&c, None))
         && o.bad_icrc == 0
@@ -149,8 +151,8 @@ fn table(scenarios: &[Scenario], rows: &[Observed]) -> bool {
 fn counts(o: &Observed) -> String {
     let moved: Vec<String> = Reason::ALL
         .iter()
-        .filter(|r| **r != Reason::NotRoce && o.reasons[r.index() as usize] > 0)
-        .map(|r| format!("{} {}", r.name(), o.reasons[r.index() as usize]))
+        .filter(|r| **r != Reason::NotRoce && o.reasons.total(**r) > 0)
+        .map(|r| format!("{} {}", r.name(), o.reasons.total(*r)))
         .collect();
     if moved.is_empty() {
         "no RoCE frames".to_string()

@@ -288,8 +288,8 @@ pub fn scenario(
         r.map_or(0, |r| {
             Reason::ALL
                 .into_iter()
-                .filter(|&x| x != Reason::NotRoce && !rules.refuses(x))
-                .map(|x| r[x.index() as usize])
+                .filter(|&x| x != Reason::NotRoce)
+                .map(|x| r.passed_by(x))
                 .sum()
         })
     };
