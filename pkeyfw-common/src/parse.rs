@@ -213,6 +213,30 @@ const fn be16(b: [u8; 2]) -> u16 {
     u16::from_be_bytes(b)
 }
 
+/// A frame whose reads stop at `end`: the end of the IP packet (its total or
+/// payload length) or of the UDP datagram, however far the frame goes on.
+/// Bytes past those lengths (padding, or what a sender appended) are never
+/// read as headers: the kernel trims them before UDP sees the datagram.
+struct Within<'f, F: ?Sized> {
+    frame: &'f F,
+    end: usize,
+}
+
+impl<F: Frame + ?Sized> Frame for Within<'_, F> {
+    #[inline(always)]
+    fn header<T: Copy>(&self, off: usize) -> Option<T> {
+        if off + size_of::<T>() > self.end {
+            return None;
+        }
+        self.frame.header(off)
+    }
+
+    #[inline(always)]
+    fn wire_len(&self) -> usize {
+        self.end.min(self.frame.wire_len())
+    }
+}
+
 /// Classifies a frame that starts with its Ethernet header.
 #[inline(always)]
 pub fn classify<F: Frame + ?Sized>(frame: &F) -> Parsed {
@@ -241,7 +265,8 @@ pub fn classify<F: Frame + ?Sized>(frame: &F) -> Parsed {
 fn ipv4<F: Frame + ?Sized>(frame: &F, off: usize) -> Parsed {
     let ip = header_or!(frame, Ipv4Hdr, off, Parsed::Malformed);
     let ihl = ip.ihl() as usize;
-    if ip.version() != 4 || ihl < Ipv4Hdr::LEN {
+    let total = ip.tot_len() as usize;
+    if ip.version() != 4 || ihl < Ipv4Hdr::LEN || total < ihl {
         return Parsed::Malformed;
     }
     if ip.frag_offset() != 0 || ip.proto != proto::UDP {
@@ -249,7 +274,11 @@ fn ipv4<F: Frame + ?Sized>(frame: &F, off: usize) -> Parsed {
     }
     // More Fragments: a first fragment, which the kernel would reassemble.
     let first_fragment = ip.frag_flags() & 0b001 != 0;
-    udp(frame, off + ihl, first_fragment, Addrs::V4At(off + 12))
+    let packet = Within {
+        frame,
+        end: off + total,
+    };
+    udp(&packet, off + ihl, first_fragment, Addrs::V4At(off + 12))
 }
 
 #[inline(always)]
@@ -259,6 +288,11 @@ fn ipv6<F: Frame + ?Sized>(frame: &F, off: usize) -> Parsed {
         return Parsed::Malformed;
     }
     let addrs = Addrs::V6At(off + 8);
+    // A jumbogram's payload length is zero: nothing fits, so it is malformed.
+    let frame = &Within {
+        frame,
+        end: off + Ipv6Hdr::LEN + ip.payload_len() as usize,
+    };
     let mut next = ip.next_hdr;
     let mut off = off + Ipv6Hdr::LEN;
     let mut fragment = false;
@@ -300,11 +334,16 @@ fn udp<F: Frame + ?Sized>(frame: &F, off: usize, fragment: bool, addrs: Addrs) -
     if be16(udp.dst) != ROCE_V2_PORT {
         return Parsed::NotRoce;
     }
-    if fragment {
+    let len = udp.len() as usize;
+    if fragment || len < UdpHdr::LEN {
         // RoCE is never fragmented; reassembly would happen after XDP.
         return Parsed::Malformed;
     }
-    bth(frame, off + UdpHdr::LEN, addrs, Some(off))
+    let datagram = Within {
+        frame,
+        end: off + len,
+    };
+    bth(&datagram, off + UdpHdr::LEN, addrs, Some(off))
 }
 
 #[inline(always)]
@@ -314,7 +353,11 @@ fn roce_v1<F: Frame + ?Sized>(frame: &F, off: usize) -> Parsed {
     if grh.next_hdr != proto::IBA_BTH {
         return Parsed::Malformed;
     }
-    bth(frame, off + Ipv6Hdr::LEN, Addrs::V6At(off + 8), None)
+    let packet = Within {
+        frame,
+        end: off + Ipv6Hdr::LEN + grh.payload_len() as usize,
+    };
+    bth(&packet, off + Ipv6Hdr::LEN, Addrs::V6At(off + 8), None)
 }
 
 #[inline(always)]

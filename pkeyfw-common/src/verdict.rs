@@ -55,8 +55,11 @@ fn decide<F: Frame + ?Sized, T: Tables>(
 ) -> (Reason, bool, Option<u32>) {
     let ud = roce.transport == Transport::Ud;
     let reason = match roce.dest_qp {
-        // QP0 is a member of every partition and checks no P_Key.
-        SMI_QPN => return (Reason::Smi, true, None),
+        // QP0, the SMI, checks no P_Key or Q_Key, but takes only SMPs, which
+        // are datagrams (IBA 13.5: MADs on UD). RoCE has no SMI at all (rxe
+        // drops QP0 frames): anything else to QP0 is refused.
+        SMI_QPN if ud => return (Reason::Smi, true, None),
+        SMI_QPN => return (Reason::OpcodeMismatch, false, None),
         // QP1 accepts a P_Key matching any entry of the port's table.
         GSI_QPN => check(
             ud,

@@ -194,7 +194,7 @@ pub fn all() -> Vec<Case> {
         }
     }
 
-    // QP0: no check at all.
+    // QP0: datagrams only, with no P_Key or Q_Key check.
     add(
         "smi any pkey",
         &base,
@@ -205,9 +205,23 @@ pub fn all() -> Vec<Case> {
     add(
         "smi invalid pkey",
         &base,
-        Packet::rc(0x0000, 0).bytes(),
+        Packet::ud(0x0000, 0, 0x1234).bytes(),
         Smi,
         true,
+    );
+    add(
+        "smi rc",
+        &base,
+        Packet::rc(0xffff, 0).bytes(),
+        OpcodeMismatch,
+        false,
+    );
+    add(
+        "smi uc",
+        &base,
+        Packet::v4(UC_SEND, 0xffff, 0, 0).bytes(),
+        OpcodeMismatch,
+        false,
     );
 
     // QP1: any table entry, GSI Q_Key, UD only.
@@ -731,6 +745,70 @@ pub fn all() -> Vec<Case> {
         true,
     );
     add("monitor ok", &monitor, rc_ok().bytes(), Ok, true);
+
+    // Headers are read only within the IP and UDP lengths: bytes past them
+    // are padding, or what a sender appended, and never reach UDP.
+    let set16 = |mut f: Vec<u8>, at: usize, v: usize| {
+        f[at..at + 2].copy_from_slice(&(v as u16).to_be_bytes());
+        f
+    };
+    const V4_TOT_LEN: usize = 14 + 2;
+    const V4_UDP_LEN: usize = 14 + 20 + 4;
+    const V6_PAYLOAD_LEN: usize = 14 + 4;
+    let rc = Packet::rc(0x8001, QPA).bytes();
+    let mut padded = rc.clone();
+    padded.extend([0; 32]);
+    add("ipv4 ethernet padding", &base, padded, Ok, true);
+    add(
+        "ipv4 total length ends inside the bth",
+        &base,
+        set16(rc.clone(), V4_TOT_LEN, 20 + 8 + 4),
+        Malformed,
+        false,
+    );
+    add(
+        "ipv4 total length ends before the udp header",
+        &base,
+        set16(rc.clone(), V4_TOT_LEN, 20 + 4),
+        Malformed,
+        false,
+    );
+    add(
+        "ipv4 total length shorter than its header",
+        &base,
+        set16(rc.clone(), V4_TOT_LEN, 12),
+        Malformed,
+        false,
+    );
+    add(
+        "udp length ends inside the bth",
+        &base,
+        set16(rc.clone(), V4_UDP_LEN, 8 + 4),
+        Malformed,
+        false,
+    );
+    add(
+        "udp length shorter than its header",
+        &base,
+        set16(rc, V4_UDP_LEN, 4),
+        Malformed,
+        false,
+    );
+    let ud6 = Packet::ud(0x8001, UD, 0x11111111).over_v6(vec![]).bytes();
+    add(
+        "ipv6 payload length ends inside the deth",
+        &base,
+        set16(ud6.clone(), V6_PAYLOAD_LEN, 8 + 12 + 4),
+        Malformed,
+        false,
+    );
+    add(
+        "ipv6 jumbogram length",
+        &base,
+        set16(ud6, V6_PAYLOAD_LEN, 0),
+        Malformed,
+        false,
+    );
 
     cases
 }
