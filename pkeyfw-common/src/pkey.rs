@@ -47,6 +47,13 @@ pub mod port {
         if super::is_full(pkey) { FULL } else { LIMITED }
     }
 
+    /// Whether a table whose flags for `key(pkey)` are `flags` holds `pkey`
+    /// itself: a key the port may send.
+    #[inline(always)]
+    pub const fn holds(pkey: u16, flags: u8) -> bool {
+        super::is_valid(pkey) && flags & flag_of(pkey) != 0
+    }
+
     /// Whether `pkey` matches some entry of a table whose flags for
     /// `key(pkey)` are `flags`: a full P_Key matches any entry of its
     /// partition, a limited one only a full entry.

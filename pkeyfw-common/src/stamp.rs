@@ -39,9 +39,40 @@ crate::named_enum! {
         /// Ingress: a passed frame's P_Key set back to 0xFFFF.
         Restored = 6 => "restored",
         /// A kernel helper refused to read or write the frame (it could
-        /// not be made writable, say); left as is.
+        /// not be made writable, say): dropped on egress, where the frame
+        /// could leave with a P_Key the port may not send; left on ingress.
         HelperFailed = 7 => "helper_failed",
+        /// Egress: not from a bound QP's socket, so it leaves with the
+        /// port's default P_Key (index 0) instead of the one it carried.
+        Defaulted = 8 => "defaulted",
+        /// Egress: a management frame with a P_Key not in the port's table;
+        /// dropped, as an HCA sends only keys of its port's table.
+        Forged = 9 => "forged",
     }
+}
+
+/// What the egress program does with an outgoing frame, and what it counts.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Writes the plan; counted as the outcome (`Stamped`, `Defaulted`)
+    /// once done.
+    Rewrite(Plan, Stamp),
+    /// Sends the frame as it is.
+    Leave(Stamp),
+    /// Refuses the frame: it would leave with a P_Key the port may not send.
+    Drop(Stamp),
+}
+
+/// Where an outgoing frame comes from, as far as the egress hook can tell.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A socket that never bound a UDP port: rdma_rxe's per-QP kernel
+    /// socket. Only such a frame is attributed to the QP it names.
+    QpSocket,
+    /// Anything else: a process's UDP socket (it has a port), a forwarded
+    /// frame (no socket), a packet socket. It names a QP, but nothing
+    /// says that QP sent it.
+    Other,
 }
 
 /// The connection table (`CONNS`): which local QP sends a connected frame.
@@ -116,40 +147,58 @@ impl Plan {
     }
 }
 
-/// The stamp for an outgoing frame: `None` when the policy does not stamp
-/// (nothing is counted then), else the rewrite or why there is none.
+/// What egress does with an outgoing frame, or `None` when the policy does
+/// not stamp (nothing is counted then). An HCA sends only keys of its port's
+/// table, each QP its own: a bound QP's frame gets its QP's P_Key; a
+/// management frame (QP0/QP1 as source or destination) keeps a key of the
+/// port's table, or is dropped; anything else leaves with the port's default
+/// P_Key, whatever key its sender wrote. A rewrite that cannot be done drops
+/// the frame rather than let the key it carries out.
 #[inline(always)]
 pub fn egress<F: Frame + ?Sized, T: Tables + Conns>(
     frame: &F,
     tables: &T,
     config: &Config,
-) -> Option<Result<Plan, Stamp>> {
+    origin: Origin,
+) -> Option<Action> {
     if config.stamp == 0 {
         return None;
     }
-    let Parsed::Roce(roce) = parse::classify(frame) else {
-        return Some(Err(Stamp::NotRoce));
+    let roce = match parse::classify(frame) {
+        // RoCE v1 has no UDP header to attribute or patch; sending it takes
+        // a raw socket, which takes privilege.
+        Parsed::Roce(roce) if roce.udp_at.is_some() => roce,
+        _ => return Some(Action::Leave(Stamp::NotRoce)),
     };
     let ud = roce.transport == Transport::Ud;
     if matches!(roce.dest_qp, SMI_QPN | GSI_QPN) || (ud && roce.src_qp <= GSI_QPN) {
-        return Some(Err(Stamp::Management));
+        let flags = tables.port_flags(pkey::key(roce.pkey));
+        return Some(if pkey::port::holds(roce.pkey, flags) {
+            Action::Leave(Stamp::Management)
+        } else {
+            Action::Drop(Stamp::Forged)
+        });
     }
-    let sender = if ud {
-        Some(roce.src_qp)
-    } else {
-        roce.addrs.read(frame, true).and_then(|peer| {
+    let sender = match origin {
+        Origin::Other => None,
+        Origin::QpSocket if ud => Some(roce.src_qp),
+        Origin::QpSocket => roce.addrs.read(frame, true).and_then(|peer| {
             tables
                 .local_qp(roce.dest_qp, &peer)
                 .or_else(|| tables.local_qp(roce.dest_qp, &[0; 16]))
-        })
+        }),
     };
-    let Some(qp) = sender.and_then(|q| tables.qp(q)) else {
-        return Some(Err(Stamp::Unbound));
+    let (key, kept, done) = match sender.and_then(|q| tables.qp(q)) {
+        Some(qp) => (qp.pkey, Stamp::Unchanged, Stamp::Stamped),
+        None => (config.default_pkey, Stamp::Unbound, Stamp::Defaulted),
     };
-    if qp.pkey == roce.pkey {
-        return Some(Err(Stamp::Unchanged));
+    if roce.pkey == key {
+        return Some(Action::Leave(kept));
     }
-    Some(plan(frame, &roce, qp.pkey))
+    Some(match plan(frame, &roce, key) {
+        Ok(plan) => Action::Rewrite(plan, done),
+        Err(why) => Action::Drop(why),
+    })
 }
 
 /// The restore for an incoming frame the verdict passed: `None` when nothing

@@ -9,10 +9,12 @@
 #![feature(asm_experimental_arch)]
 
 use aya_ebpf::{
-    bindings::{BPF_F_MARK_MANGLED_0, TC_ACT_UNSPEC, xdp_action, xdp_md},
+    EbpfContext as _,
+    bindings::{__sk_buff, BPF_F_MARK_MANGLED_0, TC_ACT_SHOT, TC_ACT_UNSPEC, xdp_action, xdp_md},
     btf_maps::{Array, HashMap, PerCpuArray, RingBuf},
     helpers::{
-        bpf_ktime_get_coarse_ns, bpf_xdp_get_buff_len, bpf_xdp_load_bytes, bpf_xdp_store_bytes,
+        bpf_ktime_get_coarse_ns, bpf_sk_fullsock, bpf_xdp_get_buff_len, bpf_xdp_load_bytes,
+        bpf_xdp_store_bytes,
     },
     macros::{btf_map, classifier, xdp},
     programs::{TcContext, XdpContext},
@@ -27,7 +29,7 @@ use pkeyfw_common::{
     frame::MAX_OFFSET,
     judge,
     reason::{REASON_SLOTS, reason_slot},
-    stamp::{self, Conns, Plan, UDP_CHECK},
+    stamp::{self, Action, Conns, Origin, Plan, UDP_CHECK},
 };
 
 /// `LAYOUT_VERSION`, written by the loader: what a later pkeyfw checks
@@ -101,10 +103,10 @@ pub fn pkeyfw(ctx: XdpContext) -> u32 {
     // accepts only 0xFFFF.
     if let Some(restore) = stamp::ingress(&frame, &outcome, &config) {
         let bytes = XdpBytes(ctx.ctx);
-        count_stamp(
-            restore.and_then(|plan| bytes.rewrite(&plan)),
-            Stamp::Restored,
-        );
+        count_stamp(match restore.and_then(|plan| bytes.rewrite(&plan)) {
+            Ok(()) => Stamp::Restored,
+            Err(why) => why,
+        });
     }
 
     if let Some(count) = REASONS.get_ptr_mut(reason_slot(outcome.reason, outcome.verdict())) {
@@ -133,26 +135,57 @@ pub fn pkeyfw(ctx: XdpContext) -> u32 {
     }
 }
 
-/// Egress: writes the sending QP's bound P_Key into outgoing RoCE v2 frames
-/// while the active policy stamps. Never changes a frame's fate.
+/// Egress: while the active policy stamps, writes the sending QP's bound
+/// P_Key into outgoing RoCE v2 frames, the port's default one into frames no
+/// bound QP sent, and drops management frames with a key the port does not
+/// hold (see `stamp::egress`).
 #[classifier]
 pub fn pkeyfw_stamp(ctx: TcContext) -> i32 {
     let (live, config) = policy();
     let skb = Skb(&ctx);
-    if let Some(stamping) = stamp::egress(&skb, &live, &config) {
-        count_stamp(stamping.and_then(|plan| skb.rewrite(&plan)), Stamp::Stamped);
+    let counted = match stamp::egress(&skb, &live, &config, origin(&ctx)) {
+        None => return TC_ACT_UNSPEC,
+        Some(Action::Leave(outcome)) => Ok(outcome),
+        Some(Action::Drop(why)) => Err(why),
+        Some(Action::Rewrite(plan, done)) => skb.rewrite(&plan).map(|()| done),
+    };
+    match counted {
+        Ok(outcome) => {
+            count_stamp(outcome);
+            // TCX_NEXT for tcx, "continue" for a netlink filter.
+            TC_ACT_UNSPEC
+        }
+        Err(why) => {
+            count_stamp(why);
+            TC_ACT_SHOT
+        }
     }
-    // TCX_NEXT for tcx, "continue" for a netlink filter: let others decide.
-    TC_ACT_UNSPEC
 }
 
-/// Counts a stamping outcome: `done` if the rewrite happened.
+/// Whether the frame comes from rdma_rxe's per-QP kernel socket: a full
+/// socket that never bound a UDP port. Every process's UDP socket has one
+/// by the time it sends; a forwarded frame has no socket.
 #[inline(always)]
-fn count_stamp(result: Result<(), Stamp>, done: Stamp) {
-    let outcome = match result {
-        Ok(()) => done,
-        Err(why) => why,
-    };
+fn origin(ctx: &TcContext) -> Origin {
+    let skb = ctx.as_ptr() as *mut __sk_buff;
+    // SAFETY: the program's own context.
+    let sk = unsafe { (*skb).__bindgen_anon_2.sk };
+    if sk.is_null() {
+        return Origin::Other;
+    }
+    // SAFETY: a socket pointer from the context, checked for null.
+    let full = unsafe { bpf_sk_fullsock(sk) };
+    // SAFETY: checked for null; the verifier allows reading a full socket.
+    if !full.is_null() && unsafe { (*full).src_port } == 0 {
+        Origin::QpSocket
+    } else {
+        Origin::Other
+    }
+}
+
+/// Counts a stamping outcome.
+#[inline(always)]
+fn count_stamp(outcome: Stamp) {
     if let Some(count) = STAMPS.get_ptr_mut(outcome.index()) {
         // SAFETY: a per-CPU slot, written only by this CPU.
         unsafe { *count += 1 };

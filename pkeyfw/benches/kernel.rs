@@ -476,7 +476,7 @@ fn stamping_table() -> Result<Table> {
             let frame = sized(packet.clone(), len).bytes();
             let before = filter.maps().stamps()?;
             if egress {
-                filter.run_egress(&frame)?;
+                ensure!(filter.run_egress(&frame)?.is_some(), "{name}: dropped");
             } else {
                 ensure!(filter.run(&frame)?, "{name}: dropped");
             }

@@ -19,7 +19,10 @@ use pkeyfw::{
     policy::Policy,
     wire::{Packet, icrc_of},
 };
-use pkeyfw_common::{Reason, Stamp, stamp};
+use pkeyfw_common::{
+    Reason, Stamp,
+    stamp::{self, Action, Origin},
+};
 use proptest::{collection::vec, prelude::*, test_runner::TestRunner};
 
 /// Payload sizes: empty, odd (the ICRC then sits at an odd checksum offset),
@@ -29,9 +32,9 @@ const PAYLOADS: [usize; 4] = [0, 1, 1000, 4096];
 /// page of linear skb data at most: 3400 stands in for 4096.
 const EGRESS_PAYLOADS: [usize; 4] = [0, 1, 1000, 3400];
 
-/// Runs `frame` through the egress program: the output, and the one stamping
-/// counter that moved (none when stamping is off).
-fn egress(filter: &Filter, frame: &[u8]) -> (Vec<u8>, Option<Stamp>) {
+/// Runs `frame` through the egress program: the output (`None`: dropped),
+/// and the one stamping counter that moved (none when stamping is off).
+fn egress(filter: &Filter, frame: &[u8]) -> (Option<Vec<u8>>, Option<Stamp>) {
     let before = filter.maps().stamps().unwrap();
     let out = filter.run_egress(frame).expect("run egress");
     (out, moved(before, filter.maps().stamps().unwrap()))
@@ -49,9 +52,12 @@ fn moved(before: [u64; Stamp::COUNT], after: [u64; Stamp::COUNT]) -> Option<Stam
     }
 }
 
-/// What the host-side decision says of `frame`.
+/// What the host-side decision says of `frame` from a QP's socket (as
+/// BPF_PROG_TEST_RUN's unbound dummy socket is).
 fn predicted(policy: &Policy, frame: &[u8]) -> Option<Stamp> {
-    stamp::egress(frame, policy, &policy.config()).map(|r| r.err().unwrap_or(Stamp::Stamped))
+    stamp::egress(frame, policy, &policy.config(), Origin::QpSocket).map(|e| match e {
+        Action::Rewrite(_, s) | Action::Leave(s) | Action::Drop(s) => s,
+    })
 }
 
 /// Outgoing frames, the P_Key each must leave with and the counter it moves.
@@ -126,6 +132,48 @@ fn egress_cases() -> Vec<(&'static str, Packet, u16, Stamp)> {
             0xffff,
             Stamp::Management,
         ),
+        (
+            "UD from an unbound QP, forged key",
+            ud_from(UNBOUND_QP, 0x8002),
+            0xffff,
+            Stamp::Defaulted,
+        ),
+        (
+            "RC to an unknown peer, forged key",
+            Packet::rc(0x8003, TO_QPA_AT_V6_PEER),
+            0xffff,
+            Stamp::Defaulted,
+        ),
+        (
+            "QP1, a key of the table",
+            Packet {
+                src_qp: 1,
+                ..Packet::ud(0x8001, 1, 0x8001_0000)
+            },
+            0x8001,
+            Stamp::Management,
+        ),
+        (
+            "QP1, a key not in the table",
+            Packet {
+                src_qp: 1,
+                ..Packet::ud(0x8007, 1, 0x8001_0000)
+            },
+            0x8007,
+            Stamp::Forged,
+        ),
+        (
+            "to QP1 from a QP, a key not in the table",
+            Packet::ud(0x8007, 1, 0x8001_0000),
+            0x8007,
+            Stamp::Forged,
+        ),
+        (
+            "to QP0, the limited twin of a full key",
+            Packet::ud(0x0002, 0, 0),
+            0x0002,
+            Stamp::Forged,
+        ),
         ("TCP", tcp, 0xffff, Stamp::NotRoce),
         (
             "RoCE v1",
@@ -152,10 +200,12 @@ fn egress_stamps_the_sending_qps_pkey() {
                 let (out, counted) = egress(&filter, &input);
                 assert_eq!(counted, Some(outcome), "{what}: counter");
                 assert_eq!(predicted(&policy, &input), Some(outcome), "{what}: host");
-                if outcome == Stamp::Stamped {
-                    check_rewritten(&what, &p, &input, &out, pkey);
-                } else {
-                    assert!(out == input, "{what}: changed");
+                match outcome {
+                    Stamp::Stamped | Stamp::Defaulted => {
+                        check_rewritten(&what, &p, &input, &out.expect("sent"), pkey)
+                    }
+                    Stamp::Forged => assert_eq!(out, None, "{what}: sent"),
+                    _ => assert!(out.as_ref() == Some(&input), "{what}: changed"),
                 }
             }
         }
@@ -171,7 +221,7 @@ fn without_stamping_nothing_changes_or_counts() {
         let input = frame(&p, true);
         assert_eq!(
             egress(&filter, &input),
-            (input.clone(), None),
+            (Some(input.clone()), None),
             "{name}: egress"
         );
         assert_eq!(filter.run_out(&input).unwrap().1, input, "{name}: ingress");
@@ -322,8 +372,10 @@ fn egress_then_ingress_ends_with_the_default_pkey() {
                     p = p.over_v6(vec![]);
                 }
                 let input = frame(&p, checksum);
+                // Every sender here is a QP or QP1 with a key of the table:
+                // nothing is dropped on the way out.
                 let (wire, _) = egress(&filter, &input);
-                let (pass, out) = filter.run_out(&wire).unwrap();
+                let (pass, out) = filter.run_out(&wire.expect("sent")).unwrap();
                 if pass {
                     let (l3, udp, bth) = offsets(&p);
                     prop_assert_eq!(&out[bth + 2..bth + 4], &[0xff, 0xff]);
@@ -338,4 +390,88 @@ fn egress_then_ingress_ends_with_the_default_pkey() {
             },
         )
         .unwrap();
+}
+
+/// Sends each payload from a UDP socket of an unprivileged user (uid and gid
+/// 65534, no groups) in namespace `ns` to `to`.
+fn send_unprivileged(ns: &str, to: std::net::SocketAddr, payloads: &[Vec<u8>]) {
+    in_netns(ns, || {
+        // The raw system calls change this thread's credentials only (libc's
+        // wrappers would change every thread of the test process).
+        // SAFETY: plain credential system calls on the calling thread.
+        unsafe {
+            assert_eq!(
+                libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<u32>()),
+                0
+            );
+            assert_eq!(libc::syscall(libc::SYS_setresgid, 65534, 65534, 65534), 0);
+            assert_eq!(libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534), 0);
+        }
+        let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("bind");
+        for p in payloads {
+            socket.send_to(p, to).expect("send");
+        }
+    })
+    .expect("in the sender's namespace");
+}
+
+/// An unprivileged local user with a UDP socket writes BTHs by hand, with
+/// stamping on at its host's egress: it cannot claim a bound QP (and so its
+/// partition) by naming it, a key it forges leaves as the port's default
+/// P_Key, and a management frame with a key outside the port's table does
+/// not leave at all.
+#[test]
+fn forged_pkeys_from_a_udp_socket_do_not_leave_the_host() {
+    common::require_root();
+    let pair = VethPair::create(&format!("pkf{}", std::process::id() % 10000)).unwrap();
+    for (ns, dev, addr) in [
+        (&pair.ns_a, &pair.a, "192.0.2.1/24"),
+        (&pair.ns_b, &pair.b, "192.0.2.2/24"),
+    ] {
+        common::succeed(
+            std::process::Command::new("ip").args(["-n", ns, "addr", "add", addr, "dev", dev]),
+        );
+    }
+    let roce = |p: Packet| {
+        let bytes = p.bytes();
+        bytes[p.bth_at()..].to_vec()
+    };
+    let claims_bound_qp = Packet {
+        src_qp: UD, // bound to 0x8001
+        ..Packet::ud(0xffff, 0x99, 0x1111_1111)
+    };
+    let forged = Packet {
+        src_qp: UNBOUND_QP,
+        ..Packet::ud(0x8002, 0x99, 0x1111_1111)
+    };
+    let forged_rc = Packet::rc(0x8003, 0x99);
+    let forged_management = Packet::ud(0x8007, 1, 0x8001_0000);
+    let payloads = [claims_bound_qp, forged, forged_rc, forged_management].map(roce);
+    in_netns(&pair.ns_b, || {
+        let mut filter = Filter::load(0).unwrap();
+        filter.apply(&stamping_policy()).unwrap();
+        filter.attach_egress(&pair.b, Egress::Auto).unwrap();
+        let (_, got) = capture_during(&pair.ns_a, &pair.a, Duration::from_millis(500), || {
+            send_unprivileged(&pair.ns_b, "192.0.2.1:4791".parse().unwrap(), &payloads)
+        })
+        .expect("capture");
+        let seen: Vec<(u32, u16)> = got
+            .iter()
+            .filter_map(|f| match pkeyfw_common::parse::classify(&f[..]) {
+                pkeyfw_common::parse::Parsed::Roce(r) => Some((r.dest_qp, r.pkey)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [(0x99, 0xffff), (0x99, 0xffff), (0x99, 0xffff)],
+            "P_Keys that left the host (the QP1 frame must not)"
+        );
+        let stamps = filter.maps().stamps().unwrap();
+        assert_eq!(stamps[Stamp::Defaulted.index() as usize], 2);
+        assert_eq!(stamps[Stamp::Unbound.index() as usize], 1);
+        assert_eq!(stamps[Stamp::Forged.index() as usize], 1);
+        assert_eq!(stamps[Stamp::Stamped.index() as usize], 0);
+    })
+    .unwrap();
 }

@@ -34,8 +34,9 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pk
 /// XDP actions the program returns.
 const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
-/// What the egress program always returns: no opinion on the frame.
+/// What the egress program returns: no opinion on the frame, or drop it.
 const TC_ACT_UNSPEC: i32 = -1;
+const TC_ACT_SHOT: i32 = 2;
 
 /// How the egress program is hooked in.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -274,16 +275,16 @@ impl Filter {
     }
 
     /// Runs one outgoing frame through the egress program and returns the
-    /// frame as it leaves.
-    pub fn run_egress(&self, frame: &[u8]) -> Result<Vec<u8>> {
+    /// frame as it leaves, or `None` if the program dropped it.
+    pub fn run_egress(&self, frame: &[u8]) -> Result<Option<Vec<u8>>> {
         let (verdict, out) = run_once(self.stamp_program(), frame)?;
-        if verdict as i32 != TC_ACT_UNSPEC {
-            bail!(
-                "the egress program returned {}, expected TC_ACT_UNSPEC",
-                verdict as i32
-            );
+        match verdict as i32 {
+            TC_ACT_UNSPEC => Ok(Some(out)),
+            TC_ACT_SHOT => Ok(None),
+            other => {
+                bail!("the egress program returned {other}, expected TC_ACT_UNSPEC or TC_ACT_SHOT")
+            }
         }
-        Ok(out)
     }
 
     /// Mean run time per repetition of `repeat` kernel-side repetitions of
