@@ -58,6 +58,14 @@ pub struct BindRule {
     pub qkey: Option<u32>,
 }
 
+impl BindRule {
+    /// Whether the rule tells processes apart only by the command name they
+    /// choose themselves.
+    pub fn by_name_only(&self) -> bool {
+        self.comm.is_some() && self.pid.is_none()
+    }
+}
+
 /// What judges the frames of one discovered QP.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Binding {

@@ -248,12 +248,22 @@ pub(super) fn parse(
     }
 
     let binds = bind::rules(&cx, &pkeys, &raw.bind)?;
+    let mut warnings = table.warnings;
+    if !monitor {
+        warnings.extend(binds.iter().filter(|b| b.by_name_only()).map(|b| {
+            format!(
+                "{}:{}: this [[bind]] rule matches by command name (and QPN or type) only: any process can take that name (prctl, exec through a link) and so this partition; it is no boundary between tenants",
+                cx.path.display(),
+                b.line
+            )
+        }));
+    }
 
     Ok(Policy {
         pkeys,
         names: table.names,
         guid: table.guid,
-        warnings: table.warnings,
+        warnings,
         monitor,
         unknown_qp,
         qps,

@@ -305,3 +305,20 @@ fn unreadable_file() {
         "{e}"
     );
 }
+
+/// A rule that tells tenants apart by the name a process gives itself is
+/// no boundary: an enforcing policy says so, naming the rule's line.
+#[test]
+fn rules_by_command_name_only_are_warned_about() {
+    let rule = |extra: &str| {
+        format!(
+            "[port]\npkeys = [0xffff, 0x8001]\n{extra}\n[[bind]]\ncomm = \"tenant-a\"\ntype = \"rc\"\npkey = 0x8001\n"
+        )
+    };
+    let warned = |p: &Policy| p.warnings.iter().any(|w| w.contains("no boundary"));
+    let enforce = parse(&rule("")).unwrap();
+    assert!(warned(&enforce), "{:?}", enforce.warnings);
+    assert!(enforce.warnings.iter().any(|w| w.contains("p.toml:4:")));
+    let monitor = parse(&rule("[enforcement]\nmode = \"monitor\"\n")).unwrap();
+    assert!(!warned(&monitor), "{:?}", monitor.warnings);
+}
