@@ -261,6 +261,17 @@ fn netns_option_attaches_and_detaches_from_the_host() {
         text(&out)
     );
 
+    // reload and qps look into the namespace too.
+    common::succeed(pkeyfw().args(["reload", "--netns", &pair.ns_b, &pair.b]));
+    enforces(&pair.ns_a, &pair.a, &pair.ns_b, &pair.b);
+    let out = pkeyfw()
+        .args(["qps", "--netns", &pair.ns_b, &pair.b])
+        .output()
+        .unwrap();
+    // No RDMA here: it fails, but after finding the interface.
+    assert!(text(&out).contains("RDMA"), "{}", text(&out));
+    assert!(!text(&out).contains("no interface"), "{}", text(&out));
+
     // Without --netns the host's (absent) interface of that name is meant.
     let out = pkeyfw().args(["detach", &pair.b]).output().unwrap();
     assert!(!out.status.success());
