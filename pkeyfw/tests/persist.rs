@@ -172,6 +172,15 @@ fn attach_replaces_an_attachment_whose_process_is_gone() {
     assert!(first.contains("attached to"), "attach said {first:?}");
     child.kill().unwrap();
     child.wait().unwrap();
+    let pins = common::pins(&pair.ns_b, &pair.b);
+    let link_id = || {
+        let link: aya::programs::links::FdLink =
+            aya::programs::links::PinnedLink::from_pin(pins.link())
+                .unwrap()
+                .into();
+        link.info().unwrap().id()
+    };
+    let (link, program) = (link_id(), xdp_on(&pair.ns_b, &pair.b).unwrap().prog_id);
     let out = common::succeed(common::pkeyfw_in(&pair.ns_b).args([
         "attach",
         &pair.b,
@@ -180,6 +189,11 @@ fn attach_replaces_an_attachment_whose_process_is_gone() {
         policy.to_str().unwrap(),
     ]));
     assert!(text(&out).contains("replacing"), "{}", text(&out));
+    assert!(!text(&out).contains("detaching it first"), "{}", text(&out));
+    // The same link now runs the new program: it was switched, never
+    // detached.
+    assert_eq!(link_id(), link, "the same link");
+    assert_ne!(xdp_on(&pair.ns_b, &pair.b).unwrap().prog_id, program);
     enforces(&pair.ns_a, &pair.a, &pair.ns_b, &pair.b);
     let json = stats_json(common::pkeyfw_in(&pair.ns_b).args(["stats", &pair.b, "--json"]));
     assert_eq!(json[0]["held"], "pinned");
