@@ -10,7 +10,7 @@ use serde_json::json;
 use crate::{
     cmd::attach::cli_iface,
     control::netlink::XdpMode,
-    control::netns::NetnsId,
+    control::netns::{self, NetnsId},
     loading::maps::{Maps, ReasonCounts, StampCounts},
     loading::pins::{self, Holder, Pins, State},
     reporting::describe,
@@ -163,7 +163,9 @@ fn attachments(iface: Option<&str>, netns: Option<&str>) -> Result<Vec<Live>> {
     for pins in all {
         let ns = match NetnsId::current().ok() == Some(pins.netns) {
             true => netns.map(str::to_string),
-            false if NetnsId::host().ok() == Some(pins.netns) => Some("/proc/1/ns/net".into()),
+            false if NetnsId::host().ok() == Some(pins.netns) => {
+                Some(format!("/proc/{}/ns/net", netns::host_pid()))
+            }
             false => Some(pins.netns.label()),
         };
         let named = cli_iface(&pins.iface, ns.as_deref());

@@ -24,9 +24,9 @@ impl NetnsId {
         NetnsId::of_path(Path::new("/proc/thread-self/ns/net"))
     }
 
-    /// The host's: that of PID 1.
+    /// The host's: that of PID 1 (see [`host_pid`]).
     pub fn host() -> Result<NetnsId> {
-        NetnsId::of_path(Path::new("/proc/1/ns/net"))
+        NetnsId::of_path(Path::new(&format!("/proc/{}/ns/net", host_pid())))
     }
 
     /// The namespace an nsfs file (or /run/netns entry) stands for.
@@ -57,7 +57,7 @@ impl NetnsId {
     pub fn find(self) -> Option<Netns> {
         let candidates = [
             PathBuf::from("/proc/thread-self/ns/net"),
-            PathBuf::from("/proc/1/ns/net"),
+            PathBuf::from(format!("/proc/{}/ns/net", host_pid())),
         ]
         .into_iter()
         .chain(
@@ -160,4 +160,28 @@ impl Netns {
                 })?
         })
     }
+}
+
+/// The process whose namespaces are the host's: PID 1, else (where PID 1
+/// cannot be looked at, as in a sandbox) the farthest ancestor of this
+/// process whose namespaces can be read.
+pub fn host_pid() -> u32 {
+    let readable = |pid: u32| fs::metadata(format!("/proc/{pid}/ns/mnt")).is_ok();
+    if readable(1) {
+        return 1;
+    }
+    let parent = |pid: u32| -> Option<u32> {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let rest = &stat[stat.rfind(')')? + 1..];
+        rest.split_whitespace().nth(1)?.parse().ok()
+    };
+    let mut best = std::process::id();
+    let mut pid = best;
+    while let Some(up) = parent(pid).filter(|&p| p > 1) {
+        if readable(up) {
+            best = up;
+        }
+        pid = up;
+    }
+    best
 }

@@ -20,7 +20,7 @@ use aya::programs::{ProgramInfo, TcAttachType, links::PinnedLink, tc};
 
 use crate::{
     control::netlink::{self, XdpMode},
-    control::netns::NetnsId,
+    control::netns::{self, NetnsId},
     loading::filter::{PROGRAM, STAMP_PROGRAM},
 };
 
@@ -374,7 +374,7 @@ fn start_time(pid: u32) -> Option<u64> {
 pub fn host_bpffs(command: &str) -> Result<()> {
     let mnt = |pid: &str| fs::metadata(format!("/proc/{pid}/ns/mnt")).map(|m| m.ino());
     let ours = mnt("thread-self").context("reading this process's mount namespace")?;
-    let host = host_pid();
+    let host = netns::host_pid();
     if mnt(&host.to_string()).ok() == Some(ours) {
         return ensure_bpffs();
     }
@@ -396,29 +396,6 @@ pub fn host_bpffs(command: &str) -> Result<()> {
     bail!(
         "this process runs in a private mount namespace (as `ip netns exec` makes) whose {BPFFS} is {what}, not the host's: pins made there vanish when the process exits, and the filter with them; run without `ip netns exec`, use `pkeyfw {command} --netns NS …` (the interface work happens in network namespace NS, the pins stay in the host's bpffs)"
     )
-}
-
-/// The process whose mount namespace is the host's: PID 1, else the
-/// farthest ancestor of this process whose namespaces can be read.
-fn host_pid() -> u32 {
-    let readable = |pid: u32| fs::metadata(format!("/proc/{pid}/ns/mnt")).is_ok();
-    if readable(1) {
-        return 1;
-    }
-    let parent = |pid: u32| -> Option<u32> {
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let rest = &stat[stat.rfind(')')? + 1..];
-        rest.split_whitespace().nth(1)?.parse().ok()
-    };
-    let mut best = std::process::id();
-    let mut pid = best;
-    while let Some(up) = parent(pid).filter(|&p| p > 1) {
-        if readable(up) {
-            best = up;
-        }
-        pid = up;
-    }
-    best
 }
 
 /// Mounts bpffs at /sys/fs/bpf unless it is there already.
