@@ -6,6 +6,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 use pkeyfw::{
     cmd::{self, attach, detach, qps, reload, replay, stats},
+    control::netns::Netns,
     lab,
     policy::Policy,
 };
@@ -28,12 +29,21 @@ enum Command {
     /// Loads the XDP program, fills its maps from the policy and attaches it.
     /// In the foreground it prints a line per refused frame (at most
     /// --log-rate a second, then how many more) and, on Ctrl-C or SIGTERM,
-    /// detaches and prints the final counters. With --pin it pins the
-    /// program, its maps and the link under /sys/fs/bpf/pkeyfw/IFACE/ and
-    /// exits; the filter runs on without any process. Needs root.
+    /// detaches and prints the final counters. With --pin it exits after
+    /// attaching; the filter runs on without any process.
+    ///
+    /// Either way the program, its maps and its links are pinned under
+    /// /sys/fs/bpf/pkeyfw/NETNS/IFACE/ (NETNS: the network namespace's
+    /// inode), so enforcement never ends with a process: if a foreground
+    /// attach is killed (SIGKILL, OOM, a crash) the filter enforces on,
+    /// `stats` shows its process gone, and `detach` or a new `attach`
+    /// (which replaces it) takes over. Refused under `ip netns exec`, whose
+    /// private bpffs would vanish with the process: use --netns. Needs root.
     Attach {
-        /// The interface, in this network namespace.
+        /// The interface, in this network namespace (or --netns's).
         iface: String,
+        #[command(flatten)]
+        netns: NetnsArg,
         /// Partition policy (TOML).
         #[arg(long, value_name = "FILE")]
         policy: PathBuf,
@@ -55,18 +65,30 @@ enum Command {
     /// a mix. A foreground attach also reloads its policy file on SIGHUP.
     Reload {
         iface: String,
+        #[command(flatten)]
+        netns: NetnsArg,
         /// The new policy (default: the file the attachment runs).
         #[arg(long, value_name = "FILE")]
         policy: Option<PathBuf>,
     },
-    /// Remove a pinned attachment (`attach --pin`) and its pins.
-    Detach { iface: String },
+    /// Remove an attachment and its pins: a pinned one (`attach --pin`) or
+    /// one whose foreground process is gone.
+    Detach {
+        iface: String,
+        #[command(flatten)]
+        netns: NetnsArg,
+    },
     /// Counters per reason and per QP of running attachments.
     ///
-    /// Reads the maps of foreground and pinned attachments alike.
+    /// Reads the maps of foreground and pinned attachments alike, and says
+    /// who holds each: pinned, a foreground process, or a foreground
+    /// process that is gone.
     Stats {
-        /// Only this interface (default: every attachment).
+        /// Only this interface (default: every attachment, of every network
+        /// namespace unless --netns is given).
         iface: Option<String>,
+        #[command(flatten)]
+        netns: NetnsArg,
         /// One JSON object per interface.
         #[arg(long)]
         json: bool,
@@ -86,6 +108,8 @@ enum Command {
     /// filter's per-QP counters.
     Qps {
         iface: String,
+        #[command(flatten)]
+        netns: NetnsArg,
         /// Partition policy (TOML).
         #[arg(long, value_name = "FILE")]
         policy: Option<PathBuf>,
@@ -166,6 +190,27 @@ enum PolicyCommand {
     },
 }
 
+/// `--netns`: where the interface is.
+#[derive(clap::Args)]
+struct NetnsArg {
+    /// The interface's network namespace, as `ip -n` takes it: NAME is
+    /// /run/netns/NAME, else a path to a namespace file (/proc/PID/ns/net).
+    /// The interface work happens there; the pins stay in the host's bpffs.
+    #[arg(long, value_name = "NAME|PATH")]
+    netns: Option<String>,
+}
+
+impl NetnsArg {
+    /// Moves this process into the namespace, if one is given (before it
+    /// starts any thread; bpffs, a mount, is unaffected).
+    fn enter(&self) -> Result<Option<&str>> {
+        if let Some(spec) = &self.netns {
+            Netns::open(spec)?.enter()?;
+        }
+        Ok(self.netns.as_deref())
+    }
+}
+
 /// This port's identity, for policies whose table comes from partitions.conf
 /// (unless the policy sets [port].guid).
 #[derive(clap::Args)]
@@ -199,6 +244,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Attach {
             iface,
+            netns,
             policy,
             mode,
             pin,
@@ -209,9 +255,14 @@ fn run(cli: Cli) -> Result<()> {
             mode,
             pin,
             log_rate,
+            netns: netns.enter()?,
         }),
-        Command::Detach { iface } => detach::run(&iface),
-        Command::Reload { iface, policy } => reload::run(&iface, policy.as_deref()),
+        Command::Detach { iface, netns } => detach::run(&iface, netns.enter()?),
+        Command::Reload {
+            iface,
+            netns,
+            policy,
+        } => reload::run(&iface, policy.as_deref(), netns.enter()?),
         Command::Lab { lab: None } => match lab::run()? {
             true => Ok(()),
             false => anyhow::bail!("some lab cases did not go as the partition rules say"),
@@ -231,12 +282,21 @@ fn run(cli: Cli) -> Result<()> {
             true => Ok(()),
             false => anyhow::bail!("some scenarios did not go as the partition rules say"),
         },
-        Command::Stats { iface, json, watch } => stats::run(iface.as_deref(), json, watch),
+        Command::Stats {
+            iface,
+            netns,
+            json,
+            watch,
+        } => stats::run(iface.as_deref(), netns.enter()?, json, watch),
         Command::Qps {
             iface,
+            netns,
             policy,
             json,
-        } => qps::run(&iface, policy.as_deref(), json),
+        } => {
+            netns.enter()?;
+            qps::run(&iface, policy.as_deref(), json)
+        }
         Command::Policy(PolicyCommand::Check { policy, json, port }) => {
             cmd::policy::check(&policy, port.guid()?, json)
         }

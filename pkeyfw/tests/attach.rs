@@ -66,7 +66,7 @@ impl Foreground {
         assert!(first.contains("attached to"), "attach said {first:?}");
         Foreground {
             child,
-            pins: Pins::of(&pair.b),
+            pins: common::pins(&pair.ns_b, &pair.b),
         }
     }
 
@@ -192,7 +192,7 @@ fn foreground(mode: &str, reported: &str) {
     assert!(text.contains("detached from"), "{text}");
     assert!(text.contains("pkey_violation"), "final counters: {text}");
     assert_eq!(xdp_on(&pair), None, "no program left on the interface");
-    assert!(!Pins::of(&pair.b).exists(), "no pins left");
+    assert!(!common::pins(&pair.ns_b, &pair.b).exists(), "no pins left");
 }
 
 #[test]
@@ -209,7 +209,7 @@ fn pinned(mode: &str, reported: &str) {
     common::require_root();
     let pair = VethPair::create(&tag()).unwrap();
     let (_dir, policy) = policy_file(common::cases::BASE);
-    let _cleanup = common::Unpin(Pins::of(&pair.b));
+    let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
     common::succeed(common::pkeyfw_in(&pair.ns_b).args([
         "attach",
         &pair.b,
@@ -223,7 +223,7 @@ fn pinned(mode: &str, reported: &str) {
     check_traffic(&pair, reported);
     common::succeed(common::pkeyfw_in(&pair.ns_b).args(["detach", &pair.b]));
     assert_eq!(xdp_on(&pair), None, "no program left on the interface");
-    assert!(!Pins::of(&pair.b).exists(), "no pins left");
+    assert!(!common::pins(&pair.ns_b, &pair.b).exists(), "no pins left");
     let again = common::pkeyfw_in(&pair.ns_b)
         .args(["detach", &pair.b])
         .output()
@@ -293,7 +293,7 @@ fn bad_policy_or_interface_attaches_nothing() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(":3:1: qp[0].qkey"), "{err}");
     assert_eq!(xdp_on(&pair), None);
-    assert!(!Pins::of(&pair.b).exists());
+    assert!(!common::pins(&pair.ns_b, &pair.b).exists());
 
     let (_good_dir, good) = policy_file("[port]\npkeys = [0xffff]\n");
     let out = common::pkeyfw_in(&pair.ns_b)
@@ -314,8 +314,8 @@ fn a_filter_of_another_layout_is_refused_not_misread() {
     common::require_root();
     let pair = VethPair::create(&tag()).unwrap();
     let (_dir, policy) = policy_file("[port]\npkeys = [0xffff]\n");
-    let pins = Pins::of(&pair.b);
-    let _cleanup = common::Unpin(Pins::of(&pair.b));
+    let pins = common::pins(&pair.ns_b, &pair.b);
+    let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
     common::succeed(common::pkeyfw_in(&pair.ns_b).args([
         "attach",
         &pair.b,

@@ -192,7 +192,7 @@ fn guid_from_a_real_interface() {
     assert_eq!(checked["pkeys"], serde_json::json!([0xffff, 0x8001]));
 
     // attach derives the same GUID from the interface it attaches to.
-    let _cleanup = common::Unpin(pkeyfw::loading::pins::Pins::of(&pair.b));
+    let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
     let out = in_b(&[
         "attach",
         &pair.b,

@@ -14,7 +14,6 @@ use std::{
 
 use pkeyfw::{
     lab::netns::{VethPair, capture_during, send},
-    loading::pins::Pins,
     policy::Policy,
     wire::Packet,
 };
@@ -43,7 +42,7 @@ fn reload_under_flood_never_mixes_policies() {
     std::fs::write(&f1, P1).unwrap();
     std::fs::write(&f2, P2).unwrap();
     let (p1, p2) = (common::policy(P1), common::policy(P2));
-    let _cleanup = common::Unpin(Pins::of(&pair.b));
+    let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
 
     common::succeed(common::pkeyfw_in(&pair.ns_b).args([
         "attach",
@@ -151,7 +150,7 @@ fn sighup_reloads_a_foreground_attachment_and_refuses_a_bad_file() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("policy.toml");
     std::fs::write(&file, P1).unwrap();
-    let _cleanup = common::Unpin(Pins::of(&pair.b));
+    let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
     let mut child = common::pkeyfw_in(&pair.ns_b)
         .args(["attach", &pair.b, "--policy", file.to_str().unwrap()])
         .stdout(std::process::Stdio::piped())

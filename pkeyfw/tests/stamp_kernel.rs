@@ -15,7 +15,6 @@ use aya::programs::XdpMode;
 use pkeyfw::{
     lab::netns::{VethPair, capture_during, in_netns, send},
     loading::filter::{Egress, Filter},
-    loading::pins::Pins,
     policy::Policy,
     wire::{Packet, icrc_of},
 };
@@ -301,8 +300,8 @@ fn egress_hooks_attach_pin_and_detach() {
     common::require_root();
     for (i, how) in [Egress::Tcx, Egress::Clsact].into_iter().enumerate() {
         let pair = VethPair::create(&format!("pks{}{i}", std::process::id() % 10000)).unwrap();
-        let pins = Pins::of(&pair.a);
-        let _unpin = common::Unpin(Pins::of(&pair.a));
+        let pins = common::pins(&pair.ns_a, &pair.a);
+        let _unpin = common::Unpin(common::pins(&pair.ns_a, &pair.a));
         in_netns(&pair.ns_a, || {
             let mut filter = Filter::load_pinned(0, &{
                 pins.create().unwrap();

@@ -1,5 +1,12 @@
 //! `pkeyfw attach`: enforce a policy on a live interface, in the foreground
 //! or pinned in bpffs.
+//!
+//! Either way the links are pinned from the start (see
+//! [`pins`](crate::loading::pins)): enforcement never vanishes with a
+//! process. A foreground attach removes its pins, detaching, on Ctrl-C or
+//! SIGTERM; if it dies otherwise (SIGKILL, a crash, the OOM killer) the
+//! filter enforces on, `stats` shows its process gone, and `detach` or a new
+//! `attach` (which replaces it) takes over.
 
 use std::{
     os::fd::{AsRawFd, RawFd},
@@ -20,7 +27,7 @@ use crate::{
     control::netlink::{self, XdpMode},
     control::probes::Probes,
     loading::filter::{Egress, Filter},
-    loading::pins::{Pins, State},
+    loading::pins::{self, Aside, Holder, Pins, State},
     policy::Policy,
     reporting::describe,
     reporting::events,
@@ -41,10 +48,23 @@ pub struct Options<'a> {
     pub mode: Mode,
     pub pin: bool,
     pub log_rate: u64,
+    /// `--netns`, which the process has entered already; for messages.
+    pub netns: Option<&'a str>,
+}
+
+/// How to name an interface on pkeyfw's command line: `[--netns NS] IFACE`.
+pub fn cli_iface(iface: &str, netns: Option<&str>) -> String {
+    match netns {
+        Some(ns) => format!("--netns {ns} {iface}"),
+        None => iface.to_string(),
+    }
 }
 
 pub fn run(opts: &Options) -> Result<()> {
     require_root()?;
+    // Before anything is loaded: pins in a private bpffs would not outlive
+    // this process.
+    pins::host_bpffs("attach")?;
     let index = netlink::if_index(opts.iface)?;
     let guid = super::iface_guid(opts.iface)?;
     let policy = Policy::load_for(opts.policy_path, Some(guid))?;
@@ -53,7 +73,7 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     let mut binder = Binder::new(index, policy);
     let pins = Pins::of(opts.iface);
-    refuse_if_taken(&pins, index)?;
+    let gone = refuse_if_taken(&pins, index, opts)?;
 
     // Signals are caught from before the attachment exists, so that one sent
     // as soon as "attached" is printed is never lost.
@@ -64,14 +84,50 @@ pub fn run(opts: &Options) -> Result<()> {
         let _entered = runtime.enter();
         Signals::new()?
     };
-    pins.create()?;
+    let old = match gone {
+        Some(mode) => {
+            let aside = pins.set_aside()?;
+            let fits = match opts.mode {
+                Mode::Auto => true,
+                Mode::Native => mode == XdpMode::Native,
+                Mode::Skb => mode == XdpMode::Skb,
+            };
+            if !fits {
+                eprintln!(
+                    "pkeyfw: the old attachment runs in {} mode, which a link keeps: detaching it first",
+                    mode.name()
+                );
+                aside.remove()?;
+            }
+            Some(aside)
+        }
+        None => None,
+    };
+    if let Err(e) = pins.create() {
+        if let Some(old) = &old {
+            let _ = old.restore(&pins);
+        }
+        return Err(e);
+    }
+    // The owner is noted before the links are pinned, so that an attachment
+    // whose process dies at any point shows as foreground.
     let attached = pins
         .remember_policy(opts.policy_path)
-        .and_then(|()| attach(&pins, &mut binder, opts));
+        .and_then(|()| match opts.pin {
+            true => {
+                pins.forget_owner();
+                Ok(())
+            }
+            false => pins.remember_owner(),
+        })
+        .and_then(|()| attach(&pins, &mut binder, opts, old.as_ref()));
     let (mut filter, mode, bound) = match attached {
         Ok(done) => done,
         Err(e) => {
             let _ = pins.remove();
+            if let Some(old) = &old {
+                let _ = old.restore(&pins);
+            }
             return Err(e);
         }
     };
@@ -94,13 +150,13 @@ pub fn run(opts: &Options) -> Result<()> {
         println!(
             "pkeyfw: pinned under {}; `pkeyfw detach {}` removes it",
             pins.dir.display(),
-            opts.iface
+            cli_iface(opts.iface, opts.netns)
         );
         return Ok(());
     }
-    pins.remember_owner()?;
     let result = runtime.block_on(foreground(&mut filter, &mut binder, &pins, opts, signals));
     let last = Snapshot::read(opts.iface, mode, false, filter.maps());
+    // Removing the pinned links detaches.
     filter.detach()?;
     pins.remove()?;
     result?;
@@ -118,15 +174,31 @@ fn require_root() -> Result<()> {
 }
 
 /// Refuses an interface that pkeyfw or another XDP program already holds;
-/// clears pins that an exited foreground attachment left behind.
-fn refuse_if_taken(pins: &Pins, index: u32) -> Result<()> {
+/// clears pins that an exited attachment left behind. An attachment whose
+/// foreground process is gone is to be replaced: its mode is returned.
+fn refuse_if_taken(pins: &Pins, index: u32, opts: &Options) -> Result<Option<XdpMode>> {
     if pins.exists() {
         match pins.state() {
-            Ok(State::Live { pinned, .. }) => {
-                let how = if pinned {
-                    format!("pinned; `pkeyfw detach {}` first", pins.iface)
-                } else {
-                    "held by a foreground `pkeyfw attach`".to_string()
+            Ok(State::Live {
+                holder: Holder::Gone(pid),
+                mode,
+            }) => {
+                eprintln!(
+                    "pkeyfw: replacing the attachment on {} whose foreground process {pid} is gone",
+                    pins.iface
+                );
+                return Ok(Some(mode));
+            }
+            Ok(State::Live { holder, .. }) => {
+                let how = match holder {
+                    Holder::Pinned => format!(
+                        "pinned; `pkeyfw detach {}` first",
+                        cli_iface(&pins.iface, opts.netns)
+                    ),
+                    _ => format!(
+                        "held by a foreground `pkeyfw attach`, {}",
+                        holder.describe()
+                    ),
                 };
                 bail!("{} is already managed by pkeyfw ({how})", pins.iface);
             }
@@ -147,15 +219,17 @@ fn refuse_if_taken(pins: &Pins, index: u32) -> Result<()> {
             other.mode.name()
         );
     }
-    Ok(())
+    Ok(None)
 }
 
-/// Loads, fills (binding the QPs that exist) and attaches; pins the link for
-/// `--pin`.
+/// Loads, fills (binding the QPs that exist), attaches and pins the links.
+/// Replacing an attachment (`old`, set aside), it switches the old links to
+/// the new programs (no moment without a filter) and removes the old pins.
 fn attach(
     pins: &Pins,
     binder: &mut Binder,
     opts: &Options,
+    old: Option<&Aside>,
 ) -> Result<(Filter, XdpMode, Vec<String>)> {
     let (policy, bound) = binder.effective().unwrap_or_else(|e| {
         eprintln!("pkeyfw: warning: cannot read the QPs ({e:#}); [[bind]] rules bind none yet");
@@ -163,7 +237,24 @@ fn attach(
     });
     let mut filter = Filter::load_pinned(policy.qps.len() as u32, &pins.dir)?;
     filter.apply(&policy)?;
+    let took_over = match old.filter(|old| old.link().exists()) {
+        Some(old) => {
+            let egress = old.egress_link();
+            match filter.take_over(&old.link(), egress.exists().then_some(egress.as_path())) {
+                Ok(()) => true,
+                Err(e) => {
+                    eprintln!(
+                        "pkeyfw: cannot switch the old attachment in place ({e:#}): detaching it first"
+                    );
+                    old.remove()?;
+                    false
+                }
+            }
+        }
+        None => false,
+    };
     let tried = match opts.mode {
+        _ if took_over => Ok(()),
         Mode::Native => filter.attach(opts.iface, AyaMode::Driver),
         Mode::Skb => filter.attach(opts.iface, AyaMode::Skb),
         Mode::Auto => filter
@@ -175,7 +266,7 @@ fn attach(
             }),
     };
     tried.with_context(|| format!("attaching XDP to {}", opts.iface))?;
-    if policy.stamp {
+    if policy.stamp && !filter.has_egress() {
         filter
             .attach_egress(opts.iface, Egress::Auto)
             .with_context(|| format!("attaching the stamping program to {}", opts.iface))?;
@@ -185,8 +276,9 @@ fn attach(
         .filter(|a| Ok(a.prog_id) == filter.program_id().as_ref().map_err(|_| ()).copied())
         .context("the kernel does not report the program as attached")?
         .mode;
-    if opts.pin {
-        filter.pin_link(pins)?;
+    filter.pin_link(pins)?;
+    if let Some(old) = old.filter(|old| old.dir.exists()) {
+        old.remove()?;
     }
     Ok((filter, mode, bound))
 }

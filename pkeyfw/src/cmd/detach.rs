@@ -1,10 +1,19 @@
-//! `pkeyfw detach`: removes a pinned attachment and everything it pinned.
+//! `pkeyfw detach`: removes an attachment and everything it pinned: a pinned
+//! one (`attach --pin`), one whose foreground process is gone, or what an
+//! exited one left. A running foreground attach is stopped with Ctrl-C or
+//! SIGTERM instead.
 
 use anyhow::{Result, bail};
 
-use crate::loading::pins::{Pins, State};
+use crate::{
+    cmd::attach::cli_iface,
+    loading::pins::{self, Holder, Pins, State},
+};
 
-pub fn run(iface: &str) -> Result<()> {
+/// Detaches `iface` of the network namespace this process is in (which
+/// `--netns`, named for messages, chose).
+pub fn run(iface: &str, netns: Option<&str>) -> Result<()> {
+    pins::host_bpffs("detach")?;
     let pins = Pins::of(iface);
     if !pins.exists() {
         bail!(
@@ -12,12 +21,16 @@ pub fn run(iface: &str) -> Result<()> {
             pins.dir.display()
         );
     }
-    if let State::Live { pinned: false, .. } = pins.state()? {
+    if let Ok(State::Live {
+        holder: Holder::Foreground(pid),
+        ..
+    }) = pins.state()
+    {
         bail!(
-            "{iface} is held by a foreground `pkeyfw attach`; stop that process (Ctrl-C or SIGTERM) to detach"
+            "{iface} is held by a foreground `pkeyfw attach` (process {pid}); stop that process (Ctrl-C or SIGTERM) to detach"
         );
     }
     pins.remove()?;
-    println!("detached from {iface}");
+    println!("detached from {}", cli_iface(iface, netns));
     Ok(())
 }

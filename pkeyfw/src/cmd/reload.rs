@@ -16,14 +16,15 @@ use crate::{
     control::binder::Binder,
     control::netlink,
     loading::maps::Maps,
-    loading::pins::{Pins, State},
+    loading::pins::{self, Holder, Pins, State},
     policy::Policy,
 };
 
 /// How long a foreground attachment may take to switch.
 const ANSWER: Duration = Duration::from_secs(5);
 
-pub fn run(iface: &str, policy: Option<&Path>) -> Result<()> {
+pub fn run(iface: &str, policy: Option<&Path>, netns: Option<&str>) -> Result<()> {
+    pins::host_bpffs("reload")?;
     let pins = Pins::of(iface);
     if !pins.exists() {
         bail!(
@@ -31,8 +32,11 @@ pub fn run(iface: &str, policy: Option<&Path>) -> Result<()> {
             pins.dir.display()
         );
     }
-    let State::Live { pinned, .. } = pins.state()? else {
-        bail!("{iface} is not attached any more; `pkeyfw detach {iface}` removes what is left");
+    let State::Live { holder, .. } = pins.state()? else {
+        bail!(
+            "{iface} is not attached any more; `pkeyfw detach {}` removes what is left",
+            crate::cmd::attach::cli_iface(iface, netns)
+        );
     };
     let path: PathBuf = match policy {
         Some(p) => p.to_path_buf(),
@@ -40,11 +44,10 @@ pub fn run(iface: &str, policy: Option<&Path>) -> Result<()> {
     };
     let policy = Policy::load_for(&path, Some(super::iface_guid(iface)?))?;
     let mut maps = Maps::from_pins(&pins.dir)?;
-    let owner = pins.owner().filter(|_| !pinned);
     pins.remember_policy(&path)?;
-    match owner {
-        Some(pid) => ask(pid, &maps)?,
-        None => {
+    match holder {
+        Holder::Foreground(pid) => ask(pid, &maps)?,
+        Holder::Pinned | Holder::Gone(_) => {
             let (effective, bound) =
                 Binder::new(netlink::if_index(iface)?, policy.clone()).effective()?;
             maps.apply(&effective)?;

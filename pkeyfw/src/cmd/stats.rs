@@ -8,9 +8,11 @@ use pkeyfw_common::{Reason, Stamp, abi::QpStats};
 use serde_json::json;
 
 use crate::{
+    cmd::attach::cli_iface,
     control::netlink::XdpMode,
+    control::netns::{self, NetnsId},
     loading::maps::{Maps, ReasonCounts, StampCounts},
-    loading::pins::{Pins, State},
+    loading::pins::{self, Holder, Pins, State},
     reporting::describe,
 };
 
@@ -24,6 +26,10 @@ pub struct Snapshot {
     /// Whether the active policy stamps.
     pub stamping: bool,
     pub stamps: StampCounts,
+    /// Who holds it, when known (else `pinned` says).
+    pub holder: Option<Holder>,
+    /// The network namespace to show, when not the host's.
+    pub netns: Option<String>,
 }
 
 impl Snapshot {
@@ -36,7 +42,27 @@ impl Snapshot {
             qps: maps.qp_counters()?,
             stamping: maps.stamping()?,
             stamps: maps.stamps()?,
+            holder: None,
+            netns: None,
         })
+    }
+
+    /// With who holds it and, unless the host's, its network namespace.
+    pub fn placed(mut self, holder: Holder, netns: NetnsId) -> Snapshot {
+        self.holder = Some(holder);
+        self.pinned = holder == Holder::Pinned;
+        if NetnsId::host().ok() != Some(netns) {
+            self.netns = Some(netns.label());
+        }
+        self
+    }
+
+    fn how(&self) -> String {
+        match self.holder {
+            Some(h) => h.describe(),
+            None if self.pinned => "pinned".to_string(),
+            None => "foreground".to_string(),
+        }
     }
 
     /// Stamping is shown while on, or while its counters say it was.
@@ -54,6 +80,12 @@ impl Snapshot {
             .collect();
         let verdicts = describe::verdicts_json(&self.reasons);
         let mut out = json!({"interface": self.iface, "mode": self.mode.name(), "reasons": reasons, "verdicts": verdicts, "qps": qps});
+        out["netns"] = json!(self.netns);
+        out["held"] = json!(self.how());
+        if let Some(Holder::Foreground(pid) | Holder::Gone(pid)) = self.holder {
+            out["process"] =
+                json!({"pid": pid, "running": matches!(self.holder, Some(Holder::Foreground(_)))});
+        }
         if self.shows_stamps() {
             let counts: serde_json::Map<_, _> = Stamp::ALL
                 .iter()
@@ -65,11 +97,15 @@ impl Snapshot {
     }
 
     pub fn text(&self, out: &mut impl Write) -> std::io::Result<()> {
-        let how = if self.pinned { "pinned" } else { "foreground" };
+        let how = self.how();
         let total: u64 = Reason::ALL.iter().map(|&r| self.reasons.total(r)).sum();
+        let netns = match &self.netns {
+            Some(ns) => format!(" (netns {ns})"),
+            None => String::new(),
+        };
         writeln!(
             out,
-            "{}  {} mode, {how}: {total} frames",
+            "{}{netns}  {} mode, {how}: {total} frames",
             self.iface,
             self.mode.name()
         )?;
@@ -96,8 +132,17 @@ impl Snapshot {
     }
 }
 
-/// The live attachments named (or all), with their maps.
-fn attachments(iface: Option<&str>) -> Result<Vec<(Pins, XdpMode, bool, Maps)>> {
+/// One live attachment.
+struct Live {
+    pins: Pins,
+    mode: XdpMode,
+    holder: Holder,
+    maps: Maps,
+}
+
+/// The live attachments named (in this process's network namespace), or
+/// all (of every namespace, or of `--netns`'s), with their maps.
+fn attachments(iface: Option<&str>, netns: Option<&str>) -> Result<Vec<Live>> {
     let all = match iface {
         Some(i) => {
             let pins = Pins::of(i);
@@ -109,38 +154,70 @@ fn attachments(iface: Option<&str>) -> Result<Vec<(Pins, XdpMode, bool, Maps)>> 
             }
             vec![pins]
         }
-        None => Pins::list()?,
+        None => Pins::list(match netns {
+            Some(_) => Some(NetnsId::current()?),
+            None => None,
+        })?,
     };
     let mut live = Vec::new();
     for pins in all {
-        match pins.state()? {
-            State::Live { mode, pinned } => {
-                let maps = Maps::from_pins(&pins.dir)?;
-                live.push((pins, mode, pinned, maps));
+        let ns = match NetnsId::current().ok() == Some(pins.netns) {
+            true => netns.map(str::to_string),
+            false if NetnsId::host().ok() == Some(pins.netns) => {
+                Some(format!("/proc/{}/ns/net", netns::host_pid()))
+            }
+            false => Some(pins.netns.label()),
+        };
+        let named = cli_iface(&pins.iface, ns.as_deref());
+        // Listing all, one attachment that cannot be read (being made or
+        // removed by another process, or of another layout) is only named.
+        let state = match pins.state() {
+            Err(e) if iface.is_none() => {
+                eprintln!("pkeyfw: {named}: {e:#}");
+                continue;
+            }
+            other => other?,
+        };
+        match state {
+            State::Live { mode, holder } => {
+                let maps = match Maps::from_pins(&pins.dir) {
+                    Err(e) if iface.is_none() => {
+                        eprintln!("pkeyfw: {named}: {e:#}");
+                        continue;
+                    }
+                    other => other?,
+                };
+                live.push(Live {
+                    pins,
+                    mode,
+                    holder,
+                    maps,
+                });
             }
             State::Stale if iface.is_some() => bail!(
-                "{} is not attached any more (its foreground pkeyfw exited without cleaning up); `pkeyfw detach {}` removes what it left",
+                "{} is not attached any more (its interface or namespace went away, or its links were removed); `pkeyfw detach {named}` removes what it left",
                 pins.iface,
-                pins.iface
             ),
             State::Stale => eprintln!(
-                "pkeyfw: {}: stale pins of an exited attachment (`pkeyfw detach {}` removes them)",
-                pins.iface, pins.iface
+                "pkeyfw: {}: stale pins of an attachment that is gone (`pkeyfw detach {named}` removes them)",
+                pins.iface
             ),
         }
     }
     Ok(live)
 }
 
-pub fn run(iface: Option<&str>, json: bool, watch: Option<f64>) -> Result<()> {
+pub fn run(iface: Option<&str>, netns: Option<&str>, json: bool, watch: Option<f64>) -> Result<()> {
+    pins::host_bpffs("stats")?;
     let mut out = std::io::stdout().lock();
     loop {
-        let live = attachments(iface)?;
+        let live = attachments(iface, netns)?;
         if live.is_empty() && !json {
             writeln!(out, "no pkeyfw attachments")?;
         }
-        for (pins, mode, pinned, maps) in &live {
-            let snap = Snapshot::read(&pins.iface, *mode, *pinned, maps)?;
+        for a in &live {
+            let snap = Snapshot::read(&a.pins.iface, a.mode, a.holder == Holder::Pinned, &a.maps)?
+                .placed(a.holder, a.pins.netns);
             if json {
                 writeln!(out, "{}", snap.json())?;
             } else {

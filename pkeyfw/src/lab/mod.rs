@@ -70,7 +70,7 @@ pub fn run() -> Result<bool> {
     std::fs::create_dir_all(&dir)?;
     let result = run_in(&pair, &dir);
     let _ = std::fs::remove_dir_all(&dir);
-    let _ = Pins::of(&pair.b).remove();
+    let _ = netns::in_netns(&pair.ns_b, || Pins::of(&pair.b).remove());
     drop(pair);
     result
 }
@@ -105,7 +105,7 @@ fn run_in(pair: &VethPair, dir: &std::path::Path) -> Result<bool> {
         bail!("pkeyfw attach did not attach");
     }
     print!("{first}");
-    let maps = Maps::from_pins(&Pins::of(&pair.b).dir)?;
+    let maps = Maps::from_pins(&netns::in_netns(&pair.ns_b, || Pins::of(&pair.b))?.dir)?;
 
     let cases = scenario::cases();
     let mut rows = Vec::new();

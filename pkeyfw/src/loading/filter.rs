@@ -10,8 +10,9 @@ use aya::{
     programs::{
         SchedClassifier, TcAttach, TcAttachType, TestRun, TestRunOptions, TestRunResult, Xdp,
         XdpMode,
-        links::{FdLink, LinkOrder},
-        tc::{self, NlOptions, SchedClassifierLinkId, TcError},
+        links::{FdLink, LinkOrder, PinnedLink},
+        tc::{self, NlOptions, SchedClassifierLink, SchedClassifierLinkId, TcError},
+        xdp::XdpLink,
     },
 };
 use pkeyfw_common::{
@@ -223,6 +224,45 @@ impl Filter {
             }
         }
         Ok(())
+    }
+
+    /// Takes over the attachments of a filter this one replaces, pinned at
+    /// `link` (XDP) and `egress` (tcx, if any): switches each link to this
+    /// filter's program atomically (bpf_link_update), so the interface is
+    /// never without a filter. The links keep their mode. As after
+    /// [`attach`](Self::attach), [`pin_link`](Self::pin_link) pins them
+    /// here.
+    pub fn take_over(&mut self, link: &Path, egress: Option<&Path>) -> Result<()> {
+        let open = |path: &Path| -> Result<FdLink> {
+            Ok(PinnedLink::from_pin(path)
+                .with_context(|| format!("opening the link pinned at {}", path.display()))?
+                .into())
+        };
+        let xdp = XdpLink::try_from(open(link)?).context("the pinned link is no XDP link")?;
+        let egress = egress
+            .map(|path| -> Result<SchedClassifierLink> {
+                SchedClassifierLink::try_from(open(path)?)
+                    .context("the pinned egress link is no tcx link")
+            })
+            .transpose()?;
+        self.link = Some(
+            self.program_mut()
+                .attach_to_link(xdp)
+                .context("switching the XDP link to the new program")?,
+        );
+        if let Some(egress) = egress {
+            self.egress = Some(
+                self.stamp_program_mut()
+                    .attach_to_link(egress)
+                    .context("switching the egress link to the new program")?,
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether the egress (stamping) program is attached by this `Filter`.
+    pub fn has_egress(&self) -> bool {
+        self.egress.is_some()
     }
 
     /// Detaches the programs, if this `Filter` holds their attachments.

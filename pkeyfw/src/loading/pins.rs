@@ -1,10 +1,17 @@
 //! Where attachments live in bpffs, so that other pkeyfw processes (stats,
-//! detach, reload) reach them: `/sys/fs/bpf/pkeyfw/IFACE/` holds the program
-//! (`pkeyfw`), its maps by name and, for `attach --pin`, the `link` that
-//! keeps it attached without any process.
+//! detach, reload) reach them and so that they outlive the process that made
+//! them: `/sys/fs/bpf/pkeyfw/NETNS/IFACE/`, NETNS being the inode of the
+//! interface's network namespace (so equal names in two namespaces never
+//! meet), holds the program (`pkeyfw`), its maps by name, the XDP `link` and,
+//! when stamping, the `egress-link`. Every attachment pins its links, a
+//! foreground one too: only removing the pins (`pkeyfw detach`, or a
+//! foreground attach stopped by Ctrl-C or SIGTERM) detaches it, never the
+//! death of a process. Notes that are not BPF objects (the policy file, a
+//! foreground attachment's process) are kept under `/run/pkeyfw/NETNS/`.
 
 use std::{
     fs,
+    os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
 };
 
@@ -13,6 +20,7 @@ use aya::programs::{ProgramInfo, TcAttachType, links::PinnedLink, tc};
 
 use crate::{
     control::netlink::{self, XdpMode},
+    control::netns::{self, NetnsId},
     loading::filter::{PROGRAM, STAMP_PROGRAM},
 };
 
@@ -23,41 +31,86 @@ const RUN_DIR: &str = "/run/pkeyfw";
 /// `statfs` magic of bpffs.
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 
-/// The pins of one interface.
+/// The pins of one interface of one network namespace.
 pub struct Pins {
     pub iface: String,
+    pub netns: NetnsId,
     pub dir: PathBuf,
 }
 
 /// What the kernel says of an interface's pins.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum State {
-    /// Our program is attached; `pinned` when bpffs holds the link, else a
-    /// foreground `pkeyfw attach` holds it.
-    Live { mode: XdpMode, pinned: bool },
-    /// The program is no longer attached (its foreground process died).
+    /// Our program is attached, held by its pinned link.
+    Live { mode: XdpMode, holder: Holder },
+    /// The program is no longer attached (the interface or its namespace
+    /// went away, or something removed the link).
     Stale,
 }
 
+/// Who answers for a live attachment.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Holder {
+    /// `attach --pin`: no process.
+    Pinned,
+    /// A foreground `pkeyfw attach`, this process, still running.
+    Foreground(u32),
+    /// A foreground `pkeyfw attach` whose process died without detaching
+    /// (killed, crashed): the filter enforces on, nothing follows the QPs.
+    Gone(u32),
+}
+
+impl Holder {
+    /// "pinned", "foreground, process N", "foreground, process N gone".
+    pub fn describe(self) -> String {
+        match self {
+            Holder::Pinned => "pinned".to_string(),
+            Holder::Foreground(pid) => format!("foreground, process {pid}"),
+            Holder::Gone(pid) => format!("foreground, process {pid} gone"),
+        }
+    }
+}
+
 impl Pins {
+    /// The pins of `iface` in the calling thread's network namespace.
     pub fn of(iface: &str) -> Pins {
+        // /proc is always there where pkeyfw can work at all.
+        Pins::at(iface, NetnsId::current().unwrap_or(NetnsId(0)))
+    }
+
+    /// The pins of `iface` in network namespace `netns`.
+    pub fn at(iface: &str, netns: NetnsId) -> Pins {
         Pins {
             iface: iface.to_string(),
-            dir: Path::new(BPFFS).join("pkeyfw").join(iface),
+            netns,
+            dir: root().join(netns.0.to_string()).join(iface),
         }
     }
 
-    /// Every interface with pins, by name.
-    pub fn list() -> Result<Vec<Pins>> {
-        let root = Path::new(BPFFS).join("pkeyfw");
-        let Ok(entries) = fs::read_dir(&root) else {
+    /// Every interface with pins, by namespace and name; only those of
+    /// `netns` if given.
+    pub fn list(netns: Option<NetnsId>) -> Result<Vec<Pins>> {
+        let Ok(spaces) = fs::read_dir(root()) else {
             return Ok(Vec::new());
         };
-        let mut all: Vec<Pins> = entries
-            .filter_map(|e| e.ok())
-            .map(|e| Pins::of(&e.file_name().to_string_lossy()))
-            .collect();
-        all.sort_by(|a, b| a.iface.cmp(&b.iface));
+        let mut all = Vec::new();
+        for space in spaces.filter_map(|e| e.ok()) {
+            let Ok(id) = space.file_name().to_string_lossy().parse::<u64>() else {
+                continue;
+            };
+            if netns.is_some_and(|n| n.0 != id) {
+                continue;
+            }
+            let Ok(ifaces) = fs::read_dir(space.path()) else {
+                continue;
+            };
+            all.extend(
+                ifaces
+                    .filter_map(|e| e.ok())
+                    .map(|e| Pins::at(&e.file_name().to_string_lossy(), NetnsId(id))),
+            );
+        }
+        all.sort_by(|a, b| (a.netns, &a.iface).cmp(&(b.netns, &b.iface)));
         Ok(all)
     }
 
@@ -74,40 +127,68 @@ impl Pins {
         self.dir.join("egress-link")
     }
 
+    fn notes(&self) -> PathBuf {
+        Path::new(RUN_DIR).join(self.netns.0.to_string())
+    }
+
     /// Where the policy file an attachment was started with is remembered
     /// (bpffs holds only BPF objects), for `pkeyfw reload` without --policy.
     fn policy_note(&self) -> PathBuf {
-        Path::new(RUN_DIR).join(format!("{}.policy", self.iface))
+        self.notes().join(format!("{}.policy", self.iface))
     }
 
     /// Remembers the attachment's policy file.
     pub fn remember_policy(&self, policy: &Path) -> Result<()> {
         let path = std::path::absolute(policy)?;
-        fs::create_dir_all(RUN_DIR)?;
+        fs::create_dir_all(self.notes())?;
         fs::write(self.policy_note(), path.as_os_str().as_encoded_bytes())
             .with_context(|| format!("writing {}", self.policy_note().display()))
     }
 
-    /// Where a foreground attachment notes its process, so that `pkeyfw
-    /// reload` can ask it to reload (it alone follows the QPs).
+    /// Where a foreground attachment notes its process (PID and start
+    /// time), so that `pkeyfw reload` can ask it to reload (it alone follows
+    /// the QPs) and `stats` can tell when it is gone.
     fn owner_note(&self) -> PathBuf {
-        Path::new(RUN_DIR).join(format!("{}.pid", self.iface))
+        self.notes().join(format!("{}.pid", self.iface))
     }
 
     /// Notes this process as the foreground attachment's owner.
     pub fn remember_owner(&self) -> Result<()> {
-        fs::create_dir_all(RUN_DIR)?;
-        fs::write(self.owner_note(), std::process::id().to_string())
+        let pid = std::process::id();
+        let started = start_time(pid).unwrap_or_default();
+        fs::create_dir_all(self.notes())?;
+        fs::write(self.owner_note(), format!("{pid} {started}"))
             .with_context(|| format!("writing {}", self.owner_note().display()))
     }
 
-    /// The foreground attachment's process, if one noted itself.
+    /// Forgets a former owner (a pinned attachment has none).
+    pub fn forget_owner(&self) {
+        let _ = fs::remove_file(self.owner_note());
+    }
+
+    /// Who holds the attachment: a pinned one has no owner note.
+    pub fn holder(&self) -> Holder {
+        let Ok(text) = fs::read_to_string(self.owner_note()) else {
+            return Holder::Pinned;
+        };
+        let mut words = text.split_whitespace();
+        let Some(pid) = words.next().and_then(|w| w.parse::<u32>().ok()) else {
+            return Holder::Pinned;
+        };
+        let started = words.next().and_then(|w| w.parse::<u64>().ok());
+        // The same PID with another start time is another process.
+        match start_time(pid) {
+            Some(now) if started.is_none_or(|s| s == now) => Holder::Foreground(pid),
+            _ => Holder::Gone(pid),
+        }
+    }
+
+    /// The foreground attachment's process, if one noted itself and runs.
     pub fn owner(&self) -> Option<u32> {
-        fs::read_to_string(self.owner_note())
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
+        match self.holder() {
+            Holder::Foreground(pid) => Some(pid),
+            _ => None,
+        }
     }
 
     /// The policy file the attachment was started (or last reloaded) with.
@@ -123,26 +204,33 @@ impl Pins {
         Ok(PathBuf::from(text))
     }
 
-    /// Whether the interface runs the pinned program, and how.
+    /// Whether the interface runs the pinned program, and how. Looks into
+    /// the pins' network namespace; one that is gone leaves them stale.
     pub fn state(&self) -> Result<State> {
         let ours = ProgramInfo::from_pin(self.dir.join(PROGRAM))
             .with_context(|| format!("opening the program pinned under {}", self.dir.display()))?
             .id();
-        let Ok(index) = netlink::if_index(&self.iface) else {
+        let Some(netns) = self.netns.find() else {
             return Ok(State::Stale);
         };
-        Ok(match netlink::xdp_attached(index)? {
+        let iface = self.iface.as_str();
+        let attached = netns.run(|| match netlink::if_index(iface) {
+            Ok(index) => netlink::xdp_attached(index),
+            Err(_) => Ok(None),
+        })??;
+        Ok(match attached {
             Some(a) if a.prog_id == ours => State::Live {
                 mode: a.mode,
-                pinned: self.link().exists(),
+                holder: self.holder(),
             },
             _ => State::Stale,
         })
     }
 
-    /// Creates the directory, mounting bpffs first if needed.
+    /// Creates the directory, mounting bpffs first if needed (refusing a
+    /// bpffs that would not outlive this process, see [`host_bpffs`]).
     pub fn create(&self) -> Result<()> {
-        ensure_bpffs()?;
+        host_bpffs("attach")?;
         fs::create_dir_all(&self.dir).with_context(|| format!("creating {}", self.dir.display()))
     }
 
@@ -151,37 +239,163 @@ impl Pins {
     /// holds (kernels before 6.6, or one an exited process left), is deleted
     /// by name. The clsact qdisc itself, harmless when empty, stays.
     pub fn remove(&self) -> Result<()> {
-        for link in [self.link(), self.egress_link()] {
-            if link.exists() {
-                PinnedLink::from_pin(&link)
-                    .context("opening the pinned link")?
-                    .unpin()
-                    .context("unpinning the link")?;
-            }
-        }
-        if let Ok(name) = std::ffi::CString::new(self.iface.as_str()) {
+        unpin_links(&self.dir)?;
+        if let Ok(name) = std::ffi::CString::new(self.iface.as_str())
+            && let Some(netns) = self.netns.find()
+        {
             // Failing is the usual case: no such filter, qdisc or interface.
-            let _ = tc::qdisc_detach_program(
-                name.as_c_str(),
-                TcAttachType::Egress.into(),
-                STAMP_PROGRAM,
-            );
+            let _ = netns.run(|| {
+                tc::qdisc_detach_program(
+                    name.as_c_str(),
+                    TcAttachType::Egress.into(),
+                    STAMP_PROGRAM,
+                )
+            });
         }
-        if let Ok(entries) = fs::read_dir(&self.dir) {
-            for e in entries.filter_map(|e| e.ok()) {
-                fs::remove_file(e.path())
-                    .with_context(|| format!("removing {}", e.path().display()))?;
-            }
-        }
+        remove_files(&self.dir)?;
         let _ = fs::remove_file(self.policy_note());
         let _ = fs::remove_file(self.owner_note());
-        match fs::remove_dir(&self.dir) {
+        let _ = fs::remove_dir(self.notes());
+        let removed = match fs::remove_dir(&self.dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(e).with_context(|| format!("removing {}", self.dir.display()))
             }
             _ => Ok(()),
+        };
+        // The namespace's directory goes with its last interface.
+        if let Some(space) = self.dir.parent() {
+            let _ = fs::remove_dir(space);
+        }
+        removed
+    }
+}
+
+/// The pins of an attachment being replaced, moved aside (see
+/// [`Pins::set_aside`]).
+pub struct Aside {
+    pub dir: PathBuf,
+}
+
+impl Aside {
+    pub fn link(&self) -> PathBuf {
+        self.dir.join("link")
+    }
+
+    pub fn egress_link(&self) -> PathBuf {
+        self.dir.join("egress-link")
+    }
+
+    /// Removes the old pins; the links detach unless the new filter took
+    /// them over (and pinned them in its place).
+    pub fn remove(&self) -> Result<()> {
+        unpin_links(&self.dir)?;
+        remove_files(&self.dir)?;
+        fs::remove_dir(&self.dir).with_context(|| format!("removing {}", self.dir.display()))?;
+        if let Some(replacing) = self.dir.parent() {
+            let _ = fs::remove_dir(replacing);
+        }
+        Ok(())
+    }
+
+    /// Moves the pins back where they were (the new filter failed).
+    pub fn restore(&self, pins: &Pins) -> Result<()> {
+        let _ = fs::remove_dir(&pins.dir);
+        fs::rename(&self.dir, &pins.dir)
+            .with_context(|| format!("moving {} back", self.dir.display()))
+    }
+}
+
+impl Pins {
+    /// Moves the pins out of the way (under `pkeyfw/replacing/`, which
+    /// listings skip; bpffs allows no dots in names), keeping the
+    /// attachment: a replacement then loads into this directory and takes
+    /// over the old links.
+    pub fn set_aside(&self) -> Result<Aside> {
+        let replacing = root().join("replacing");
+        fs::create_dir_all(&replacing)
+            .with_context(|| format!("creating {}", replacing.display()))?;
+        let dir = replacing.join(format!(
+            "{}-{}-{}",
+            std::process::id(),
+            self.netns.0,
+            self.iface
+        ));
+        fs::rename(&self.dir, &dir)
+            .with_context(|| format!("moving {} aside", self.dir.display()))?;
+        Ok(Aside { dir })
+    }
+}
+
+/// Unpins the links under `dir`: each detaches unless pinned elsewhere too.
+fn unpin_links(dir: &Path) -> Result<()> {
+    for link in [dir.join("link"), dir.join("egress-link")] {
+        if link.exists() {
+            PinnedLink::from_pin(&link)
+                .context("opening the pinned link")?
+                .unpin()
+                .context("unpinning the link")?;
         }
     }
+    Ok(())
+}
+
+/// Removes the (remaining) pins under `dir`.
+fn remove_files(dir: &Path) -> Result<()> {
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.filter_map(|e| e.ok()) {
+            fs::remove_file(e.path())
+                .with_context(|| format!("removing {}", e.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
+fn root() -> PathBuf {
+    Path::new(BPFFS).join("pkeyfw")
+}
+
+/// The start time of process `pid` (in clock ticks after boot), which tells
+/// it from a later process given the same PID.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command (which may hold spaces): state is field 3,
+    // starttime field 22.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Refuses to work with a bpffs whose pins would not outlive this process:
+/// one of a private mount namespace (as `ip netns exec` makes, mounting a
+/// fresh bpffs of its own) rather than the host's. The host's is that of PID
+/// 1, or where PID 1 cannot be looked at (a sandbox), of this process's
+/// farthest ancestor that can. In the host's mount namespace bpffs is
+/// mounted if missing. `command` names the pkeyfw command for the fix the
+/// message gives.
+pub fn host_bpffs(command: &str) -> Result<()> {
+    let mnt = |pid: &str| fs::metadata(format!("/proc/{pid}/ns/mnt")).map(|m| m.ino());
+    let ours = mnt("thread-self").context("reading this process's mount namespace")?;
+    let host = netns::host_pid();
+    if mnt(&host.to_string()).ok() == Some(ours) {
+        return ensure_bpffs();
+    }
+    // A bind mount of the host's bpffs (a container's, say) is the same one.
+    let host_bpffs = PathBuf::from(format!("/proc/{host}/root/sys/fs/bpf"));
+    let dev = |p: &Path| fs::metadata(p).map(|m| m.dev()).ok();
+    if is_bpffs(Path::new(BPFFS))
+        && is_bpffs(&host_bpffs)
+        && dev(Path::new(BPFFS)).is_some()
+        && dev(Path::new(BPFFS)) == dev(&host_bpffs)
+    {
+        return Ok(());
+    }
+    let what = if is_bpffs(Path::new(BPFFS)) {
+        "a bpffs of its own"
+    } else {
+        "no bpffs"
+    };
+    bail!(
+        "this process runs in a private mount namespace (as `ip netns exec` makes) whose {BPFFS} is {what}, not the host's: pins made there vanish when the process exits, and the filter with them; run without `ip netns exec`, use `pkeyfw {command} --netns NS …` (the interface work happens in network namespace NS, the pins stay in the host's bpffs)"
+    )
 }
 
 /// Mounts bpffs at /sys/fs/bpf unless it is there already.

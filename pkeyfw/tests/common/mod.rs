@@ -9,7 +9,10 @@ use std::{
     process::{Command, Output},
 };
 
-use pkeyfw::{lab::netns::VethPair, loading::filter::Filter, loading::pins::Pins, policy::Policy};
+use pkeyfw::{
+    control::netns::NetnsId, lab::netns::VethPair, loading::filter::Filter, loading::pins::Pins,
+    policy::Policy,
+};
 
 /// Parses a policy given inline.
 pub fn policy(toml: &str) -> Policy {
@@ -48,6 +51,13 @@ pub fn pkeyfw_in(ns: &str) -> Command {
     cmd.arg(format!("--net={}", VethPair::netns_path(ns)))
         .arg(env!("CARGO_BIN_EXE_pkeyfw"));
     cmd
+}
+
+/// The pins of interface `iface` of network namespace `ns` (pins are keyed
+/// by namespace).
+pub fn pins(ns: &str, iface: &str) -> Pins {
+    let id = NetnsId::of_path(Path::new(&VethPair::netns_path(ns))).expect("the namespace");
+    Pins::at(iface, id)
 }
 
 /// Runs `cmd`, which must succeed.

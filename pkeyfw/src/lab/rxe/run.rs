@@ -124,6 +124,15 @@ impl Drop for Proc {
     }
 }
 
+/// Stopped as Ctrl-C would, also on an early return: a killed attach
+/// leaves its filter enforcing.
+impl Drop for Attach {
+    fn drop(&mut self) {
+        self.proc.signal(libc::SIGTERM);
+        let _ = self.proc.wait(Duration::from_secs(5));
+    }
+}
+
 /// A foreground `pkeyfw attach`, its output collected as it comes.
 struct Attach {
     proc: Proc,
@@ -162,9 +171,8 @@ impl Attach {
     }
 
     /// Stops it as Ctrl-C would: it detaches and removes its pins.
-    fn stop(mut self) {
-        self.proc.signal(libc::SIGTERM);
-        let _ = self.proc.wait(Duration::from_secs(5));
+    fn stop(self) {
+        drop(self);
     }
 
     /// Waits for a line of its output that `want` accepts.

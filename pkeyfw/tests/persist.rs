@@ -1,0 +1,361 @@
+//! Enforcement never vanishes with a process: a foreground attach that is
+//! killed leaves the filter enforcing; pins are made only in the host's
+//! bpffs (never in the private one of `ip netns exec`); `--netns` does the
+//! interface work in another network namespace while the pins stay in the
+//! host's, keyed by namespace so that equal interface names never collide.
+//! Traffic only crosses veths between namespaces the tests make (and always
+//! remove).
+
+mod common;
+
+use std::{
+    io::{BufRead, BufReader},
+    path::PathBuf,
+    process::{Command, Output, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
+    time::Duration,
+};
+
+use pkeyfw::{
+    control::netlink,
+    lab::netns::{VethPair, capture_during, in_netns, send},
+};
+use serde_json::Value;
+
+/// A short unique tag per test (interface names are at most 15 bytes).
+fn tag() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "pp{}{}",
+        std::process::id() % 10000,
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The base policy in a file, removed with the returned directory.
+fn policy_file() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.toml");
+    std::fs::write(&path, common::cases::BASE).unwrap();
+    (dir, path)
+}
+
+/// A frame the base policy refuses and one it passes.
+fn frames() -> (Vec<u8>, Vec<u8>) {
+    let policy = common::policy(common::cases::BASE);
+    let cases: Vec<_> = common::cases::all()
+        .into_iter()
+        .filter(|c| c.policy == policy)
+        .collect();
+    let refused = cases.iter().find(|c| !c.pass).expect("a refused case");
+    let passed = cases.iter().find(|c| c.pass).expect("a passed case");
+    (refused.frame.clone(), passed.frame.clone())
+}
+
+/// Sends the refused and the passed frame from `a` (in `ns_a`) to `b` (in
+/// `ns_b`): whether each arrived.
+fn crossing(ns_a: &str, a: &str, ns_b: &str, b: &str) -> (bool, bool) {
+    let (refused, passed) = frames();
+    let (sent, got) = capture_during(ns_b, b, Duration::from_millis(300), || {
+        send(ns_a, a, &[refused.clone(), passed.clone()])
+    })
+    .unwrap();
+    sent.unwrap();
+    (got.contains(&refused), got.contains(&passed))
+}
+
+/// Asserts that `b` enforces: the refused frame stops, the passed crosses.
+fn enforces(ns_a: &str, a: &str, ns_b: &str, b: &str) {
+    assert_eq!(
+        crossing(ns_a, a, ns_b, b),
+        (false, true),
+        "(refused crossed, passed crossed) on {b} in {ns_b}"
+    );
+}
+
+fn xdp_on(ns: &str, iface: &str) -> Option<netlink::Attached> {
+    let iface = iface.to_string();
+    in_netns(ns, move || {
+        netlink::xdp_attached(netlink::if_index(&iface).unwrap()).unwrap()
+    })
+    .unwrap()
+}
+
+/// `pkeyfw` run here: in the host's network and mount namespaces.
+fn pkeyfw() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_pkeyfw"))
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The JSON objects `stats --json` printed.
+fn stats_json(cmd: &mut Command) -> Vec<Value> {
+    let out = common::succeed(cmd);
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// A SIGKILLed foreground attach leaves the filter attached and enforcing;
+/// stats shows its process gone; detach removes it and leaves nothing.
+#[test]
+fn a_killed_foreground_attach_keeps_enforcing_until_detach() {
+    common::require_root();
+    let pair = VethPair::create(&tag()).unwrap();
+    let (_dir, policy) = policy_file();
+    let pins = common::pins(&pair.ns_b, &pair.b);
+    let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
+    let mut child = common::pkeyfw_in(&pair.ns_b)
+        .args(["attach", &pair.b, "--policy", policy.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.contains("attached to"), "attach said {first:?}");
+    enforces(&pair.ns_a, &pair.a, &pair.ns_b, &pair.b);
+    // nsenter execs pkeyfw: the child is the attach process itself.
+    let pid = child.id();
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    assert!(xdp_on(&pair.ns_b, &pair.b).is_some(), "still attached");
+    enforces(&pair.ns_a, &pair.a, &pair.ns_b, &pair.b);
+    let out = common::succeed(common::pkeyfw_in(&pair.ns_b).args(["stats", &pair.b]));
+    let said = text(&out);
+    assert!(
+        said.contains(&format!("foreground, process {pid} gone")),
+        "{said}"
+    );
+    let json = stats_json(common::pkeyfw_in(&pair.ns_b).args(["stats", &pair.b, "--json"]));
+    assert_eq!(json[0]["process"]["pid"], pid);
+    assert_eq!(json[0]["process"]["running"], false);
+
+    common::succeed(common::pkeyfw_in(&pair.ns_b).args(["detach", &pair.b]));
+    assert_eq!(xdp_on(&pair.ns_b, &pair.b), None, "no program left");
+    assert!(!pins.exists(), "no pins left");
+    assert_eq!(
+        crossing(&pair.ns_a, &pair.a, &pair.ns_b, &pair.b),
+        (true, true),
+        "nothing filters any more"
+    );
+}
+
+/// A new attach replaces one whose foreground process is gone.
+#[test]
+fn attach_replaces_an_attachment_whose_process_is_gone() {
+    common::require_root();
+    let pair = VethPair::create(&tag()).unwrap();
+    let (_dir, policy) = policy_file();
+    let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
+    let mut child = common::pkeyfw_in(&pair.ns_b)
+        .args(["attach", &pair.b, "--policy", policy.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.contains("attached to"), "attach said {first:?}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let pins = common::pins(&pair.ns_b, &pair.b);
+    let link_id = || {
+        let link: aya::programs::links::FdLink =
+            aya::programs::links::PinnedLink::from_pin(pins.link())
+                .unwrap()
+                .into();
+        link.info().unwrap().id()
+    };
+    let (link, program) = (link_id(), xdp_on(&pair.ns_b, &pair.b).unwrap().prog_id);
+    let out = common::succeed(common::pkeyfw_in(&pair.ns_b).args([
+        "attach",
+        &pair.b,
+        "--pin",
+        "--policy",
+        policy.to_str().unwrap(),
+    ]));
+    assert!(text(&out).contains("replacing"), "{}", text(&out));
+    assert!(!text(&out).contains("detaching it first"), "{}", text(&out));
+    // The same link now runs the new program: it was switched, never
+    // detached.
+    assert_eq!(link_id(), link, "the same link");
+    assert_ne!(xdp_on(&pair.ns_b, &pair.b).unwrap().prog_id, program);
+    enforces(&pair.ns_a, &pair.a, &pair.ns_b, &pair.b);
+    let json = stats_json(common::pkeyfw_in(&pair.ns_b).args(["stats", &pair.b, "--json"]));
+    assert_eq!(json[0]["held"], "pinned");
+    common::succeed(common::pkeyfw_in(&pair.ns_b).args(["detach", &pair.b]));
+    assert_eq!(xdp_on(&pair.ns_b, &pair.b), None, "no program left");
+}
+
+/// `ip netns exec` gives pkeyfw a private bpffs whose pins would vanish with
+/// it: the attach is refused, saying what to do instead, and attaches
+/// nothing.
+#[test]
+fn attach_under_ip_netns_exec_is_refused() {
+    common::require_root();
+    let pair = VethPair::create(&tag()).unwrap();
+    let (_dir, policy) = policy_file();
+    let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
+    for extra in [&["--pin"][..], &[][..]] {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &pair.ns_b])
+            .arg(env!("CARGO_BIN_EXE_pkeyfw"))
+            .args(["attach", &pair.b, "--policy", policy.to_str().unwrap()])
+            .args(extra)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let said = text(&out);
+        assert!(!out.status.success(), "{said}");
+        assert!(said.contains("ip netns exec"), "{said}");
+        assert!(said.contains("pkeyfw attach --netns NS"), "{said}");
+        assert_eq!(xdp_on(&pair.ns_b, &pair.b), None, "nothing attached");
+        assert!(
+            !common::pins(&pair.ns_b, &pair.b).exists(),
+            "nothing pinned"
+        );
+        assert_eq!(
+            crossing(&pair.ns_a, &pair.a, &pair.ns_b, &pair.b),
+            (true, true),
+            "nothing filters"
+        );
+    }
+}
+
+/// `--netns` from the host's namespaces: attach pins in the host's bpffs and
+/// enforces in the namespace; stats and detach reach it by name or path.
+#[test]
+fn netns_option_attaches_and_detaches_from_the_host() {
+    common::require_root();
+    let pair = VethPair::create(&tag()).unwrap();
+    let (_dir, policy) = policy_file();
+    let pins = common::pins(&pair.ns_b, &pair.b);
+    let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
+    common::succeed(pkeyfw().args([
+        "attach",
+        "--netns",
+        &pair.ns_b,
+        &pair.b,
+        "--pin",
+        "--policy",
+        policy.to_str().unwrap(),
+    ]));
+    assert!(pins.exists(), "pinned in the host's bpffs");
+    enforces(&pair.ns_a, &pair.a, &pair.ns_b, &pair.b);
+
+    let path = VethPair::netns_path(&pair.ns_b);
+    let json = stats_json(pkeyfw().args(["stats", "--netns", &path, &pair.b, "--json"]));
+    assert_eq!(json.len(), 1);
+    assert_eq!(json[0]["interface"], pair.b.as_str());
+    assert_eq!(json[0]["netns"], pair.ns_b.as_str());
+    let all = stats_json(pkeyfw().args(["stats", "--json"]));
+    assert!(
+        all.iter()
+            .any(|s| s["interface"] == pair.b.as_str() && s["netns"] == pair.ns_b.as_str()),
+        "stats lists it: {all:?}"
+    );
+    let out = common::succeed(pkeyfw().args(["stats", "--netns", &pair.ns_b]));
+    assert!(
+        text(&out).contains(&format!("{} (netns {})", pair.b, pair.ns_b)),
+        "{}",
+        text(&out)
+    );
+
+    // reload and qps look into the namespace too.
+    common::succeed(pkeyfw().args(["reload", "--netns", &pair.ns_b, &pair.b]));
+    enforces(&pair.ns_a, &pair.a, &pair.ns_b, &pair.b);
+    let out = pkeyfw()
+        .args(["qps", "--netns", &pair.ns_b, &pair.b])
+        .output()
+        .unwrap();
+    // No RDMA here: it fails, but after finding the interface.
+    assert!(text(&out).contains("RDMA"), "{}", text(&out));
+    assert!(!text(&out).contains("no interface"), "{}", text(&out));
+
+    // Without --netns the host's (absent) interface of that name is meant.
+    let out = pkeyfw().args(["detach", &pair.b]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(xdp_on(&pair.ns_b, &pair.b).is_some());
+
+    common::succeed(pkeyfw().args(["detach", "--netns", &pair.ns_b, &pair.b]));
+    assert_eq!(xdp_on(&pair.ns_b, &pair.b), None, "no program left");
+    assert!(!pins.exists(), "no pins left");
+    assert_eq!(
+        crossing(&pair.ns_a, &pair.a, &pair.ns_b, &pair.b),
+        (true, true),
+        "nothing filters any more"
+    );
+}
+
+/// Two namespaces with an interface of the same name, both attached: both
+/// listed, detaching one leaves the other enforcing.
+#[test]
+fn equal_interface_names_in_two_namespaces_do_not_collide() {
+    common::require_root();
+    let one = VethPair::create(&tag()).unwrap();
+    let two = VethPair::create(&tag()).unwrap();
+    let (_dir, policy) = policy_file();
+    // The second pair's end takes the first's name.
+    let name = one.b.clone();
+    for args in [
+        vec!["-n", &two.ns_b, "link", "set", &two.b, "down"],
+        vec!["-n", &two.ns_b, "link", "set", &two.b, "name", &name],
+        vec!["-n", &two.ns_b, "link", "set", &name, "up"],
+    ] {
+        common::succeed(Command::new("ip").args(args));
+    }
+    let _clean_one = common::Unpin(common::pins(&one.ns_b, &name));
+    let _clean_two = common::Unpin(common::pins(&two.ns_b, &name));
+    for ns in [&one.ns_b, &two.ns_b] {
+        common::succeed(pkeyfw().args([
+            "attach",
+            "--netns",
+            ns,
+            &name,
+            "--pin",
+            "--policy",
+            policy.to_str().unwrap(),
+        ]));
+    }
+    enforces(&one.ns_a, &one.a, &one.ns_b, &name);
+    enforces(&two.ns_a, &two.a, &two.ns_b, &name);
+    let all = stats_json(pkeyfw().args(["stats", "--json"]));
+    for ns in [&one.ns_b, &two.ns_b] {
+        assert!(
+            all.iter()
+                .any(|s| s["interface"] == name.as_str() && s["netns"] == ns.as_str()),
+            "{name} of {ns} listed: {all:?}"
+        );
+    }
+
+    common::succeed(pkeyfw().args(["detach", "--netns", &one.ns_b, &name]));
+    assert_eq!(xdp_on(&one.ns_b, &name), None, "the first is detached");
+    assert!(!common::pins(&one.ns_b, &name).exists());
+    assert_eq!(
+        crossing(&one.ns_a, &one.a, &one.ns_b, &name),
+        (true, true),
+        "nothing filters the first"
+    );
+    assert!(xdp_on(&two.ns_b, &name).is_some(), "the second stays");
+    assert!(common::pins(&two.ns_b, &name).exists());
+    enforces(&two.ns_a, &two.a, &two.ns_b, &name);
+    let json = stats_json(pkeyfw().args(["stats", "--netns", &two.ns_b, &name, "--json"]));
+    assert_eq!(json[0]["interface"], name.as_str());
+
+    common::succeed(pkeyfw().args(["detach", "--netns", &two.ns_b, &name]));
+    assert_eq!(xdp_on(&two.ns_b, &name), None);
+}
