@@ -16,13 +16,13 @@ use anyhow::{Context as _, Result, ensure};
 use pkeyfw::{
     loading::filter::Filter,
     policy::{Group, Policy, QpRule},
-    wire::{Net, Packet},
 };
 use pkeyfw_common::{
     Reason, Stamp,
     abi::{QpType, UnknownQp, name},
     verdict::{GSI_QKEY, MULTICAST_QPN},
 };
+use pkeyfw_testkit::wire::{Net, Packet};
 
 /// Kernel repetitions per timed run: the kernel reports their mean in whole
 /// ns, which takes many repetitions to be stable.

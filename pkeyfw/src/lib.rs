@@ -10,8 +10,6 @@
 pub mod capture;
 pub mod cmd;
 pub mod control;
-pub mod lab;
 pub mod loading;
 pub mod policy;
 pub mod reporting;
-pub mod wire;

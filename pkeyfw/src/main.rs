@@ -5,8 +5,7 @@ use std::{path::PathBuf, process::ExitCode};
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use pkeyfw::{
-    cmd::{self, attach, detach, qps, reload, replay, stats},
-    lab,
+    cmd::{self, attach, detach, lab, qps, reload, replay, stats},
     policy::Policy,
 };
 

@@ -12,12 +12,9 @@ use std::{
     time::Duration,
 };
 
-use pkeyfw::{
-    control::netlink,
-    lab::netns::{VethPair, capture_during, in_netns, send},
-    loading::pins::Pins,
-};
+use pkeyfw::{control::netlink, loading::pins::Pins};
 use pkeyfw_common::{Reason, judge};
+use pkeyfw_testkit::netns::{VethPair, capture_during, in_netns, send};
 use serde_json::Value;
 
 /// A short unique tag per test (interface names are at most 15 bytes).

@@ -13,13 +13,15 @@ use std::time::Duration;
 
 use aya::programs::XdpMode;
 use pkeyfw::{
-    lab::netns::{VethPair, capture_during, in_netns, send},
     loading::filter::{Egress, Filter},
     loading::pins::Pins,
     policy::Policy,
-    wire::{Packet, icrc_of},
 };
 use pkeyfw_common::{Reason, Stamp, stamp};
+use pkeyfw_testkit::{
+    netns::{VethPair, capture_during, in_netns, send},
+    wire::{Packet, icrc_of},
+};
 use proptest::{collection::vec, prelude::*, test_runner::TestRunner};
 
 /// Payload sizes: empty, odd (the ICRC then sits at an odd checksum offset),

@@ -2,6 +2,9 @@
 
 pub mod attach;
 pub mod detach;
+// The frames and namespaces it uses are test equipment (pkeyfw-testkit).
+#[cfg(feature = "lab")]
+pub mod lab;
 pub mod policy;
 pub mod qps;
 pub mod reload;

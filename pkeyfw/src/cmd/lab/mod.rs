@@ -6,7 +6,6 @@
 //! the frame crossed the veth (a packet socket past XDP) and which counter
 //! moved. Everything is removed at the end, also on failure or Ctrl-C.
 
-pub mod netns;
 pub mod rxe;
 pub mod scenario;
 
@@ -19,12 +18,12 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use pkeyfw_common::Reason;
+use pkeyfw_testkit::netns::{self, VethPair};
 
 use crate::{
     cmd::stats::Snapshot, control::netlink::XdpMode, loading::maps::Maps, loading::pins::Pins,
     reporting::describe,
 };
-use netns::VethPair;
 
 /// Set by SIGINT/SIGTERM: stop after the current case and clean up.
 static STOP: AtomicBool = AtomicBool::new(false);
