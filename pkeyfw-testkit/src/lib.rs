@@ -6,8 +6,10 @@
 //!   and captured in them;
 //! - [`cases`]: the verdict case table, as data (policies are TOML text);
 //! - [`stamping`]: the stamping fixtures and the checks of rewritten frames;
-//! - [`fixtures`]: the fixture files (a real capture, partitions.conf files).
+//! - [`fixtures`]: the fixture files (a real capture, partitions.conf files);
+//! - [`baseline`]: the empty XDP program the bench times the filter beside.
 
+pub mod baseline;
 pub mod cases;
 pub mod fixtures;
 pub mod netns;

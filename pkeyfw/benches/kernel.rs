@@ -1,7 +1,8 @@
 //! `cargo xtask bench`: what the filter costs in the real kernel.
 //!
 //! Every figure comes from the loaded XDP program: per-packet cost of each
-//! verdict path beside the empty XDP_PASS program (BPF_PROG_TEST_RUN), the
+//! verdict path beside the empty XDP_PASS program (BPF_PROG_TEST_RUN; the
+//! test kit's baseline, an object of its own), the
 //! same at table sizes from 1 to 1,000,000 QPs, the maps' kernel memory, and
 //! the wall-clock time to load a filter and apply a policy, and what P_Key
 //! stamping costs by frame size. Needs root.
@@ -22,7 +23,14 @@ use pkeyfw_common::{
     abi::{QpType, UnknownQp, name},
     verdict::{GSI_QKEY, MULTICAST_QPN},
 };
-use pkeyfw_testkit::wire::{Net, Packet};
+use pkeyfw_testkit::{
+    baseline::Baseline,
+    wire::{Net, Packet},
+};
+
+/// The baseline object, built with the filter's by pkeyfw's build script:
+/// OUT_DIR is this package's, so the bench includes it itself.
+static BASELINE: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pkeyfw-baseline"));
 
 /// Kernel repetitions per timed run: the kernel reports their mean in whole
 /// ns, which takes many repetitions to be stable.
@@ -52,13 +60,14 @@ fn main() -> Result<()> {
     println!("{header}\n");
     let paths = paths();
     let sized: Vec<Path> = paths.iter().filter(|p| p.sized).cloned().collect();
+    let baseline = Baseline::load(BASELINE)?;
 
     eprintln!("bench: every path at {PATH_QPS} QPs");
-    let per_path = bench_at(PATH_QPS, &paths)?;
+    let per_path = bench_at(PATH_QPS, &paths, &baseline)?;
     let mut runs = Vec::new();
     for qps in SIZES {
         eprintln!("bench: {qps} QPs");
-        runs.push(bench_at(qps, &sized)?);
+        runs.push(bench_at(qps, &sized, &baseline)?);
     }
 
     eprintln!("bench: stamping");
@@ -243,7 +252,7 @@ struct Run {
 
 /// Loads a filter for `qps` QPs and measures `paths` under policies of that
 /// size: one with QP 2 of RC type, then one with it UD.
-fn bench_at(qps: u32, paths: &[Path]) -> Result<Run> {
+fn bench_at(qps: u32, paths: &[Path], baseline: &Baseline) -> Result<Run> {
     let (filter, load) = timed(|| Filter::load(qps));
     let mut filter = filter?;
     let mut apply = None;
@@ -255,7 +264,7 @@ fn bench_at(qps: u32, paths: &[Path]) -> Result<Run> {
         apply.get_or_insert(took);
         for (i, path) in paths.iter().enumerate() {
             if path.qp_type == target {
-                costs[i] = Some(measure(&mut filter, path)?);
+                costs[i] = Some(measure(&filter, baseline, path)?);
             }
         }
     }
@@ -274,7 +283,7 @@ fn bench_at(qps: u32, paths: &[Path]) -> Result<Run> {
 /// Checks that the kernel gives `path` its intended verdict, then times it
 /// through the filter and the empty program, alternating, so that a change
 /// of machine state in between hits both.
-fn measure(filter: &mut Filter, path: &Path) -> Result<Cost> {
+fn measure(filter: &Filter, baseline: &Baseline, path: &Path) -> Result<Cost> {
     let judged = filter.run_counted(&path.frame)?;
     ensure!(
         judged == (path.pass, path.reason),
@@ -285,8 +294,8 @@ fn measure(filter: &mut Filter, path: &Path) -> Result<Cost> {
     );
     let (mut through_filter, mut through_empty) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
-        through_filter.push(ns_per_packet(filter.time(false, &path.frame, REPEAT)?));
-        through_empty.push(ns_per_packet(filter.time(true, &path.frame, REPEAT)?));
+        through_filter.push(ns_per_packet(filter.time(&path.frame, REPEAT)?));
+        through_empty.push(ns_per_packet(baseline.time(&path.frame, REPEAT)?));
     }
     Ok(Cost {
         filter: median(through_filter),
@@ -494,7 +503,7 @@ fn stamping_table() -> Result<Table> {
                 let took = if egress {
                     filter.time_egress(&frame, 1)?
                 } else {
-                    filter.time(false, &frame, 1)?
+                    filter.time(&frame, 1)?
                 };
                 runs.push(ns_per_packet(took));
             }
