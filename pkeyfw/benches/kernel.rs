@@ -9,7 +9,7 @@
 
 use std::{
     collections::BTreeMap,
-    net::{IpAddr, Ipv6Addr},
+    net::IpAddr,
     time::{Duration, Instant},
 };
 
@@ -21,11 +21,11 @@ use pkeyfw::{
 use pkeyfw_common::{
     Reason, Stamp,
     abi::{QpType, UnknownQp, name},
-    verdict::{GSI_QKEY, MULTICAST_QPN},
 };
 use pkeyfw_testkit::{
     baseline::Baseline,
-    wire::{Net, Packet},
+    cases::{self, frames},
+    wire::Packet,
 };
 
 /// The baseline object, built with the filter's by pkeyfw's build script:
@@ -43,17 +43,15 @@ const PATH_QPS: u32 = 1_000;
 /// Table sizes of the scaling, memory and load tables.
 const SIZES: [u32; 4] = [1, 1_000, 100_000, 1_000_000];
 
-/// The partition of every QP and of the group.
+/// The partition of every QP.
 const PKEY: u16 = 0x8001;
 /// In the port's table, but bound to no QP: a P_Key violation at any QP.
 const OTHER_PKEY: u16 = 0x8002;
 const QKEY: u32 = 0x1111_1111;
-const GROUP_QKEY: u32 = 0x0b1b;
 /// The QP the known-QP paths address; the policy gives it their type.
 const TARGET_QPN: u32 = 2;
 /// Above the QPNs of the largest policy.
 const UNKNOWN_QPN: u32 = 0x00fe_0000;
-const GROUP: Ipv6Addr = Ipv6Addr::new(0xff12, 0x401b, 0, 0, 0, 0, 0, 1);
 
 fn main() -> Result<()> {
     let header = header()?;
@@ -148,27 +146,21 @@ impl Path {
     }
 }
 
-/// Every verdict path through the program.
+/// Every verdict path through the program. The paths that read no QP entry
+/// take the case table's own frames (the test kit's `cases::frames`); the
+/// others address the bench's QPs.
 fn paths() -> Vec<Path> {
     use Reason::*;
-    let mut tcp = Packet::rc(PKEY, TARGET_QPN);
-    tcp.ip_proto = 6;
-    let mut tver = Packet::rc(PKEY, TARGET_QPN);
-    tver.tver = 1;
-    let mut mcast = Packet::ud(PKEY, MULTICAST_QPN, GROUP_QKEY).over_v6(vec![]);
-    if let Net::V6 { dst, .. } = &mut mcast.net {
-        *dst = GROUP;
-    }
     vec![
-        path("not_roce (TCP)", tcp, true, NotRoce).sized(),
-        path("malformed (TVer 1)", tver, false, Malformed),
-        path("smi (QP0)", Packet::ud(0xffff, 0, 0), true, Smi),
-        path("ok GSI (QP1)", Packet::ud(0xffff, 1, GSI_QKEY), true, Ok),
+        path("not_roce (TCP)", frames::tcp(), true, NotRoce).sized(),
+        path("malformed (TVer 1)", frames::tver_1(), false, Malformed),
+        path("smi (QP0)", frames::smi(), true, Smi),
+        path("ok GSI (QP1)", frames::gsi(), true, Ok),
         path("ok RC", Packet::rc(PKEY, TARGET_QPN), true, Ok).sized(),
         path("ok UD", Packet::ud(PKEY, TARGET_QPN, QKEY), true, Ok)
             .at(QpType::Ud)
             .sized(),
-        path("ok multicast group", mcast, true, Ok),
+        path("ok multicast group", frames::group(), true, Ok),
         path(
             "unknown_qp (drop rule)",
             Packet::rc(PKEY, UNKNOWN_QPN),
@@ -199,9 +191,10 @@ fn paths() -> Vec<Path> {
     ]
 }
 
-/// A policy binding `qps` QPs, QPNs 2 to qps+1, all in [`PKEY`]. QP 2, which
-/// the known-QP paths address, has `target`'s type (so that even a one-QP
-/// table serves them); the others cycle through all four types.
+/// A policy binding `qps` QPs, QPNs 2 to qps+1, all in [`PKEY`], and the case
+/// table's multicast group. QP 2, which the known-QP paths address, has
+/// `target`'s type (so that even a one-QP table serves them); the others
+/// cycle through all four types.
 fn policy(qps: u32, target: QpType) -> Policy {
     let rule = |qp_type| QpRule {
         qp_type,
@@ -219,9 +212,9 @@ fn policy(qps: u32, target: QpType) -> Policy {
         })
         .collect();
     let group = Group {
-        addr: IpAddr::V6(GROUP),
-        pkey: PKEY,
-        qkey: GROUP_QKEY,
+        addr: IpAddr::V6(cases::GROUP),
+        pkey: cases::GROUP_PKEY,
+        qkey: cases::GROUP_QKEY,
     };
     Policy {
         unknown_qp: UnknownQp::Drop,
@@ -472,7 +465,7 @@ fn stamping_table() -> Result<Table> {
         ),
         (
             "XDP: verdict, 0xFFFF (QP1)",
-            Packet::ud(0xffff, 1, GSI_QKEY),
+            frames::gsi(),
             XDP_LARGE_PAYLOAD,
             Stamp::Restored,
         ),
