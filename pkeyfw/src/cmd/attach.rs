@@ -3,7 +3,7 @@
 
 use std::{
     os::fd::{AsRawFd, RawFd},
-    path::Path,
+    path::{Path, PathBuf},
     time::Duration,
 };
 
@@ -37,24 +37,43 @@ pub enum Mode {
     Skb,
 }
 
-pub struct Options<'a> {
-    pub iface: &'a str,
-    pub policy_path: &'a Path,
+/// Enforce a policy on an interface.
+///
+/// Loads the XDP program, fills its maps from the policy and attaches it.
+/// In the foreground it prints a line per refused frame (at most
+/// --log-rate a second, then how many more) and, on Ctrl-C or SIGTERM,
+/// detaches and prints the final counters. With --pin it pins the
+/// program, its maps and the link under /sys/fs/bpf/pkeyfw/IFACE/ and
+/// exits; the filter runs on without any process. Needs root.
+#[derive(clap::Args)]
+pub struct AttachArgs {
+    /// The interface, in this network namespace.
+    pub iface: String,
+    /// Partition policy (TOML).
+    #[arg(long, value_name = "FILE")]
+    pub policy: PathBuf,
+    /// XDP mode: native (in the driver) or skb (generic); auto tries
+    /// native first.
+    #[arg(long, value_enum, default_value = "auto")]
     pub mode: Mode,
+    /// Pin and exit instead of staying in the foreground.
+    #[arg(long)]
     pub pin: bool,
+    /// Violation lines printed per second, at most.
+    #[arg(long, value_name = "N", default_value_t = 10)]
     pub log_rate: u64,
 }
 
-pub fn run(opts: &Options) -> Result<()> {
+pub fn run(opts: &AttachArgs) -> Result<()> {
     require_root()?;
-    let index = netlink::if_index(opts.iface)?;
-    let guid = super::iface_guid(opts.iface)?;
-    let policy = Policy::load_for(opts.policy_path, Some(guid))?;
+    let index = netlink::if_index(&opts.iface)?;
+    let guid = super::iface_guid(&opts.iface)?;
+    let policy = Policy::load_for(&opts.policy, Some(guid))?;
     for w in &policy.warnings {
         eprintln!("pkeyfw: warning: {w}");
     }
     let mut binder = Binder::new(index, policy);
-    let pins = Pins::of(opts.iface);
+    let pins = Pins::of(&opts.iface);
     refuse_if_taken(&pins, index)?;
 
     // Signals are caught from before the attachment exists, so that one sent
@@ -68,7 +87,7 @@ pub fn run(opts: &Options) -> Result<()> {
     };
     pins.create()?;
     let attached = pins
-        .remember_policy(opts.policy_path)
+        .remember_policy(&opts.policy)
         .and_then(|()| attach(&pins, &mut binder, opts));
     let (mut filter, mode, bound) = match attached {
         Ok(done) => done,
@@ -82,7 +101,7 @@ pub fn run(opts: &Options) -> Result<()> {
         "pkeyfw: attached to {} ({} mode, {how}): {}",
         opts.iface,
         mode.name(),
-        summary(binder.policy(), opts.policy_path)
+        summary(binder.policy(), &opts.policy)
     );
     for line in bound {
         println!("{line}");
@@ -102,7 +121,7 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     pins.remember_owner()?;
     let result = runtime.block_on(foreground(&mut filter, &mut binder, &pins, opts, signals));
-    let last = Snapshot::read(opts.iface, mode, false, filter.maps());
+    let last = Snapshot::read(&opts.iface, mode, false, filter.maps());
     filter.detach()?;
     pins.remove()?;
     result?;
@@ -157,7 +176,7 @@ fn refuse_if_taken(pins: &Pins, index: u32) -> Result<()> {
 fn attach(
     pins: &Pins,
     binder: &mut Binder,
-    opts: &Options,
+    opts: &AttachArgs,
 ) -> Result<(Filter, XdpMode, Vec<String>)> {
     let (policy, bound) = binder.effective().unwrap_or_else(|e| {
         eprintln!("pkeyfw: warning: cannot read the QPs ({e:#}); [[bind]] rules bind none yet");
@@ -166,23 +185,23 @@ fn attach(
     let mut filter = Filter::load_pinned(policy.qps.len() as u32, &pins.dir)?;
     filter.apply(&policy)?;
     let tried = match opts.mode {
-        Mode::Native => filter.attach(opts.iface, AyaMode::Driver),
-        Mode::Skb => filter.attach(opts.iface, AyaMode::Skb),
+        Mode::Native => filter.attach(&opts.iface, AyaMode::Driver),
+        Mode::Skb => filter.attach(&opts.iface, AyaMode::Skb),
         Mode::Auto => filter
-            .attach(opts.iface, AyaMode::Driver)
+            .attach(&opts.iface, AyaMode::Driver)
             .or_else(|native| {
                 filter
-                    .attach(opts.iface, AyaMode::Skb)
+                    .attach(&opts.iface, AyaMode::Skb)
                     .with_context(|| format!("native mode failed too: {native:#}"))
             }),
     };
     tried.with_context(|| format!("attaching XDP to {}", opts.iface))?;
     if policy.stamp {
         filter
-            .attach_egress(opts.iface, Egress::Auto)
+            .attach_egress(&opts.iface, Egress::Auto)
             .with_context(|| format!("attaching the stamping program to {}", opts.iface))?;
     }
-    let index = netlink::if_index(opts.iface)?;
+    let index = netlink::if_index(&opts.iface)?;
     let mode = netlink::xdp_attached(index)?
         .filter(|a| Ok(a.prog_id) == filter.program_id().as_ref().map_err(|_| ()).copied())
         .context("the kernel does not report the program as attached")?
@@ -261,7 +280,7 @@ async fn foreground(
     filter: &mut Filter,
     binder: &mut Binder,
     pins: &Pins,
-    opts: &Options<'_>,
+    opts: &AttachArgs,
     mut signals: Signals,
 ) -> Result<()> {
     let fd = Fd(filter.maps_mut().events().as_raw_fd());

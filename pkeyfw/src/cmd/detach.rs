@@ -4,7 +4,14 @@ use anyhow::{Result, bail};
 
 use crate::loading::pins::{Pins, State};
 
-pub fn run(iface: &str) -> Result<()> {
+/// Remove a pinned attachment (`attach --pin`) and its pins.
+#[derive(clap::Args)]
+pub struct DetachArgs {
+    pub iface: String,
+}
+
+pub fn run(args: &DetachArgs) -> Result<()> {
+    let iface = args.iface.as_str();
     let pins = Pins::of(iface);
     if !pins.exists() {
         bail!(

@@ -1,4 +1,4 @@
-//! The CLI's commands, one module each.
+//! The CLI's commands, one module each: its arguments (clap) and its `run`.
 
 pub mod attach;
 pub mod detach;
@@ -17,6 +17,25 @@ use crate::{
     control::netlink,
     policy::{guid_from_mac, parse_guid},
 };
+
+/// This port's identity, for policies whose table comes from partitions.conf
+/// (unless the policy sets [port].guid).
+#[derive(clap::Args)]
+#[group(multiple = false)]
+pub struct PortArgs {
+    /// This port's GUID, e.g. 0x0002c90300a1b2c3.
+    #[arg(long, value_name = "GUID")]
+    pub port_guid: Option<String>,
+    /// Derive the GUID from this interface's MAC (EUI-64, as RoCE does).
+    #[arg(long, value_name = "IFACE")]
+    pub iface: Option<String>,
+}
+
+impl PortArgs {
+    pub fn guid(&self) -> Result<Option<u64>> {
+        port_guid(self.port_guid.as_deref(), self.iface.as_deref())
+    }
+}
 
 /// This port's GUID: `--port-guid` if given, else the EUI-64 of `iface`'s MAC
 /// (as RoCE derives its GID), else unknown.

@@ -6,7 +6,7 @@
 //! to the QPs that come and go; this waits until it has.
 
 use std::{
-    path::{Path, PathBuf},
+    path::PathBuf,
     time::{Duration, Instant},
 };
 
@@ -23,7 +23,21 @@ use crate::{
 /// How long a foreground attachment may take to switch.
 const ANSWER: Duration = Duration::from_secs(5);
 
-pub fn run(iface: &str, policy: Option<&Path>) -> Result<()> {
+/// Switch a running attachment to a new policy, without a gap.
+///
+/// The policy is validated in full first; an invalid one changes
+/// nothing. Every frame is judged by the old policy or the new one, never
+/// a mix. A foreground attach also reloads its policy file on SIGHUP.
+#[derive(clap::Args)]
+pub struct ReloadArgs {
+    pub iface: String,
+    /// The new policy (default: the file the attachment runs).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+}
+
+pub fn run(args: &ReloadArgs) -> Result<()> {
+    let (iface, policy) = (args.iface.as_str(), args.policy.as_deref());
     let pins = Pins::of(iface);
     if !pins.exists() {
         bail!(

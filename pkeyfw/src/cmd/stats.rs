@@ -131,7 +131,23 @@ fn attachments(iface: Option<&str>) -> Result<Vec<(Pins, XdpMode, bool, Maps)>> 
     Ok(live)
 }
 
-pub fn run(iface: Option<&str>, json: bool, watch: Option<f64>) -> Result<()> {
+/// Counters per reason and per QP of running attachments.
+///
+/// Reads the maps of foreground and pinned attachments alike.
+#[derive(clap::Args)]
+pub struct StatsArgs {
+    /// Only this interface (default: every attachment).
+    pub iface: Option<String>,
+    /// One JSON object per interface.
+    #[arg(long)]
+    pub json: bool,
+    /// Print again every SECONDS, until interrupted.
+    #[arg(long, value_name = "SECONDS")]
+    pub watch: Option<f64>,
+}
+
+pub fn run(args: &StatsArgs) -> Result<()> {
+    let (iface, json, watch) = (args.iface.as_deref(), args.json, args.watch);
     let mut out = std::io::stdout().lock();
     loop {
         let live = attachments(iface)?;
