@@ -192,12 +192,6 @@ fn count_stamp(outcome: Stamp) {
     }
 }
 
-/// An empty XDP_PASS program: the benchmark's baseline.
-#[xdp]
-pub fn pkeyfw_empty(_ctx: XdpContext) -> u32 {
-    xdp_action::XDP_PASS
-}
-
 /// Sends an event for a refused frame, within this CPU's budget.
 #[inline(always)]
 fn report(frame: &Packet, outcome: &Outcome, monitor: bool) {

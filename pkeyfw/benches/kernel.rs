@@ -1,14 +1,15 @@
 //! `cargo xtask bench`: what the filter costs in the real kernel.
 //!
 //! Every figure comes from the loaded XDP program: per-packet cost of each
-//! verdict path beside the empty XDP_PASS program (BPF_PROG_TEST_RUN), the
+//! verdict path beside the empty XDP_PASS program (BPF_PROG_TEST_RUN; the
+//! test kit's baseline, an object of its own), the
 //! same at table sizes from 1 to 1,000,000 QPs, the maps' kernel memory, and
 //! the wall-clock time to load a filter and apply a policy, and what P_Key
 //! stamping costs by frame size. Needs root.
 
 use std::{
     collections::BTreeMap,
-    net::{IpAddr, Ipv6Addr},
+    net::IpAddr,
     time::{Duration, Instant},
 };
 
@@ -16,13 +17,20 @@ use anyhow::{Context as _, Result, ensure};
 use pkeyfw::{
     loading::filter::Filter,
     policy::{Group, Policy, QpRule},
-    wire::{Net, Packet},
 };
 use pkeyfw_common::{
     Reason, Stamp,
     abi::{QpType, UnknownQp, name},
-    verdict::{GSI_QKEY, MULTICAST_QPN},
 };
+use pkeyfw_testkit::{
+    baseline::Baseline,
+    cases::{self, frames},
+    wire::Packet,
+};
+
+/// The baseline object, built with the filter's by pkeyfw's build script:
+/// OUT_DIR is this package's, so the bench includes it itself.
+static BASELINE: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pkeyfw-baseline"));
 
 /// Kernel repetitions per timed run: the kernel reports their mean in whole
 /// ns, which takes many repetitions to be stable.
@@ -35,30 +43,29 @@ const PATH_QPS: u32 = 1_000;
 /// Table sizes of the scaling, memory and load tables.
 const SIZES: [u32; 4] = [1, 1_000, 100_000, 1_000_000];
 
-/// The partition of every QP and of the group.
+/// The partition of every QP.
 const PKEY: u16 = 0x8001;
 /// In the port's table, but bound to no QP: a P_Key violation at any QP.
 const OTHER_PKEY: u16 = 0x8002;
 const QKEY: u32 = 0x1111_1111;
-const GROUP_QKEY: u32 = 0x0b1b;
 /// The QP the known-QP paths address; the policy gives it their type.
 const TARGET_QPN: u32 = 2;
 /// Above the QPNs of the largest policy.
 const UNKNOWN_QPN: u32 = 0x00fe_0000;
-const GROUP: Ipv6Addr = Ipv6Addr::new(0xff12, 0x401b, 0, 0, 0, 0, 0, 1);
 
 fn main() -> Result<()> {
     let header = header()?;
     println!("{header}\n");
     let paths = paths();
     let sized: Vec<Path> = paths.iter().filter(|p| p.sized).cloned().collect();
+    let baseline = Baseline::load(BASELINE)?;
 
     eprintln!("bench: every path at {PATH_QPS} QPs");
-    let per_path = bench_at(PATH_QPS, &paths)?;
+    let per_path = bench_at(PATH_QPS, &paths, &baseline)?;
     let mut runs = Vec::new();
     for qps in SIZES {
         eprintln!("bench: {qps} QPs");
-        runs.push(bench_at(qps, &sized)?);
+        runs.push(bench_at(qps, &sized, &baseline)?);
     }
 
     eprintln!("bench: stamping");
@@ -139,27 +146,21 @@ impl Path {
     }
 }
 
-/// Every verdict path through the program.
+/// Every verdict path through the program. The paths that read no QP entry
+/// take the case table's own frames (the test kit's `cases::frames`); the
+/// others address the bench's QPs.
 fn paths() -> Vec<Path> {
     use Reason::*;
-    let mut tcp = Packet::rc(PKEY, TARGET_QPN);
-    tcp.ip_proto = 6;
-    let mut tver = Packet::rc(PKEY, TARGET_QPN);
-    tver.tver = 1;
-    let mut mcast = Packet::ud(PKEY, MULTICAST_QPN, GROUP_QKEY).over_v6(vec![]);
-    if let Net::V6 { dst, .. } = &mut mcast.net {
-        *dst = GROUP;
-    }
     vec![
-        path("not_roce (TCP)", tcp, true, NotRoce).sized(),
-        path("malformed (TVer 1)", tver, false, Malformed),
-        path("smi (QP0)", Packet::ud(0xffff, 0, 0), true, Smi),
-        path("ok GSI (QP1)", Packet::ud(0xffff, 1, GSI_QKEY), true, Ok),
+        path("not_roce (TCP)", frames::tcp(), true, NotRoce).sized(),
+        path("malformed (TVer 1)", frames::tver_1(), false, Malformed),
+        path("smi (QP0)", frames::smi(), true, Smi),
+        path("ok GSI (QP1)", frames::gsi(), true, Ok),
         path("ok RC", Packet::rc(PKEY, TARGET_QPN), true, Ok).sized(),
         path("ok UD", Packet::ud(PKEY, TARGET_QPN, QKEY), true, Ok)
             .at(QpType::Ud)
             .sized(),
-        path("ok multicast group", mcast, true, Ok),
+        path("ok multicast group", frames::group(), true, Ok),
         path(
             "unknown_qp (drop rule)",
             Packet::rc(PKEY, UNKNOWN_QPN),
@@ -190,9 +191,10 @@ fn paths() -> Vec<Path> {
     ]
 }
 
-/// A policy binding `qps` QPs, QPNs 2 to qps+1, all in [`PKEY`]. QP 2, which
-/// the known-QP paths address, has `target`'s type (so that even a one-QP
-/// table serves them); the others cycle through all four types.
+/// A policy binding `qps` QPs, QPNs 2 to qps+1, all in [`PKEY`], and the case
+/// table's multicast group. QP 2, which the known-QP paths address, has
+/// `target`'s type (so that even a one-QP table serves them); the others
+/// cycle through all four types.
 fn policy(qps: u32, target: QpType) -> Policy {
     let rule = |qp_type| QpRule {
         qp_type,
@@ -210,9 +212,9 @@ fn policy(qps: u32, target: QpType) -> Policy {
         })
         .collect();
     let group = Group {
-        addr: IpAddr::V6(GROUP),
-        pkey: PKEY,
-        qkey: GROUP_QKEY,
+        addr: IpAddr::V6(cases::GROUP),
+        pkey: cases::GROUP_PKEY,
+        qkey: cases::GROUP_QKEY,
     };
     Policy {
         unknown_qp: UnknownQp::Drop,
@@ -243,7 +245,7 @@ struct Run {
 
 /// Loads a filter for `qps` QPs and measures `paths` under policies of that
 /// size: one with QP 2 of RC type, then one with it UD.
-fn bench_at(qps: u32, paths: &[Path]) -> Result<Run> {
+fn bench_at(qps: u32, paths: &[Path], baseline: &Baseline) -> Result<Run> {
     let (filter, load) = timed(|| Filter::load(qps));
     let mut filter = filter?;
     let mut apply = None;
@@ -255,7 +257,7 @@ fn bench_at(qps: u32, paths: &[Path]) -> Result<Run> {
         apply.get_or_insert(took);
         for (i, path) in paths.iter().enumerate() {
             if path.qp_type == target {
-                costs[i] = Some(measure(&mut filter, path)?);
+                costs[i] = Some(measure(&filter, baseline, path)?);
             }
         }
     }
@@ -274,7 +276,7 @@ fn bench_at(qps: u32, paths: &[Path]) -> Result<Run> {
 /// Checks that the kernel gives `path` its intended verdict, then times it
 /// through the filter and the empty program, alternating, so that a change
 /// of machine state in between hits both.
-fn measure(filter: &mut Filter, path: &Path) -> Result<Cost> {
+fn measure(filter: &Filter, baseline: &Baseline, path: &Path) -> Result<Cost> {
     let judged = filter.run_counted(&path.frame)?;
     ensure!(
         judged == (path.pass, path.reason),
@@ -285,8 +287,8 @@ fn measure(filter: &mut Filter, path: &Path) -> Result<Cost> {
     );
     let (mut through_filter, mut through_empty) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
-        through_filter.push(ns_per_packet(filter.time(false, &path.frame, REPEAT)?));
-        through_empty.push(ns_per_packet(filter.time(true, &path.frame, REPEAT)?));
+        through_filter.push(ns_per_packet(filter.time(&path.frame, REPEAT)?));
+        through_empty.push(ns_per_packet(baseline.time(&path.frame, REPEAT)?));
     }
     Ok(Cost {
         filter: median(through_filter),
@@ -463,7 +465,7 @@ fn stamping_table() -> Result<Table> {
         ),
         (
             "XDP: verdict, 0xFFFF (QP1)",
-            Packet::ud(0xffff, 1, GSI_QKEY),
+            frames::gsi(),
             XDP_LARGE_PAYLOAD,
             Stamp::Restored,
         ),
@@ -494,7 +496,7 @@ fn stamping_table() -> Result<Table> {
                 let took = if egress {
                     filter.time_egress(&frame, 1)?
                 } else {
-                    filter.time(false, &frame, 1)?
+                    filter.time(&frame, 1)?
                 };
                 runs.push(ns_per_packet(took));
             }

@@ -5,13 +5,16 @@
 //! - [`loading`]: the programs and maps in the kernel, and their pins;
 //! - [`control`]: what keeps a running filter in step with the host's QPs;
 //! - [`reporting`]: how frames, counters and violations read to a person;
-//! - [`cmd`]: the commands built on them.
+//! - [`capture`]: frames read from pcap and pcapng captures;
+//! - [`cmd`]: the commands built on them, each with its arguments.
+//!
+//! Test and bench equipment (frame builder, namespaces, case table,
+//! fixtures) is the pkeyfw-testkit crate; `cmd::lab` uses it, behind the
+//! default `lab` feature.
 
 pub mod capture;
 pub mod cmd;
 pub mod control;
-pub mod lab;
 pub mod loading;
 pub mod policy;
 pub mod reporting;
-pub mod wire;

@@ -1,15 +1,13 @@
-//! The `pkeyfw` command line.
+//! The `pkeyfw` command line: the commands, each with its arguments in its
+//! own module under `cmd`.
 
-use std::{path::PathBuf, process::ExitCode};
+use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use pkeyfw::{
-    cmd::{self, attach, detach, qps, reload, replay, stats},
-    control::netns::Netns,
-    lab,
-    policy::Policy,
-};
+#[cfg(feature = "lab")]
+use pkeyfw::cmd::lab;
+use pkeyfw::cmd::{attach, detach, policy, qps, reload, replay, stats};
 
 /// InfiniBand partition isolation (P_Keys, Q_Keys) for RoCE, enforced in XDP.
 ///
@@ -24,210 +22,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Enforce a policy on an interface.
-    ///
-    /// Loads the XDP program, fills its maps from the policy and attaches it.
-    /// In the foreground it prints a line per refused frame (at most
-    /// --log-rate a second, then how many more) and, on Ctrl-C or SIGTERM,
-    /// detaches and prints the final counters. With --pin it exits after
-    /// attaching; the filter runs on without any process.
-    ///
-    /// Either way the program, its maps and its links are pinned under
-    /// /sys/fs/bpf/pkeyfw/NETNS/IFACE/ (NETNS: the network namespace's
-    /// inode), so enforcement never ends with a process: if a foreground
-    /// attach is killed (SIGKILL, OOM, a crash) the filter enforces on,
-    /// `stats` shows its process gone, and `detach` or a new `attach`
-    /// (which replaces it) takes over. Refused under `ip netns exec`, whose
-    /// private bpffs would vanish with the process: use --netns. Needs root.
-    Attach {
-        /// The interface, in this network namespace (or --netns's).
-        iface: String,
-        #[command(flatten)]
-        netns: NetnsArg,
-        /// Partition policy (TOML).
-        #[arg(long, value_name = "FILE")]
-        policy: PathBuf,
-        /// XDP mode: native (in the driver) or skb (generic); auto tries
-        /// native first.
-        #[arg(long, value_enum, default_value = "auto")]
-        mode: attach::Mode,
-        /// Pin and exit instead of staying in the foreground.
-        #[arg(long)]
-        pin: bool,
-        /// Violation lines printed per second, at most.
-        #[arg(long, value_name = "N", default_value_t = 10)]
-        log_rate: u64,
-    },
-    /// Switch a running attachment to a new policy, without a gap.
-    ///
-    /// The policy is validated in full first; an invalid one changes
-    /// nothing. Every frame is judged by the old policy or the new one, never
-    /// a mix. A foreground attach also reloads its policy file on SIGHUP.
-    Reload {
-        iface: String,
-        #[command(flatten)]
-        netns: NetnsArg,
-        /// The new policy (default: the file the attachment runs).
-        #[arg(long, value_name = "FILE")]
-        policy: Option<PathBuf>,
-    },
-    /// Remove an attachment and its pins: a pinned one (`attach --pin`) or
-    /// one whose foreground process is gone.
-    Detach {
-        iface: String,
-        #[command(flatten)]
-        netns: NetnsArg,
-    },
-    /// Counters per reason and per QP of running attachments.
-    ///
-    /// Reads the maps of foreground and pinned attachments alike, and says
-    /// who holds each: pinned, a foreground process, or a foreground
-    /// process that is gone.
-    Stats {
-        /// Only this interface (default: every attachment, of every network
-        /// namespace unless --netns is given).
-        iface: Option<String>,
-        #[command(flatten)]
-        netns: NetnsArg,
-        /// One JSON object per interface.
-        #[arg(long)]
-        json: bool,
-        /// Print again every SECONDS, until interrupted.
-        #[arg(long, value_name = "SECONDS")]
-        watch: Option<f64>,
-    },
-    /// The QPs of the RDMA devices bound to an interface, and what binds
-    /// each.
-    ///
-    /// Lists what the kernel's RDMA netlink reports (as `rdma resource show
-    /// qp`): device, port, QPN, type, state, peer QPN, owner (PID and
-    /// command, or the kernel module) and, for rdma_cm QPs, both addresses.
-    /// With a policy (--policy, else the one the interface's attachment
-    /// runs) it shows what binds each QP — a [[qp]] entry, a [[bind]] rule,
-    /// or the unknown-QP rule — and, when the interface is attached, the
-    /// filter's per-QP counters.
-    Qps {
-        iface: String,
-        #[command(flatten)]
-        netns: NetnsArg,
-        /// Partition policy (TOML).
-        #[arg(long, value_name = "FILE")]
-        policy: Option<PathBuf>,
-        /// One JSON object.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Run the self-contained RoCE partition lab.
-    ///
-    /// Two network namespaces joined by a veth pair, pkeyfw attached on one
-    /// end with the seeds' example policy, real RoCE v2 frames sent from the
-    /// other: a table of each case, expected and observed. Everything it
-    /// creates is removed at the end. Needs root.
-    Lab {
-        #[command(subcommand)]
-        lab: Option<LabCommand>,
-    },
-    /// Check a policy file.
+    Attach(attach::AttachArgs),
+    Reload(reload::ReloadArgs),
+    Detach(detach::DetachArgs),
+    Stats(stats::StatsArgs),
+    Qps(qps::QpsArgs),
+    #[cfg(feature = "lab")]
+    Lab(lab::LabArgs),
     #[command(subcommand)]
-    Policy(PolicyCommand),
-    /// Run a capture through the XDP program in the kernel (BPF_PROG_TEST_RUN)
-    /// and print each frame's verdict and reason, then totals per reason.
-    ///
-    /// Nothing is attached to any interface. Needs root.
-    Replay {
-        /// Partition policy (TOML).
-        #[arg(long, value_name = "FILE")]
-        policy: PathBuf,
-        /// A pcap or pcapng capture (Ethernet or Linux cooked link type).
-        capture: PathBuf,
-        /// One JSON object per frame, then one with the totals.
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        port: PortArgs,
-    },
-}
-
-#[derive(Subcommand)]
-enum LabCommand {
-    /// Real RDMA programs over soft-RoCE, with pkeyfw enforcing.
-    ///
-    /// Two rdma_rxe devices on the ends of a veth pair (in this namespace;
-    /// policy routing sends their traffic over the veth); per scenario a
-    /// foreground attach binds the programs' QPs by `[[bind]]` rules, and
-    /// ibv_ud_pingpong, ibv_rc_pingpong, ib_send_bw, rping or udaddy run
-    /// across. The table says whether they completed and which counters
-    /// moved. Needs root, rdma_rxe, rdma-core, perftest and rdmacm-utils;
-    /// `cargo xtask rxe-lab` runs it in a guest that has them.
-    Rxe {
-        /// Capture each scenario (the client's end) into DIR/NAME.pcap.
-        #[arg(long, value_name = "DIR")]
-        captures: Option<PathBuf>,
-        /// Write the results as JSON.
-        #[arg(long, value_name = "FILE")]
-        json: Option<PathBuf>,
-        /// Only the scenarios whose name contains this.
-        #[arg(long, value_name = "TEXT")]
-        only: Option<String>,
-    },
-}
-
-#[derive(Subcommand)]
-enum PolicyCommand {
-    /// Validate a policy and print what it gives this port: the port GUID,
-    /// the P_Key table (index, value, membership, partition name), the bound
-    /// QPs, the multicast groups and every warning. Exit status 1 on any
-    /// error.
-    Check {
-        /// Partition policy (TOML).
-        #[arg(long, value_name = "FILE")]
-        policy: PathBuf,
-        /// One JSON object.
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        port: PortArgs,
-    },
-}
-
-/// `--netns`: where the interface is.
-#[derive(clap::Args)]
-struct NetnsArg {
-    /// The interface's network namespace, as `ip -n` takes it: NAME is
-    /// /run/netns/NAME, else a path to a namespace file (/proc/PID/ns/net).
-    /// The interface work happens there; the pins stay in the host's bpffs.
-    #[arg(long, value_name = "NAME|PATH")]
-    netns: Option<String>,
-}
-
-impl NetnsArg {
-    /// Moves this process into the namespace, if one is given (before it
-    /// starts any thread; bpffs, a mount, is unaffected).
-    fn enter(&self) -> Result<Option<&str>> {
-        if let Some(spec) = &self.netns {
-            Netns::open(spec)?.enter()?;
-        }
-        Ok(self.netns.as_deref())
-    }
-}
-
-/// This port's identity, for policies whose table comes from partitions.conf
-/// (unless the policy sets [port].guid).
-#[derive(clap::Args)]
-#[group(multiple = false)]
-struct PortArgs {
-    /// This port's GUID, e.g. 0x0002c90300a1b2c3.
-    #[arg(long, value_name = "GUID")]
-    port_guid: Option<String>,
-    /// Derive the GUID from this interface's MAC (EUI-64, as RoCE does).
-    #[arg(long, value_name = "IFACE")]
-    iface: Option<String>,
-}
-
-impl PortArgs {
-    fn guid(&self) -> Result<Option<u64>> {
-        cmd::port_guid(self.port_guid.as_deref(), self.iface.as_deref())
-    }
+    Policy(policy::PolicyCommand),
+    Replay(replay::ReplayArgs),
 }
 
 fn main() -> ExitCode {
@@ -241,74 +45,15 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<()> {
-    match cli.command {
-        Command::Attach {
-            iface,
-            netns,
-            policy,
-            mode,
-            pin,
-            log_rate,
-        } => attach::run(&attach::Options {
-            iface: &iface,
-            policy_path: &policy,
-            mode,
-            pin,
-            log_rate,
-            netns: netns.enter()?,
-        }),
-        Command::Detach { iface, netns } => detach::run(&iface, netns.enter()?),
-        Command::Reload {
-            iface,
-            netns,
-            policy,
-        } => reload::run(&iface, policy.as_deref(), netns.enter()?),
-        Command::Lab { lab: None } => match lab::run()? {
-            true => Ok(()),
-            false => anyhow::bail!("some lab cases did not go as the partition rules say"),
-        },
-        Command::Lab {
-            lab:
-                Some(LabCommand::Rxe {
-                    captures,
-                    json,
-                    only,
-                }),
-        } => match lab::rxe::run(&lab::rxe::Options {
-            captures,
-            json,
-            only,
-        })? {
-            true => Ok(()),
-            false => anyhow::bail!("some scenarios did not go as the partition rules say"),
-        },
-        Command::Stats {
-            iface,
-            netns,
-            json,
-            watch,
-        } => stats::run(iface.as_deref(), netns.enter()?, json, watch),
-        Command::Qps {
-            iface,
-            netns,
-            policy,
-            json,
-        } => {
-            netns.enter()?;
-            qps::run(&iface, policy.as_deref(), json)
-        }
-        Command::Policy(PolicyCommand::Check { policy, json, port }) => {
-            cmd::policy::check(&policy, port.guid()?, json)
-        }
-        Command::Replay {
-            policy,
-            capture,
-            json,
-            port,
-        } => {
-            let policy = Policy::load_for(&policy, port.guid()?)?;
-            replay::run(&policy, &capture, json, &mut std::io::stdout().lock())?;
-            Ok(())
-        }
+    match &cli.command {
+        Command::Attach(args) => attach::run(args),
+        Command::Reload(args) => reload::run(args),
+        Command::Detach(args) => detach::run(args),
+        Command::Stats(args) => stats::run(args),
+        Command::Qps(args) => qps::run(args),
+        #[cfg(feature = "lab")]
+        Command::Lab(args) => lab::run(args),
+        Command::Policy(command) => policy::run(command),
+        Command::Replay(args) => replay::run(args),
     }
 }

@@ -14,10 +14,10 @@ use std::{
 
 use pkeyfw::{
     control::netlink,
-    lab::netns::{VethPair, capture_during, in_netns, send},
     loading::{maps::ReasonCounts, pins::Pins},
 };
 use pkeyfw_common::{Reason, Verdict, judge};
+use pkeyfw_testkit::netns::{VethPair, capture_during, in_netns, send};
 use serde_json::Value;
 
 /// A short unique tag per test (interface names are at most 15 bytes).

@@ -2,8 +2,8 @@
 //! and XDP programs will do, equals the ICRC recomputed over the whole
 //! rewritten frame, and patching back restores the frame byte for byte.
 
-use pkeyfw::wire::{Packet, icrc_of};
 use pkeyfw_common::{icrc, parse::opcode};
+use pkeyfw_testkit::wire::{Packet, icrc_of};
 use proptest::{collection::vec, prelude::*};
 
 /// Rewrites `p`'s P_Key to `new`, patching the ICRC, checks it against

@@ -18,7 +18,7 @@ fn the_lab_shows_every_case_as_expected() {
         "{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let cases = pkeyfw::lab::scenario::cases().len();
+    let cases = pkeyfw::cmd::lab::scenario::cases().len();
     assert!(
         text.contains(&format!(
             "{cases} of {cases} cases as the partition rules say"

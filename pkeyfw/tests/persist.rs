@@ -16,10 +16,8 @@ use std::{
     time::Duration,
 };
 
-use pkeyfw::{
-    control::netlink,
-    lab::netns::{VethPair, capture_during, in_netns, send},
-};
+use pkeyfw::control::netlink;
+use pkeyfw_testkit::netns::{VethPair, capture_during, in_netns, send};
 use serde_json::Value;
 
 /// A short unique tag per test (interface names are at most 15 bytes).

@@ -9,7 +9,7 @@ use std::{
     process::{Command, Output},
 };
 
-use pkeyfw::lab::netns::VethPair;
+use pkeyfw_testkit::netns::VethPair;
 use serde_json::Value;
 
 const PARTITIONS: &str = "\

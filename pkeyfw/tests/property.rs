@@ -6,15 +6,13 @@ mod common;
 
 use std::{collections::BTreeMap, net::IpAddr};
 
-use pkeyfw::{
-    policy::{Group, Policy, QpRule},
-    wire::{Ext, Net, Packet},
-};
+use pkeyfw::policy::{Group, Policy, QpRule};
 use pkeyfw_common::{
     abi::{QpType, UnknownQp},
     judge,
     verdict::{GSI_QKEY, MULTICAST_QPN},
 };
+use pkeyfw_testkit::wire::{Ext, Net, Packet};
 use proptest::{
     prelude::*,
     test_runner::{Config, TestRunner},

@@ -12,12 +12,12 @@ use std::{
     time::Duration,
 };
 
-use pkeyfw::{
-    lab::netns::{VethPair, capture_during, send},
-    policy::Policy,
+use pkeyfw::policy::Policy;
+use pkeyfw_common::judge;
+use pkeyfw_testkit::{
+    netns::{VethPair, capture_during, send},
     wire::Packet,
 };
-use pkeyfw_common::judge;
 
 /// P1 binds QP 0x10 to 0x8001 and passes unknown QPs; P2 does not bind it and
 /// drops unknown QPs. A frame to 0x10 with P_Key 0x8002 is dropped by both

@@ -18,7 +18,8 @@ use pcap_file::{
         },
     },
 };
-use pkeyfw::{capture, wire::Packet};
+use pkeyfw::capture;
+use pkeyfw_testkit::{fixtures, wire::Packet};
 use serde_json::Value;
 
 const CAPTURE: &str = "rc-connectx-oferby-proxy.pcap";
@@ -77,7 +78,7 @@ fn connectx_capture_with_one_qp_bound_and_unknown_dropped() {
         "connectx.toml",
         "[port]\npkeys = [0xffff]\n[enforcement]\nunknown_qp = \"drop\"\n[[qp]]\nqpn = 0x45\ntype = \"rc\"\npkey = 0xffff\n",
     );
-    let (frames, totals) = replay_json(&policy, &common::shared_capture(CAPTURE));
+    let (frames, totals) = replay_json(&policy, &fixtures::capture(CAPTURE));
     assert_eq!(frames.len(), 123);
     for (i, f) in frames.iter().enumerate() {
         assert_eq!(f["index"], i);
@@ -99,7 +100,7 @@ fn connectx_capture_against_a_partition_it_is_not_in() {
         "partition.toml",
         "[port]\npkeys = [0xffff, 0x8001]\n[[qp]]\nqpn = 0x45\ntype = \"rc\"\npkey = 0x8001\n[[qp]]\nqpn = 0x48\ntype = \"uc\"\npkey = 0xffff\n",
     );
-    let (_, totals) = replay_json(&policy, &common::shared_capture(CAPTURE));
+    let (_, totals) = replay_json(&policy, &fixtures::capture(CAPTURE));
     let t = &totals["totals"];
     assert_eq!(t["pkey_violation"], 68);
     assert_eq!(t["opcode_mismatch"], 37);
@@ -114,7 +115,7 @@ fn text_output_has_a_line_per_frame_and_totals() {
         "replay",
         "--policy",
         policy.to_str().unwrap(),
-        common::shared_capture(CAPTURE).to_str().unwrap(),
+        fixtures::capture(CAPTURE).to_str().unwrap(),
     ]);
     assert!(
         out.status.success(),
@@ -134,7 +135,7 @@ fn text_output_has_a_line_per_frame_and_totals() {
 /// the capture check finds every real frame's ICRC right.
 #[test]
 fn icrc_matches_real_connectx_frames() {
-    let frames = capture::read(&common::shared_capture(CAPTURE)).unwrap();
+    let frames = capture::read(&fixtures::capture(CAPTURE)).unwrap();
     let mut checked = 0;
     for f in frames
         .iter()
@@ -145,16 +146,21 @@ fn icrc_matches_real_connectx_frames() {
         let (body, crc) = d.split_at(d.len() - 4);
         let want = u32::from_le_bytes(crc.try_into().unwrap());
         assert_eq!(
-            pkeyfw::wire::icrc_of(body, 14, 14 + ihl, 14 + ihl + 8),
+            pkeyfw_testkit::wire::icrc_of(body, 14, 14 + ihl, 14 + ihl + 8),
             want,
             "frame {}",
             f.index
         );
-        assert_eq!(pkeyfw::wire::icrc_holds(d), Some(true), "frame {}", f.index);
+        assert_eq!(
+            pkeyfw_testkit::wire::icrc_holds(d),
+            Some(true),
+            "frame {}",
+            f.index
+        );
         let mut bent = d.clone();
         bent[14 + ihl + 8 + 2] ^= 0x80; // the BTH P_Key's membership bit
         assert_eq!(
-            pkeyfw::wire::icrc_holds(&bent),
+            pkeyfw_testkit::wire::icrc_holds(&bent),
             Some(false),
             "frame {}",
             f.index
@@ -279,7 +285,7 @@ fn clear_errors() {
             "replay",
             "--policy",
             bad.to_str().unwrap(),
-            common::shared_capture(CAPTURE).to_str().unwrap(),
+            fixtures::capture(CAPTURE).to_str().unwrap(),
         ],
         &["bad.toml:5:7: qp[0].qpn", "0x2..=0xfffffe"],
     );
@@ -291,7 +297,7 @@ fn unprivileged_run_says_it_needs_root() {
     common::require_root();
     let policy = write("unpriv.toml", "[port]\npkeys = [0xffff]\n");
     let capture = tmp("unpriv.pcap");
-    std::fs::copy(common::shared_capture(CAPTURE), &capture).unwrap();
+    std::fs::copy(fixtures::capture(CAPTURE), &capture).unwrap();
     for f in [&policy, &capture] {
         std::fs::set_permissions(f, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     }

@@ -13,14 +13,16 @@ use std::time::Duration;
 
 use aya::programs::XdpMode;
 use pkeyfw::{
-    lab::netns::{VethPair, capture_during, in_netns, send},
     loading::filter::{Egress, Filter},
     policy::Policy,
-    wire::{Packet, icrc_of},
 };
 use pkeyfw_common::{
     Reason, Stamp,
     stamp::{self, Action, Origin},
+};
+use pkeyfw_testkit::{
+    netns::{VethPair, capture_during, in_netns, send},
+    wire::{Packet, icrc_of},
 };
 use proptest::{collection::vec, prelude::*, test_runner::TestRunner};
 

@@ -76,7 +76,7 @@ fn qp_counters_follow_the_verdicts() {
     let policy = common::policy(common::cases::BASE);
     let filter = common::filter(&policy);
     use common::cases::{QPA, QPB};
-    use pkeyfw::wire::Packet;
+    use pkeyfw_testkit::wire::Packet;
     for _ in 0..3 {
         filter.run(&Packet::rc(0x0001, QPA).bytes()).unwrap(); // ok
     }
@@ -99,7 +99,7 @@ fn qp_counters_follow_the_verdicts() {
 #[test]
 fn reapplying_keeps_counters_of_kept_qps_and_forgets_removed_ones() {
     use common::cases::{QPA, QPB};
-    use pkeyfw::wire::Packet;
+    use pkeyfw_testkit::wire::Packet;
     let policy = common::policy(common::cases::BASE);
     let mut filter = common::filter(&policy);
     filter.run(&Packet::rc(0x0001, QPA).bytes()).unwrap();
@@ -125,7 +125,7 @@ fn reapplying_keeps_counters_of_kept_qps_and_forgets_removed_ones() {
 #[test]
 fn monitor_mode_counts_refusals_as_monitor_passes() {
     use common::cases::{QPB, QPD};
-    use pkeyfw::wire::Packet;
+    use pkeyfw_testkit::wire::Packet;
     let policy =
         common::policy(&common::cases::BASE.replace("mode = \"enforce\"", "mode = \"monitor\""));
     let filter = common::filter(&policy);

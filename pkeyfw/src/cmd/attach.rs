@@ -10,7 +10,7 @@
 
 use std::{
     os::fd::{AsRawFd, RawFd},
-    path::Path,
+    path::{Path, PathBuf},
     time::Duration,
 };
 
@@ -21,6 +21,7 @@ use tokio::{
     signal::unix::{SignalKind, signal},
 };
 
+use super::NetnsArg;
 use crate::{
     cmd::stats::Snapshot,
     control::binder::{self, Binder},
@@ -42,14 +43,40 @@ pub enum Mode {
     Skb,
 }
 
-pub struct Options<'a> {
-    pub iface: &'a str,
-    pub policy_path: &'a Path,
+/// Enforce a policy on an interface.
+///
+/// Loads the XDP program, fills its maps from the policy and attaches it.
+/// In the foreground it prints a line per refused frame (at most
+/// --log-rate a second, then how many more) and, on Ctrl-C or SIGTERM,
+/// detaches and prints the final counters. With --pin it exits after
+/// attaching; the filter runs on without any process.
+///
+/// Either way the program, its maps and its links are pinned under
+/// /sys/fs/bpf/pkeyfw/NETNS/IFACE/ (NETNS: the network namespace's
+/// inode), so enforcement never ends with a process: if a foreground
+/// attach is killed (SIGKILL, OOM, a crash) the filter enforces on,
+/// `stats` shows its process gone, and `detach` or a new `attach`
+/// (which replaces it) takes over. Refused under `ip netns exec`, whose
+/// private bpffs would vanish with the process: use --netns. Needs root.
+#[derive(clap::Args)]
+pub struct AttachArgs {
+    /// The interface, in this network namespace (or --netns's).
+    pub iface: String,
+    #[command(flatten)]
+    pub netns: NetnsArg,
+    /// Partition policy (TOML).
+    #[arg(long, value_name = "FILE")]
+    pub policy: PathBuf,
+    /// XDP mode: native (in the driver) or skb (generic); auto tries
+    /// native first.
+    #[arg(long, value_enum, default_value = "auto")]
     pub mode: Mode,
+    /// Pin and exit instead of staying in the foreground.
+    #[arg(long)]
     pub pin: bool,
+    /// Violation lines printed per second, at most.
+    #[arg(long, value_name = "N", default_value_t = 10)]
     pub log_rate: u64,
-    /// `--netns`, which the process has entered already; for messages.
-    pub netns: Option<&'a str>,
 }
 
 /// How to name an interface on pkeyfw's command line: `[--netns NS] IFACE`.
@@ -60,19 +87,20 @@ pub fn cli_iface(iface: &str, netns: Option<&str>) -> String {
     }
 }
 
-pub fn run(opts: &Options) -> Result<()> {
+pub fn run(opts: &AttachArgs) -> Result<()> {
     require_root()?;
+    opts.netns.enter()?;
     // Before anything is loaded: pins in a private bpffs would not outlive
     // this process.
     pins::host_bpffs("attach")?;
-    let index = netlink::if_index(opts.iface)?;
-    let guid = super::iface_guid(opts.iface)?;
-    let policy = Policy::load_for(opts.policy_path, Some(guid))?;
+    let index = netlink::if_index(&opts.iface)?;
+    let guid = super::iface_guid(&opts.iface)?;
+    let policy = Policy::load_for(&opts.policy, Some(guid))?;
     for w in &policy.warnings {
         eprintln!("pkeyfw: warning: {w}");
     }
     let mut binder = Binder::new(index, policy);
-    let pins = Pins::of(opts.iface);
+    let pins = Pins::of(&opts.iface);
     let gone = refuse_if_taken(&pins, index, opts)?;
 
     // Signals are caught from before the attachment exists, so that one sent
@@ -112,7 +140,7 @@ pub fn run(opts: &Options) -> Result<()> {
     // The owner is noted before the links are pinned, so that an attachment
     // whose process dies at any point shows as foreground.
     let attached = pins
-        .remember_policy(opts.policy_path)
+        .remember_policy(&opts.policy)
         .and_then(|()| match opts.pin {
             true => {
                 pins.forget_owner();
@@ -136,7 +164,7 @@ pub fn run(opts: &Options) -> Result<()> {
         "pkeyfw: attached to {} ({} mode, {how}): {}",
         opts.iface,
         mode.name(),
-        summary(binder.policy(), opts.policy_path)
+        summary(binder.policy(), &opts.policy)
     );
     for line in bound {
         println!("{line}");
@@ -150,12 +178,12 @@ pub fn run(opts: &Options) -> Result<()> {
         println!(
             "pkeyfw: pinned under {}; `pkeyfw detach {}` removes it",
             pins.dir.display(),
-            cli_iface(opts.iface, opts.netns)
+            cli_iface(&opts.iface, opts.netns.name())
         );
         return Ok(());
     }
     let result = runtime.block_on(foreground(&mut filter, &mut binder, &pins, opts, signals));
-    let last = Snapshot::read(opts.iface, mode, false, filter.maps());
+    let last = Snapshot::read(&opts.iface, mode, false, filter.maps());
     // Removing the pinned links detaches.
     filter.detach()?;
     pins.remove()?;
@@ -176,7 +204,7 @@ fn require_root() -> Result<()> {
 /// Refuses an interface that pkeyfw or another XDP program already holds;
 /// clears pins that an exited attachment left behind. An attachment whose
 /// foreground process is gone is to be replaced: its mode is returned.
-fn refuse_if_taken(pins: &Pins, index: u32, opts: &Options) -> Result<Option<XdpMode>> {
+fn refuse_if_taken(pins: &Pins, index: u32, opts: &AttachArgs) -> Result<Option<XdpMode>> {
     if pins.exists() {
         match pins.state() {
             Ok(State::Live {
@@ -193,7 +221,7 @@ fn refuse_if_taken(pins: &Pins, index: u32, opts: &Options) -> Result<Option<Xdp
                 let how = match holder {
                     Holder::Pinned => format!(
                         "pinned; `pkeyfw detach {}` first",
-                        cli_iface(&pins.iface, opts.netns)
+                        cli_iface(&pins.iface, opts.netns.name())
                     ),
                     _ => format!(
                         "held by a foreground `pkeyfw attach`, {}",
@@ -228,7 +256,7 @@ fn refuse_if_taken(pins: &Pins, index: u32, opts: &Options) -> Result<Option<Xdp
 fn attach(
     pins: &Pins,
     binder: &mut Binder,
-    opts: &Options,
+    opts: &AttachArgs,
     old: Option<&Aside>,
 ) -> Result<(Filter, XdpMode, Vec<String>)> {
     let (policy, bound) = binder.effective().unwrap_or_else(|e| {
@@ -255,23 +283,23 @@ fn attach(
     };
     let tried = match opts.mode {
         _ if took_over => Ok(()),
-        Mode::Native => filter.attach(opts.iface, AyaMode::Driver),
-        Mode::Skb => filter.attach(opts.iface, AyaMode::Skb),
+        Mode::Native => filter.attach(&opts.iface, AyaMode::Driver),
+        Mode::Skb => filter.attach(&opts.iface, AyaMode::Skb),
         Mode::Auto => filter
-            .attach(opts.iface, AyaMode::Driver)
+            .attach(&opts.iface, AyaMode::Driver)
             .or_else(|native| {
                 filter
-                    .attach(opts.iface, AyaMode::Skb)
+                    .attach(&opts.iface, AyaMode::Skb)
                     .with_context(|| format!("native mode failed too: {native:#}"))
             }),
     };
     tried.with_context(|| format!("attaching XDP to {}", opts.iface))?;
     if policy.stamp && !filter.has_egress() {
         filter
-            .attach_egress(opts.iface, Egress::Auto)
+            .attach_egress(&opts.iface, Egress::Auto)
             .with_context(|| format!("attaching the stamping program to {}", opts.iface))?;
     }
-    let index = netlink::if_index(opts.iface)?;
+    let index = netlink::if_index(&opts.iface)?;
     let mode = netlink::xdp_attached(index)?
         .filter(|a| Ok(a.prog_id) == filter.program_id().as_ref().map_err(|_| ()).copied())
         .context("the kernel does not report the program as attached")?
@@ -342,7 +370,7 @@ async fn foreground(
     filter: &mut Filter,
     binder: &mut Binder,
     pins: &Pins,
-    opts: &Options<'_>,
+    opts: &AttachArgs,
     mut signals: Signals,
 ) -> Result<()> {
     let fd = Fd(filter.maps_mut().events().as_raw_fd());

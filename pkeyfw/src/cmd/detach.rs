@@ -5,14 +5,25 @@
 
 use anyhow::{Result, bail};
 
+use super::NetnsArg;
 use crate::{
     cmd::attach::cli_iface,
     loading::pins::{self, Holder, Pins, State},
 };
 
-/// Detaches `iface` of the network namespace this process is in (which
-/// `--netns`, named for messages, chose).
-pub fn run(iface: &str, netns: Option<&str>) -> Result<()> {
+/// Remove an attachment and its pins: a pinned one (`attach --pin`) or
+/// one whose foreground process is gone.
+#[derive(clap::Args)]
+pub struct DetachArgs {
+    pub iface: String,
+    #[command(flatten)]
+    pub netns: NetnsArg,
+}
+
+/// Detaches `iface` of the network namespace `--netns` names (or this one).
+pub fn run(args: &DetachArgs) -> Result<()> {
+    let netns = args.netns.enter()?;
+    let iface = args.iface.as_str();
     pins::host_bpffs("detach")?;
     let pins = Pins::of(iface);
     if !pins.exists() {

@@ -2,15 +2,45 @@
 //! P_Key table, the bound QPs and groups, the rules that bind discovered QPs,
 //! and every warning.
 
-use std::{io::Write, path::Path};
+use std::{io::Write, path::PathBuf};
 
 use anyhow::Result;
 use serde_json::json;
 
+use super::PortArgs;
 use crate::{policy::Policy, reporting::describe};
 
-pub fn check(path: &Path, guid: Option<u64>, json: bool) -> Result<()> {
-    let policy = Policy::load_for(path, guid)?;
+/// Check a policy file.
+#[derive(clap::Subcommand)]
+pub enum PolicyCommand {
+    Check(CheckArgs),
+}
+
+/// Validate a policy and print what it gives this port: the port GUID,
+/// the P_Key table (index, value, membership, partition name), the bound
+/// QPs, the multicast groups and every warning. Exit status 1 on any
+/// error.
+#[derive(clap::Args)]
+pub struct CheckArgs {
+    /// Partition policy (TOML).
+    #[arg(long, value_name = "FILE")]
+    pub policy: PathBuf,
+    /// One JSON object.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub port: PortArgs,
+}
+
+pub fn run(command: &PolicyCommand) -> Result<()> {
+    match command {
+        PolicyCommand::Check(args) => check(args),
+    }
+}
+
+fn check(args: &CheckArgs) -> Result<()> {
+    let json = args.json;
+    let policy = Policy::load_for(&args.policy, args.port.guid()?)?;
     let mut out = std::io::stdout().lock();
     if json {
         writeln!(out, "{}", to_json(&policy))?;

@@ -2,17 +2,13 @@
 //! netlink reports them, with what a policy makes of each and, when the
 //! interface is attached, the filter's counters for it.
 
-use std::{
-    collections::BTreeMap,
-    io::Write,
-    net::SocketAddr,
-    path::{Path, PathBuf},
-};
+use std::{collections::BTreeMap, io::Write, net::SocketAddr, path::PathBuf};
 
 use anyhow::{Result, bail};
 use pkeyfw_common::abi::QpStats;
 use serde_json::{Value, json};
 
+use super::NetnsArg;
 use crate::{
     control::netlink,
     control::rdma::{self, Device, IbQpType, Qp},
@@ -34,7 +30,32 @@ struct View {
     counters: BTreeMap<u32, QpStats>,
 }
 
-pub fn run(iface: &str, policy: Option<&Path>, json: bool) -> Result<()> {
+/// The QPs of the RDMA devices bound to an interface, and what binds
+/// each.
+///
+/// Lists what the kernel's RDMA netlink reports (as `rdma resource show
+/// qp`): device, port, QPN, type, state, peer QPN, owner (PID and
+/// command, or the kernel module) and, for rdma_cm QPs, both addresses.
+/// With a policy (--policy, else the one the interface's attachment
+/// runs) it shows what binds each QP — a [[qp]] entry, a [[bind]] rule,
+/// or the unknown-QP rule — and, when the interface is attached, the
+/// filter's per-QP counters.
+#[derive(clap::Args)]
+pub struct QpsArgs {
+    pub iface: String,
+    #[command(flatten)]
+    pub netns: NetnsArg,
+    /// Partition policy (TOML).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// One JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: &QpsArgs) -> Result<()> {
+    args.netns.enter()?;
+    let (iface, policy, json) = (args.iface.as_str(), args.policy.as_deref(), args.json);
     let devices = rdma::devices_on(netlink::if_index(iface)?)?;
     if devices.is_empty() {
         bail!(

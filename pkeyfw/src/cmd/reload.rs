@@ -6,12 +6,13 @@
 //! to the QPs that come and go; this waits until it has.
 
 use std::{
-    path::{Path, PathBuf},
+    path::PathBuf,
     time::{Duration, Instant},
 };
 
 use anyhow::{Result, bail};
 
+use super::NetnsArg;
 use crate::{
     control::binder::Binder,
     control::netlink,
@@ -23,7 +24,24 @@ use crate::{
 /// How long a foreground attachment may take to switch.
 const ANSWER: Duration = Duration::from_secs(5);
 
-pub fn run(iface: &str, policy: Option<&Path>, netns: Option<&str>) -> Result<()> {
+/// Switch a running attachment to a new policy, without a gap.
+///
+/// The policy is validated in full first; an invalid one changes
+/// nothing. Every frame is judged by the old policy or the new one, never
+/// a mix. A foreground attach also reloads its policy file on SIGHUP.
+#[derive(clap::Args)]
+pub struct ReloadArgs {
+    pub iface: String,
+    #[command(flatten)]
+    pub netns: NetnsArg,
+    /// The new policy (default: the file the attachment runs).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+}
+
+pub fn run(args: &ReloadArgs) -> Result<()> {
+    let netns = args.netns.enter()?;
+    let (iface, policy) = (args.iface.as_str(), args.policy.as_deref());
     pins::host_bpffs("reload")?;
     let pins = Pins::of(iface);
     if !pins.exists() {

@@ -1,18 +1,51 @@
 //! `pkeyfw replay`: what a policy would do to captured traffic, decided by the
 //! real XDP program in the kernel.
 
-use std::{io::Write, path::Path};
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+};
 
 use anyhow::Result;
 use pkeyfw_common::{Reason, Verdict};
 use serde_json::json;
 
+use super::PortArgs;
 use crate::{
     capture,
     loading::{filter::Filter, maps::ReasonCounts},
     policy::Policy,
     reporting::describe,
 };
+
+/// Run a capture through the XDP program in the kernel (BPF_PROG_TEST_RUN)
+/// and print each frame's verdict and reason, then totals per reason.
+///
+/// Nothing is attached to any interface. Needs root.
+#[derive(clap::Args)]
+pub struct ReplayArgs {
+    /// Partition policy (TOML).
+    #[arg(long, value_name = "FILE")]
+    pub policy: PathBuf,
+    /// A pcap or pcapng capture (Ethernet or Linux cooked link type).
+    pub capture: PathBuf,
+    /// One JSON object per frame, then one with the totals.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub port: PortArgs,
+}
+
+pub fn run(args: &ReplayArgs) -> Result<()> {
+    let policy = Policy::load_for(&args.policy, args.port.guid()?)?;
+    replay(
+        &policy,
+        &args.capture,
+        args.json,
+        &mut std::io::stdout().lock(),
+    )?;
+    Ok(())
+}
 
 /// Bytes of an Ethernet header.
 const ETH_HLEN: usize = 14;
@@ -59,7 +92,7 @@ pub fn verdict_name(pass: bool) -> &'static str {
 
 /// Runs every frame of `capture` through the program with `policy` applied,
 /// writing one line (or JSON object) per frame and then the totals.
-pub fn run(policy: &Policy, capture: &Path, json: bool, out: &mut impl Write) -> Result<Totals> {
+pub fn replay(policy: &Policy, capture: &Path, json: bool, out: &mut impl Write) -> Result<Totals> {
     let frames = capture::read(capture)?;
     let mut filter = Filter::load(policy.qps.len() as u32)?;
     filter.apply(policy)?;

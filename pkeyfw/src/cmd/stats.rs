@@ -7,6 +7,7 @@ use anyhow::{Result, bail};
 use pkeyfw_common::{Reason, Stamp, abi::QpStats};
 use serde_json::json;
 
+use super::NetnsArg;
 use crate::{
     cmd::attach::cli_iface,
     control::netlink::XdpMode,
@@ -207,7 +208,29 @@ fn attachments(iface: Option<&str>, netns: Option<&str>) -> Result<Vec<Live>> {
     Ok(live)
 }
 
-pub fn run(iface: Option<&str>, netns: Option<&str>, json: bool, watch: Option<f64>) -> Result<()> {
+/// Counters per reason and per QP of running attachments.
+///
+/// Reads the maps of foreground and pinned attachments alike, and says
+/// who holds each: pinned, a foreground process, or a foreground
+/// process that is gone.
+#[derive(clap::Args)]
+pub struct StatsArgs {
+    /// Only this interface (default: every attachment, of every network
+    /// namespace unless --netns is given).
+    pub iface: Option<String>,
+    #[command(flatten)]
+    pub netns: NetnsArg,
+    /// One JSON object per interface.
+    #[arg(long)]
+    pub json: bool,
+    /// Print again every SECONDS, until interrupted.
+    #[arg(long, value_name = "SECONDS")]
+    pub watch: Option<f64>,
+}
+
+pub fn run(args: &StatsArgs) -> Result<()> {
+    let netns = args.netns.enter()?;
+    let (iface, json, watch) = (args.iface.as_deref(), args.json, args.watch);
     pins::host_bpffs("stats")?;
     let mut out = std::io::stdout().lock();
     loop {

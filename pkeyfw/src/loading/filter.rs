@@ -24,8 +24,6 @@ use crate::{loading::maps::Maps, policy::Policy};
 
 /// The program's name in the object.
 pub const PROGRAM: &str = "pkeyfw";
-/// The empty XDP_PASS program the benchmark compares against.
-pub const EMPTY_PROGRAM: &str = "pkeyfw_empty";
 /// The TC egress program that stamps outgoing frames' P_Key.
 pub const STAMP_PROGRAM: &str = "pkeyfw_stamp";
 
@@ -374,19 +372,10 @@ impl Filter {
     }
 
     /// Mean run time per repetition (the kernel's own figure) of `repeat`
-    /// kernel-side repetitions of `frame`, through the filter or (`empty`)
-    /// through the empty XDP_PASS program.
-    pub fn time(&mut self, empty: bool, frame: &[u8], repeat: u32) -> Result<Duration> {
-        let name = if empty { EMPTY_PROGRAM } else { PROGRAM };
-        let program: &mut Xdp = self
-            .ebpf
-            .program_mut(name)
-            .ok_or_else(|| anyhow!("the XDP object has no program {name}"))?
-            .try_into()?;
-        if program.fd().is_err() {
-            program.load()?;
-        }
-        let result = program
+    /// kernel-side repetitions of `frame` through the XDP program.
+    pub fn time(&self, frame: &[u8], repeat: u32) -> Result<Duration> {
+        let result = self
+            .program()
             .test_run(TestRunOptions {
                 data_in: Some(frame),
                 repeat,

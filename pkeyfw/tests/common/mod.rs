@@ -1,8 +1,6 @@
-//! Shared by the integration tests: policies, the case table, root checks.
-#![allow(dead_code)] // each test binary uses a part
-
-pub mod cases;
-pub mod stamping;
+//! Shared by the integration tests: policies, the case table (the test kit's,
+//! its policies parsed), root checks.
+#![allow(dead_code, unused_imports)] // each test binary uses a part
 
 use std::{
     path::Path,
@@ -10,9 +8,9 @@ use std::{
 };
 
 use pkeyfw::{
-    control::netns::NetnsId, lab::netns::VethPair, loading::filter::Filter, loading::pins::Pins,
-    policy::Policy,
+    control::netns::NetnsId, loading::filter::Filter, loading::pins::Pins, policy::Policy,
 };
+use pkeyfw_testkit::netns::VethPair;
 
 /// Parses a policy given inline.
 pub fn policy(toml: &str) -> Policy {
@@ -35,13 +33,6 @@ pub fn filter(policy: &Policy) -> Filter {
     let mut f = Filter::load(policy.qps.len() as u32).expect("load the XDP program");
     f.apply(policy).expect("apply the policy");
     f
-}
-
-/// The repository's shared captures.
-pub fn shared_capture(name: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/captures")
-        .join(name)
 }
 
 /// `pkeyfw` run in network namespace `ns` (the network only: bpffs stays
@@ -78,5 +69,64 @@ pub struct Unpin(pub Pins);
 impl Drop for Unpin {
     fn drop(&mut self) {
         let _ = self.0.remove();
+    }
+}
+
+/// The test kit's verdict case table, each case's policy parsed.
+pub mod cases {
+    use std::collections::HashMap;
+
+    use pkeyfw::policy::Policy;
+    use pkeyfw_common::Reason;
+    pub use pkeyfw_testkit::cases::{
+        BASE, MCAST, QPA, QPB, QPC, QPD, UD, UD_LIMITED, UNKNOWN, XRC, valid_frames,
+    };
+
+    use super::policy;
+
+    /// One frame under one policy, and what must happen to it.
+    pub struct Case {
+        pub name: String,
+        pub policy: Policy,
+        pub frame: Vec<u8>,
+        pub reason: Reason,
+        pub pass: bool,
+    }
+
+    /// Every case; each distinct policy text is parsed once.
+    pub fn all() -> Vec<Case> {
+        let mut parsed: HashMap<String, Policy> = HashMap::new();
+        pkeyfw_testkit::cases::all()
+            .into_iter()
+            .map(|c| Case {
+                policy: parsed
+                    .entry(c.policy)
+                    .or_insert_with_key(|text| policy(text))
+                    .clone(),
+                name: c.name,
+                frame: c.frame,
+                reason: c.reason,
+                pass: c.pass,
+            })
+            .collect()
+    }
+}
+
+/// The test kit's stamping fixtures, and their policy parsed.
+pub mod stamping {
+    use pkeyfw::policy::{Conn, Policy};
+    pub use pkeyfw_testkit::stamping::*;
+
+    use super::{cases, policy};
+
+    /// The case table's base policy, stamping, with the kit's connections.
+    pub fn stamping_policy() -> Policy {
+        let mut p = policy(cases::BASE);
+        p.stamp = true;
+        for (remote_qpn, peer, local) in CONNS {
+            let peer = peer.map(|a| a.parse().expect("literal"));
+            p.conns.insert(Conn { remote_qpn, peer }, local);
+        }
+        p
     }
 }

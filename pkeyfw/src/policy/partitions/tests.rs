@@ -61,11 +61,8 @@ fn group(mgid: &str, pkey: u16, qkey: u32) -> DerivedGroup {
 }
 
 fn fixture(name: &str) -> String {
-    let path = format!(
-        "{}/tests/fixtures/partitions/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    let path = pkeyfw_testkit::fixtures::partitions(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 // The default partition.

@@ -6,7 +6,6 @@
 //! the frame crossed the veth (a packet socket past XDP) and which counter
 //! moved. Everything is removed at the end, also on failure or Ctrl-C.
 
-pub mod netns;
 pub mod rxe;
 pub mod scenario;
 
@@ -19,12 +18,42 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use pkeyfw_common::Reason;
+use pkeyfw_testkit::netns::{self, VethPair};
 
 use crate::{
     cmd::stats::Snapshot, control::netlink::XdpMode, loading::maps::Maps, loading::pins::Pins,
     reporting::describe,
 };
-use netns::VethPair;
+
+/// Run the self-contained RoCE partition lab.
+///
+/// Two network namespaces joined by a veth pair, pkeyfw attached on one
+/// end with the seeds' example policy, real RoCE v2 frames sent from the
+/// other: a table of each case, expected and observed. Everything it
+/// creates is removed at the end. Needs root.
+#[derive(clap::Args)]
+pub struct LabArgs {
+    #[command(subcommand)]
+    pub lab: Option<LabCommand>,
+}
+
+#[derive(clap::Subcommand)]
+pub enum LabCommand {
+    Rxe(rxe::RxeArgs),
+}
+
+pub fn run(args: &LabArgs) -> Result<()> {
+    match &args.lab {
+        None => match veth()? {
+            true => Ok(()),
+            false => bail!("some lab cases did not go as the partition rules say"),
+        },
+        Some(LabCommand::Rxe(rxe)) => match rxe::run(rxe)? {
+            true => Ok(()),
+            false => bail!("some scenarios did not go as the partition rules say"),
+        },
+    }
+}
 
 /// Set by SIGINT/SIGTERM: stop after the current case and clean up.
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -57,8 +86,9 @@ struct Observed {
     reason: Option<Reason>,
 }
 
-/// Runs the lab; `Ok(true)` when every case went as the rules say.
-pub fn run() -> Result<bool> {
+/// Runs the lab's cases over the veth pair; `Ok(true)` when every case went
+/// as the rules say.
+fn veth() -> Result<bool> {
     // SAFETY: no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("the lab creates network namespaces and attaches XDP; run it as root");

@@ -1,15 +1,12 @@
-//! Stamping fixtures: a policy with connections, frames with a chosen UDP
-//! checksum, and the checks every rewritten frame must pass.
+//! Stamping fixtures: the connections of the stamping policy, frames with a
+//! chosen UDP checksum, and the checks every rewritten frame must pass.
 
-use std::net::IpAddr;
-
-use pkeyfw::{
-    policy::{Conn, Policy},
-    wire::{Net, Packet, icrc_of},
-};
 use pkeyfw_common::csum;
 
-use super::{cases, policy};
+use crate::{
+    cases,
+    wire::{Net, Packet, icrc_of},
+};
 
 /// RC peers the connection table knows: (remote QPN, peer) → local QP.
 pub const TO_QPD_AT_PEER: u32 = 0x77;
@@ -18,21 +15,13 @@ pub const TO_QPA_AT_V6_PEER: u32 = 0x79;
 /// A UD QP the policy does not bind.
 pub const UNBOUND_QP: u32 = 0x55;
 
-/// The case table's base policy, stamping, with three connections.
-pub fn stamping_policy() -> Policy {
-    let mut p = policy(cases::BASE);
-    p.stamp = true;
-    let conn = |remote_qpn, peer: Option<&str>| Conn {
-        remote_qpn,
-        peer: peer.map(|a| a.parse::<IpAddr>().expect("literal")),
-    };
-    p.conns
-        .insert(conn(TO_QPD_AT_PEER, Some("192.0.2.2")), cases::QPD);
-    p.conns.insert(conn(TO_QPB_ANYWHERE, None), cases::QPB);
-    p.conns
-        .insert(conn(TO_QPA_AT_V6_PEER, Some("2001:db8::2")), cases::QPA);
-    p
-}
+/// The stamping policy is the case table's BASE, stamping, with these
+/// connections: (remote QPN, the peer's address or any, local QPN).
+pub const CONNS: [(u32, Option<&str>, u32); 3] = [
+    (TO_QPD_AT_PEER, Some("192.0.2.2"), cases::QPD),
+    (TO_QPB_ANYWHERE, None, cases::QPB),
+    (TO_QPA_AT_V6_PEER, Some("2001:db8::2"), cases::QPA),
+];
 
 /// Offsets of a v2 frame without VLANs: (IP header, UDP header, BTH).
 pub fn offsets(p: &Packet) -> (usize, usize, usize) {

@@ -24,17 +24,30 @@ use run::{Exit, Observed};
 use scenario::Scenario;
 use topology::Topology;
 
-pub struct Options {
-    /// Write a capture of each scenario (the client's end) here.
+/// Real RDMA programs over soft-RoCE, with pkeyfw enforcing.
+///
+/// Two rdma_rxe devices on the ends of a veth pair (in this namespace;
+/// policy routing sends their traffic over the veth); per scenario a
+/// foreground attach binds the programs' QPs by `[[bind]]` rules, and
+/// ibv_ud_pingpong, ibv_rc_pingpong, ib_send_bw, rping or udaddy run
+/// across. The table says whether they completed and which counters
+/// moved. Needs root, rdma_rxe, rdma-core, perftest and rdmacm-utils;
+/// `cargo xtask rxe-lab` runs it in a guest that has them.
+#[derive(clap::Args)]
+pub struct RxeArgs {
+    /// Capture each scenario (the client's end) into DIR/NAME.pcap.
+    #[arg(long, value_name = "DIR")]
     pub captures: Option<PathBuf>,
-    /// Write the results as JSON here.
+    /// Write the results as JSON.
+    #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Run only the scenarios whose name contains this.
+    /// Only the scenarios whose name contains this.
+    #[arg(long, value_name = "TEXT")]
     pub only: Option<String>,
 }
 
 /// Runs the scenarios; `Ok(true)` when every one went as the rules say.
-pub fn run(opts: &Options) -> Result<bool> {
+pub fn run(opts: &RxeArgs) -> Result<bool> {
     // SAFETY: no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("the soft-RoCE lab creates devices and attaches XDP; run it as root");

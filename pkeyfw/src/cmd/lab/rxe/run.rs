@@ -17,6 +17,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use pkeyfw_common::{Reason, Stamp};
+use pkeyfw_testkit::wire;
 
 use super::{
     scenario::{Ready, Scenario},
@@ -26,7 +27,6 @@ use crate::{
     capture,
     loading::maps::{Maps, ReasonCounts},
     loading::pins::Pins,
-    wire,
 };
 
 /// How long a client may run before it counts as stalled (soft-RoCE under

@@ -1,13 +1,14 @@
 //! The verdict case table: every rule and every reason, with the outcome the
 //! seeds and the spec give, written out by hand (not computed).
+//!
+//! As data: each case's policy is TOML text, which pkeyfw's tests parse (the
+//! kit does not depend on pkeyfw, so that pkeyfw can depend on the kit).
 
-use pkeyfw::{
-    policy::Policy,
-    wire::{Ext, Net, Packet},
-};
+use std::net::Ipv6Addr;
+
 use pkeyfw_common::{Reason, parse::opcode, verdict::GSI_QKEY};
 
-use super::policy;
+use crate::wire::{Ext, Net, Packet};
 
 /// The port of the seeds' example: QPA 0x8001, QPB and QPC 0x0001, QPD 0x8002,
 /// plus UD, XRC and limited-only QPs and two multicast groups.
@@ -82,6 +83,12 @@ pub const UD_LIMITED: u32 = 0x22;
 pub const UNKNOWN: u32 = 0x99;
 pub const MCAST: u32 = 0x00ff_ffff;
 
+/// BASE's first multicast group, its P_Key and its Q_Key (as the TOML says);
+/// the bench's policies hold it too.
+pub const GROUP: Ipv6Addr = Ipv6Addr::new(0xff12, 0x401b, 0, 0, 0, 0, 0, 1);
+pub const GROUP_PKEY: u16 = 0x8001;
+pub const GROUP_QKEY: u32 = 0x0b1b;
+
 const RC_SEND: u8 = 0x04;
 const UC_SEND: u8 = 0x24;
 const XRC_SEND: u8 = 0xa4;
@@ -89,24 +96,25 @@ const XRC_SEND: u8 = 0xa4;
 /// One frame under one policy, and what must happen to it.
 pub struct Case {
     pub name: String,
-    pub policy: Policy,
+    /// The policy, as TOML text.
+    pub policy: String,
     pub frame: Vec<u8>,
     pub reason: Reason,
     pub pass: bool,
 }
 
-fn base_with(enforcement: &str) -> Policy {
-    policy(&BASE.replace(
+fn base_with(enforcement: &str) -> String {
+    BASE.replace(
         "mode = \"enforce\"\nunknown_qp = \"default-pkey\"",
         enforcement,
-    ))
+    )
 }
 
-fn mcast_v6(mut p: Packet, dst: &str) -> Packet {
+fn mcast_v6(mut p: Packet, dst: Ipv6Addr) -> Packet {
     p.dest_qp = MCAST;
     p = p.over_v6(vec![]);
     if let Net::V6 { dst: d, .. } = &mut p.net {
-        *d = dst.parse().unwrap();
+        *d = dst;
     }
     p
 }
@@ -124,15 +132,47 @@ fn with(mut p: Packet, f: impl FnOnce(&mut Packet)) -> Packet {
     p
 }
 
+/// Cases whose verdict path reads no QP entry, so that any policy holding
+/// the default P_Key 0xFFFF and [`GROUP`] judges them as the table does: the
+/// bench (pkeyfw/benches/kernel.rs) times these very frames.
+pub mod frames {
+    use super::*;
+
+    /// "tcp": not RoCE.
+    pub fn tcp() -> Packet {
+        with(Packet::rc(0x1234, QPA), |p| p.ip_proto = 6)
+    }
+
+    /// "tver 1": malformed.
+    pub fn tver_1() -> Packet {
+        with(Packet::rc(0x0001, QPA), |p| p.tver = 1)
+    }
+
+    /// "smi any pkey": a datagram to QP0, whose P_Key is never checked.
+    pub fn smi() -> Packet {
+        Packet::ud(0x0004, 0, 0)
+    }
+
+    /// "gsi default": to QP1 with the default P_Key and the GSI Q_Key.
+    pub fn gsi() -> Packet {
+        Packet::ud(0xffff, 1, GSI_QKEY)
+    }
+
+    /// "mcast v6": a limited member's UD frame to [`GROUP`], with its Q_Key.
+    pub fn group() -> Packet {
+        mcast_v6(Packet::ud(0x0001, MCAST, GROUP_QKEY), GROUP)
+    }
+}
+
 /// Every case.
 pub fn all() -> Vec<Case> {
     use Reason::*;
-    let base = policy(BASE);
+    let base = BASE.to_string();
     let mut cases = Vec::new();
-    let mut add = |name: &str, policy: &Policy, frame: Vec<u8>, reason: Reason, pass: bool| {
+    let mut add = |name: &str, policy: &str, frame: Vec<u8>, reason: Reason, pass: bool| {
         cases.push(Case {
             name: name.to_string(),
-            policy: policy.clone(),
+            policy: policy.to_string(),
             frame,
             reason,
             pass,
@@ -143,13 +183,7 @@ pub fn all() -> Vec<Case> {
     let mut arp = Packet::rc(0xffff, QPA).bytes();
     arp[12..14].copy_from_slice(&[0x08, 0x06]);
     add("arp", &base, arp, NotRoce, true);
-    add(
-        "tcp",
-        &base,
-        with(Packet::rc(0x1234, QPA), |p| p.ip_proto = 6).bytes(),
-        NotRoce,
-        true,
-    );
+    add("tcp", &base, frames::tcp().bytes(), NotRoce, true);
     add(
         "udp 4790",
         &base,
@@ -195,13 +229,7 @@ pub fn all() -> Vec<Case> {
     }
 
     // QP0: datagrams only, with no P_Key or Q_Key check.
-    add(
-        "smi any pkey",
-        &base,
-        Packet::ud(0x0004, 0, 0).bytes(),
-        Smi,
-        true,
-    );
+    add("smi any pkey", &base, frames::smi().bytes(), Smi, true);
     add(
         "smi invalid pkey",
         &base,
@@ -225,13 +253,7 @@ pub fn all() -> Vec<Case> {
     );
 
     // QP1: any table entry, GSI Q_Key, UD only.
-    add(
-        "gsi default",
-        &base,
-        Packet::ud(0xffff, 1, GSI_QKEY).bytes(),
-        Ok,
-        true,
-    );
+    add("gsi default", &base, frames::gsi().bytes(), Ok, true);
     add(
         "gsi limited vs full entry",
         &base,
@@ -434,7 +456,7 @@ pub fn all() -> Vec<Case> {
         UnknownQp,
         true,
     );
-    let limited_default = policy("[port]\npkeys = [0x7fff]\n");
+    let limited_default = "[port]\npkeys = [0x7fff]\n".to_string();
     add(
         "unknown limited vs limited default",
         &limited_default,
@@ -452,31 +474,25 @@ pub fn all() -> Vec<Case> {
 
     // Multicast groups.
     let ud = |pkey, qkey| Packet::ud(pkey, MCAST, qkey);
-    add(
-        "mcast v6",
-        &base,
-        mcast_v6(ud(0x0001, 0xb1b), "ff12:401b::1").bytes(),
-        Ok,
-        true,
-    );
+    add("mcast v6", &base, frames::group().bytes(), Ok, true);
     add(
         "mcast v6 wrong qkey",
         &base,
-        mcast_v6(ud(0x8001, 0xb1c), "ff12:401b::1").bytes(),
+        mcast_v6(ud(0x8001, GROUP_QKEY + 1), GROUP).bytes(),
         QkeyViolation,
         false,
     );
     add(
         "mcast v6 wrong pkey",
         &base,
-        mcast_v6(ud(0x8002, 0xb1b), "ff12:401b::1").bytes(),
+        mcast_v6(ud(0x8002, GROUP_QKEY), GROUP).bytes(),
         PkeyViolation,
         false,
     );
     add(
         "mcast rc opcode",
         &base,
-        mcast_v6(Packet::rc(0x8001, MCAST), "ff12:401b::1").bytes(),
+        mcast_v6(Packet::rc(0x8001, MCAST), GROUP).bytes(),
         OpcodeMismatch,
         false,
     );
@@ -497,7 +513,7 @@ pub fn all() -> Vec<Case> {
     add(
         "mcast unknown group",
         &base,
-        mcast_v6(ud(0xffff, 0), "ff12::99").bytes(),
+        mcast_v6(ud(0xffff, 0), "ff12::99".parse().unwrap()).bytes(),
         UnknownQp,
         true,
     );
@@ -517,7 +533,7 @@ pub fn all() -> Vec<Case> {
     add(
         "mcast unknown drop rule",
         &drop,
-        mcast_v6(ud(0xffff, 0), "ff12::99").bytes(),
+        mcast_v6(ud(0xffff, 0), "ff12::99".parse().unwrap()).bytes(),
         UnknownQp,
         false,
     );
@@ -599,13 +615,7 @@ pub fn all() -> Vec<Case> {
         Malformed,
         false,
     );
-    add(
-        "tver 1",
-        &base,
-        with(rc_ok(), |p| p.tver = 1).bytes(),
-        Malformed,
-        false,
-    );
+    add("tver 1", &base, frames::tver_1().bytes(), Malformed, false);
     for op in [0x40u8, 0x5f, 0x60, 0x66, 0x7f, 0x80, 0x82, 0x9f, 0xc0, 0xff] {
         add(
             &format!("opcode {op:#04x}"),

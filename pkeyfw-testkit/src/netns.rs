@@ -114,12 +114,22 @@ fn enter(ns: &str) -> Result<()> {
     Ok(())
 }
 
+/// The index of interface `name` in this thread's network namespace.
+fn if_index(name: &str) -> Result<u32> {
+    let c = std::ffi::CString::new(name).context("interface name")?;
+    // SAFETY: a valid NUL-terminated string.
+    match unsafe { libc::if_nametoindex(c.as_ptr()) } {
+        0 => bail!("no interface {name} in this network namespace"),
+        index => Ok(index),
+    }
+}
+
 /// A packet socket bound to one interface.
 struct PacketSocket(std::os::fd::OwnedFd);
 
 impl PacketSocket {
     fn bind(iface: &str) -> Result<PacketSocket> {
-        let index = crate::control::netlink::if_index(iface)?;
+        let index = if_index(iface)?;
         let proto = (libc::ETH_P_ALL as u16).to_be();
         // SAFETY: plain socket creation.
         let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(proto)) };

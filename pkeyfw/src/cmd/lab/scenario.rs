@@ -6,8 +6,7 @@
 use std::net::Ipv6Addr;
 
 use pkeyfw_common::{Reason, verdict::GSI_QKEY};
-
-use crate::wire::{Net, Packet};
+use pkeyfw_testkit::wire::{Net, Packet};
 
 /// The port's policy.
 pub const POLICY: &str = r#"# The pkeyfw lab: the receiving host's port.

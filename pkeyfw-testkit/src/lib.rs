@@ -1,0 +1,17 @@
+//! pkeyfw's test and bench equipment, out of the product: one fixture set
+//! for the host tests, the kernel tests, the bench and the lab.
+//!
+//! - [`wire`]: RoCE frames built byte by byte, and the full ICRC;
+//! - [`netns`]: two network namespaces joined by a veth pair, frames sent
+//!   and captured in them;
+//! - [`cases`]: the verdict case table, as data (policies are TOML text);
+//! - [`stamping`]: the stamping fixtures and the checks of rewritten frames;
+//! - [`fixtures`]: the fixture files (a real capture, partitions.conf files);
+//! - [`baseline`]: the empty XDP program the bench times the filter beside.
+
+pub mod baseline;
+pub mod cases;
+pub mod fixtures;
+pub mod netns;
+pub mod stamping;
+pub mod wire;
