@@ -1,5 +1,5 @@
 //! The pkeyfw programs: InfiniBand partition enforcement for RoCE (XDP
-//! ingress) and P_Key stamping of outgoing frames (TC egress).
+//! ingress, or TC ingress in the network stack) and P_Key stamping of outgoing frames (TC egress).
 //!
 //! Thin by design: they read and write packet bytes and BPF maps, and leave
 //! every decision to `pkeyfw_common` (`judge`, `stamp`), the same code the
@@ -9,7 +9,8 @@
 #![feature(asm_experimental_arch)]
 
 use aya_ebpf::{
-    bindings::{BPF_F_MARK_MANGLED_0, TC_ACT_UNSPEC, xdp_action, xdp_md},
+    EbpfContext as _,
+    bindings::{__sk_buff, BPF_F_MARK_MANGLED_0, TC_ACT_SHOT, TC_ACT_UNSPEC, xdp_action, xdp_md},
     btf_maps::{Array, HashMap, PerCpuArray, RingBuf},
     helpers::{
         bpf_ktime_get_coarse_ns, bpf_xdp_get_buff_len, bpf_xdp_load_bytes, bpf_xdp_store_bytes,
@@ -88,23 +89,49 @@ fn policy() -> (Generation, Config) {
     (Generation { generation }, config)
 }
 
-#[xdp]
+/// Ingress in the driver (native XDP). Multi-buffer aware (`xdp.frags`), so
+/// that it attaches to jumbo-MTU devices: the headers are read from the
+/// linear part only, bounded by `data_end`.
+#[xdp(frags)]
 pub fn pkeyfw(ctx: XdpContext) -> u32 {
-    let (live, config) = policy();
     let frame = Packet {
         start: ctx.data(),
         end: ctx.data_end(),
         ctx: ctx.ctx,
     };
-    let outcome = judge(&frame, &live, &config);
+    let bytes = XdpBytes(ctx.ctx);
+    if enforce(&frame, |plan| bytes.rewrite(plan)) {
+        xdp_action::XDP_PASS
+    } else {
+        xdp_action::XDP_DROP
+    }
+}
+
+/// Ingress in the network stack (`--mode skb`): a TC ingress program rather
+/// than generic XDP, because it sees a GSO/GRO super-packet as one
+/// (`gso_size`), which `judge` refuses: generic XDP would judge only its
+/// first segment's BTH and let the UDP stack deliver the others.
+#[classifier]
+pub fn pkeyfw_ingress(ctx: TcContext) -> i32 {
+    let skb = Skb(&ctx);
+    if enforce(&skb, |plan| skb.rewrite(plan)) {
+        // TCX_NEXT for tcx, "continue" for a netlink filter.
+        TC_ACT_UNSPEC
+    } else {
+        TC_ACT_SHOT
+    }
+}
+
+/// Judges an incoming frame, restores a stamped P_Key, counts and reports;
+/// returns whether the frame passes.
+#[inline(always)]
+fn enforce<F: Frame>(frame: &F, rewrite: impl Fn(&Plan) -> Result<(), Stamp>) -> bool {
+    let (live, config) = policy();
+    let outcome = judge(frame, &live, &config);
     // After the verdict, which judged the stamped P_Key: the local rxe
     // accepts only 0xFFFF.
-    if let Some(restore) = stamp::ingress(&frame, &outcome, &config) {
-        let bytes = XdpBytes(ctx.ctx);
-        count_stamp(
-            restore.and_then(|plan| bytes.rewrite(&plan)),
-            Stamp::Restored,
-        );
+    if let Some(restore) = stamp::ingress(frame, &outcome, &config) {
+        count_stamp(restore.and_then(|plan| rewrite(&plan)), Stamp::Restored);
     }
 
     if let Some(count) = REASONS.get_ptr_mut(reason_slot(outcome.reason, outcome.verdict())) {
@@ -124,13 +151,9 @@ pub fn pkeyfw(ctx: XdpContext) -> u32 {
         };
     }
     if !outcome.allowed {
-        report(&frame, &outcome, config.monitor != 0);
+        report(frame, &outcome, config.monitor != 0);
     }
-    if outcome.pass {
-        xdp_action::XDP_PASS
-    } else {
-        xdp_action::XDP_DROP
-    }
+    outcome.pass
 }
 
 /// Egress: writes the sending QP's bound P_Key into outgoing RoCE v2 frames
@@ -167,7 +190,7 @@ pub fn pkeyfw_empty(_ctx: XdpContext) -> u32 {
 
 /// Sends an event for a refused frame, within this CPU's budget.
 #[inline(always)]
-fn report(frame: &Packet, outcome: &Outcome, monitor: bool) {
+fn report<F: Frame>(frame: &F, outcome: &Outcome, monitor: bool) {
     let Some(budget) = EVENT_BUDGET.get_ptr_mut(0) else {
         return;
     };
@@ -310,6 +333,12 @@ impl Frame for Skb<'_> {
     #[inline(always)]
     fn wire_len(&self) -> usize {
         self.0.len() as usize
+    }
+
+    #[inline(always)]
+    fn gso_size(&self) -> u32 {
+        // SAFETY: a live __sk_buff; gso_size is readable by TC programs.
+        unsafe { (*self.0.as_ptr().cast::<__sk_buff>()).gso_size }
     }
 }
 

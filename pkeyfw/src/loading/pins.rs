@@ -9,11 +9,11 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use aya::programs::{ProgramInfo, TcAttachType, links::PinnedLink, tc};
+use aya::programs::{ProgramInfo, SchedClassifier, TcAttachType, links::PinnedLink, tc};
 
 use crate::{
     control::netlink::{self, XdpMode},
-    loading::filter::{PROGRAM, STAMP_PROGRAM},
+    loading::filter::{INGRESS_PROGRAM, PROGRAM, STAMP_PROGRAM},
 };
 
 /// bpffs mount point.
@@ -67,6 +67,11 @@ impl Pins {
 
     pub fn link(&self) -> PathBuf {
         self.dir.join("link")
+    }
+
+    /// The TC ingress filter's pinned tcx link (`--mode skb`).
+    pub fn ingress_link(&self) -> PathBuf {
+        self.dir.join("ingress-link")
     }
 
     /// The stamping program's pinned tcx link.
@@ -136,8 +141,37 @@ impl Pins {
                 mode: a.mode,
                 pinned: self.link().exists(),
             },
-            _ => State::Stale,
+            _ => self.tc_state(),
         })
+    }
+
+    /// The state of a TC ingress attachment (`--mode skb`): tcx (6.6+) says
+    /// whether our program is on the hook; a clsact filter (before 6.6),
+    /// which the kernel lists by name only, is taken as live while its owner
+    /// runs or, pinned (no owner), while no XDP link pin says otherwise.
+    fn tc_state(&self) -> State {
+        let Ok(ours) = ProgramInfo::from_pin(self.dir.join(INGRESS_PROGRAM)) else {
+            return State::Stale;
+        };
+        let Ok(name) = std::ffi::CString::new(self.iface.as_str()) else {
+            return State::Stale;
+        };
+        let owner = self.owner();
+        let live = match SchedClassifier::query_tcx(name.as_c_str(), TcAttachType::Ingress) {
+            Ok((_, programs)) => programs.iter().any(|p| p.id() == ours.id()),
+            Err(_) => match owner {
+                Some(pid) => Path::new(&format!("/proc/{pid}")).exists(),
+                None => !self.link().exists(),
+            },
+        };
+        if live {
+            State::Live {
+                mode: XdpMode::Tc,
+                pinned: owner.is_none(),
+            }
+        } else {
+            State::Stale
+        }
     }
 
     /// Creates the directory, mounting bpffs first if needed.
@@ -151,7 +185,7 @@ impl Pins {
     /// holds (kernels before 6.6, or one an exited process left), is deleted
     /// by name. The clsact qdisc itself, harmless when empty, stays.
     pub fn remove(&self) -> Result<()> {
-        for link in [self.link(), self.egress_link()] {
+        for link in [self.link(), self.ingress_link(), self.egress_link()] {
             if link.exists() {
                 PinnedLink::from_pin(&link)
                     .context("opening the pinned link")?
@@ -165,6 +199,11 @@ impl Pins {
                 name.as_c_str(),
                 TcAttachType::Egress.into(),
                 STAMP_PROGRAM,
+            );
+            let _ = tc::qdisc_detach_program(
+                name.as_c_str(),
+                TcAttachType::Ingress.into(),
+                INGRESS_PROGRAM,
             );
         }
         if let Ok(entries) = fs::read_dir(&self.dir) {
