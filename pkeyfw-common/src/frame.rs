@@ -24,6 +24,15 @@ pub trait Frame {
     fn gso_size(&self) -> u32 {
         0
     }
+
+    /// VLAN tags the kernel already took off the frame into metadata (the
+    /// TC program's skb: at most one), which count against
+    /// [`MAX_VLAN_TAGS`](crate::parse::MAX_VLAN_TAGS) as XDP would count
+    /// them in the frame.
+    #[inline(always)]
+    fn stripped_vlan_tags(&self) -> usize {
+        0
+    }
 }
 
 impl Frame for [u8] {

@@ -340,6 +340,12 @@ impl Frame for Skb<'_> {
         // SAFETY: a live __sk_buff; gso_size is readable by TC programs.
         unsafe { (*self.0.as_ptr().cast::<__sk_buff>()).gso_size }
     }
+
+    #[inline(always)]
+    fn stripped_vlan_tags(&self) -> usize {
+        // SAFETY: a live __sk_buff; vlan_present is readable by TC programs.
+        unsafe { (*self.0.as_ptr().cast::<__sk_buff>()).vlan_present as usize }
+    }
 }
 
 impl Skb<'_> {
