@@ -317,3 +317,36 @@ fn jumbo_mtu_veth_attaches_native() {
         assert_eq!(got, vec![0], "{mode}: {got:x?}");
     }
 }
+
+/// Both ways the TC ingress program is hooked in refuse the super-packet:
+/// tcx (6.6+) and the clsact filter that kernels before 6.6 get.
+#[test]
+fn gso_super_packet_tc_ingress_tcx_and_clsact() {
+    use pkeyfw::loading::filter::{Egress, Filter};
+    common::require_root();
+    for how in [Egress::Tcx, Egress::Clsact] {
+        let pair = pair_with_addresses(1500);
+        let policy = common::policy(common::cases::BASE);
+        let got = in_netns(&pair.ns_b, || {
+            let mut filter = Filter::load(policy.qps.len() as u32).unwrap();
+            filter.apply(&policy).unwrap();
+            filter.attach_ingress(&pair.b, how).unwrap();
+            let got = send_and_receive(&pair);
+            let gso = filter
+                .maps()
+                .reasons()
+                .unwrap()
+                .total(pkeyfw_common::Reason::Gso);
+            filter.detach().unwrap();
+            (got, gso)
+        })
+        .unwrap();
+        assert_eq!(got, (vec![], 1), "{how:?}");
+        // Detached: the super-packet is segmented at delivery, all of it.
+        assert_eq!(
+            send_and_receive(&pair),
+            vec![0, common::cases::QPA, common::cases::UNKNOWN],
+            "{how:?}"
+        );
+    }
+}
