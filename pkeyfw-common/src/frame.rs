@@ -16,6 +16,23 @@ pub trait Frame {
     /// The frame's length in bytes, all of it (not only what `header`
     /// can reach).
     fn wire_len(&self) -> usize;
+
+    /// The segment size of a GSO/GRO packet (`skb->gso_size`), 0 for one
+    /// packet. Only the TC program sees super-packets; XDP and host frames
+    /// are single packets.
+    #[inline(always)]
+    fn gso_size(&self) -> u32 {
+        0
+    }
+
+    /// VLAN tags the kernel already took off the frame into metadata (the
+    /// TC program's skb: at most one), which count against
+    /// [`MAX_VLAN_TAGS`](crate::parse::MAX_VLAN_TAGS) as XDP would count
+    /// them in the frame.
+    #[inline(always)]
+    fn stripped_vlan_tags(&self) -> usize {
+        0
+    }
 }
 
 impl Frame for [u8] {

@@ -243,7 +243,7 @@ pub fn classify<F: Frame + ?Sized>(frame: &F) -> Parsed {
     let eth = header_or!(frame, EthHdr, 0, Parsed::Malformed);
     let mut ether_type = u16::from_be(eth.ether_type);
     let mut off = EthHdr::LEN;
-    let mut tags = 0;
+    let mut tags = frame.stripped_vlan_tags().min(MAX_VLAN_TAGS);
     while ether_type == ethertype::VLAN || ether_type == ethertype::QINQ {
         if tags == MAX_VLAN_TAGS {
             return Parsed::Malformed;

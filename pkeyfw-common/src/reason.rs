@@ -21,6 +21,9 @@ crate::named_enum! {
         OpcodeMismatch = 6 => "opcode_mismatch",
         /// A header cut short or invalid, in a frame that is or could be RoCE.
         Malformed = 7 => "malformed",
+        /// A GSO/GRO super-packet (several RoCE packets in one skb, which
+        /// the UDP stack segments after the filter): refused whole.
+        Gso = 8 => "gso",
     }
 }
 

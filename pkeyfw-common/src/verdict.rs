@@ -34,6 +34,9 @@ pub fn judge<F: Frame + ?Sized, T: Tables>(frame: &F, tables: &T, config: &Confi
     let (roce, (reason, allowed, qp_slot)) = match parse::classify(frame) {
         Parsed::NotRoce => (None, (Reason::NotRoce, true, None)),
         Parsed::Malformed => (None, (Reason::Malformed, false, None)),
+        // A super-packet's later segments have BTHs the parse does not
+        // see, yet the UDP stack delivers each of them: refuse it whole.
+        Parsed::Roce(roce) if frame.gso_size() != 0 => (Some(roce), (Reason::Gso, false, None)),
         Parsed::Roce(roce) => (Some(roce), decide(frame, &roce, tables, config)),
     };
     Outcome {

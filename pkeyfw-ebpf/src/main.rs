@@ -1,5 +1,5 @@
 //! The pkeyfw programs: InfiniBand partition enforcement for RoCE (XDP
-//! ingress) and P_Key stamping of outgoing frames (TC egress).
+//! ingress, or TC ingress in the network stack) and P_Key stamping of outgoing frames (TC egress).
 //!
 //! Thin by design: they read and write packet bytes and BPF maps, and leave
 //! every decision to `pkeyfw_common` (`judge`, `stamp`), the same code the
@@ -90,20 +90,49 @@ fn policy() -> (Generation, Config) {
     (Generation { generation }, config)
 }
 
-#[xdp]
+/// Ingress in the driver (native XDP). Multi-buffer aware (`xdp.frags`), so
+/// that it attaches to jumbo-MTU devices: the headers are read from the
+/// linear part only, bounded by `data_end`.
+#[xdp(frags)]
 pub fn pkeyfw(ctx: XdpContext) -> u32 {
-    let (live, config) = policy();
     let frame = Packet {
         start: ctx.data(),
         end: ctx.data_end(),
         ctx: ctx.ctx,
     };
-    let outcome = judge(&frame, &live, &config);
+    let bytes = XdpBytes(ctx.ctx);
+    if enforce(&frame, |plan| bytes.rewrite(plan)) {
+        xdp_action::XDP_PASS
+    } else {
+        xdp_action::XDP_DROP
+    }
+}
+
+/// Ingress in the network stack (`--mode skb`): a TC ingress program rather
+/// than generic XDP, because it sees a GSO/GRO super-packet as one
+/// (`gso_size`), which `judge` refuses: generic XDP would judge only its
+/// first segment's BTH and let the UDP stack deliver the others.
+#[classifier]
+pub fn pkeyfw_ingress(ctx: TcContext) -> i32 {
+    let skb = Skb(&ctx);
+    if enforce(&skb, |plan| skb.rewrite(plan)) {
+        // TCX_NEXT for tcx, "continue" for a netlink filter.
+        TC_ACT_UNSPEC
+    } else {
+        TC_ACT_SHOT
+    }
+}
+
+/// Judges an incoming frame, restores a stamped P_Key, counts and reports;
+/// returns whether the frame passes.
+#[inline(always)]
+fn enforce<F: Frame>(frame: &F, rewrite: impl Fn(&Plan) -> Result<(), Stamp>) -> bool {
+    let (live, config) = policy();
+    let outcome = judge(frame, &live, &config);
     // After the verdict, which judged the stamped P_Key: the local rxe
     // accepts only 0xFFFF.
-    if let Some(restore) = stamp::ingress(&frame, &outcome, &config) {
-        let bytes = XdpBytes(ctx.ctx);
-        count_stamp(match restore.and_then(|plan| bytes.rewrite(&plan)) {
+    if let Some(restore) = stamp::ingress(frame, &outcome, &config) {
+        count_stamp(match restore.and_then(|plan| rewrite(&plan)) {
             Ok(()) => Stamp::Restored,
             Err(why) => why,
         });
@@ -126,13 +155,9 @@ pub fn pkeyfw(ctx: XdpContext) -> u32 {
         };
     }
     if !outcome.allowed {
-        report(&frame, &outcome, config.monitor != 0);
+        report(frame, &outcome, config.monitor != 0);
     }
-    if outcome.pass {
-        xdp_action::XDP_PASS
-    } else {
-        xdp_action::XDP_DROP
-    }
+    outcome.pass
 }
 
 /// Egress: while the active policy stamps, writes the sending QP's bound
@@ -194,7 +219,7 @@ fn count_stamp(outcome: Stamp) {
 
 /// Sends an event for a refused frame, within this CPU's budget.
 #[inline(always)]
-fn report(frame: &Packet, outcome: &Outcome, monitor: bool) {
+fn report<F: Frame>(frame: &F, outcome: &Outcome, monitor: bool) {
     let Some(budget) = EVENT_BUDGET.get_ptr_mut(0) else {
         return;
     };
@@ -337,6 +362,18 @@ impl Frame for Skb<'_> {
     #[inline(always)]
     fn wire_len(&self) -> usize {
         self.0.len() as usize
+    }
+
+    #[inline(always)]
+    fn gso_size(&self) -> u32 {
+        // SAFETY: a live __sk_buff; gso_size is readable by TC programs.
+        unsafe { (*self.0.as_ptr().cast::<__sk_buff>()).gso_size }
+    }
+
+    #[inline(always)]
+    fn stripped_vlan_tags(&self) -> usize {
+        // SAFETY: a live __sk_buff; vlan_present is readable by TC programs.
+        unsafe { (*self.0.as_ptr().cast::<__sk_buff>()).vlan_present as usize }
     }
 }
 

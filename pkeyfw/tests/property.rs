@@ -210,11 +210,12 @@ fn kernel_verdicts_equal_host_verdicts() {
             },
         )
         .unwrap();
-    // The generators must reach every reason, or the property says little.
+    // The generators must reach every reason, or the property says little;
+    // all but Gso, which only a GSO/GRO skb (the TC program) can get.
     let seen = reasons_seen.into_inner();
     assert_eq!(
         seen.len(),
-        pkeyfw_common::Reason::COUNT,
+        pkeyfw_common::Reason::COUNT - 1,
         "reached only {seen:?}"
     );
 }

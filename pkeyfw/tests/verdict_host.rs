@@ -22,7 +22,8 @@ fn every_case_on_the_host() {
 #[test]
 fn the_table_covers_every_reason_both_ways_it_can_go() {
     let cases = common::cases::all();
-    for reason in Reason::ALL {
+    // Gso: only a GSO/GRO skb gets it (tests/gso.rs), never a frame.
+    for reason in Reason::ALL.into_iter().filter(|&r| r != Reason::Gso) {
         assert!(
             cases.iter().any(|c| c.reason == reason),
             "no case for {}",
@@ -61,4 +62,36 @@ fn truncated_frames_are_malformed_on_the_host() {
             }
         }
     }
+}
+
+/// A GSO/GRO super-packet of RoCE is refused whole (Gso), whatever its
+/// first segment; monitor mode passes it; one not to 4791 is not touched.
+#[test]
+fn a_super_packet_is_refused_whole() {
+    use pkeyfw_common::Frame;
+    use pkeyfw_testkit::wire::Packet;
+    struct Gso<'a>(&'a [u8]);
+    impl Frame for Gso<'_> {
+        fn header<T: Copy>(&self, off: usize) -> Option<T> {
+            self.0.header(off)
+        }
+        fn wire_len(&self) -> usize {
+            self.0.len()
+        }
+        fn gso_size(&self) -> u32 {
+            64
+        }
+    }
+    let mut policy = common::policy(common::cases::BASE);
+    let smi = Packet::ud(0xffff, 0, 0x1234).bytes();
+    assert!(judge(&smi[..], &policy, &policy.config()).pass);
+    let o = judge(&Gso(&smi), &policy, &policy.config());
+    assert_eq!((o.reason, o.allowed, o.pass), (Reason::Gso, false, false));
+    let mut other = Packet::ud(0xffff, 0, 0x1234);
+    other.udp_dport = 4792;
+    let o = judge(&Gso(&other.bytes()), &policy, &policy.config());
+    assert_eq!((o.reason, o.pass), (Reason::NotRoce, true));
+    policy.monitor = true;
+    let o = judge(&Gso(&smi), &policy, &policy.config());
+    assert_eq!((o.reason, o.allowed, o.pass), (Reason::Gso, false, true));
 }

@@ -24,6 +24,31 @@ fn every_case_in_the_kernel() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// The TC ingress program (`--mode skb`) gives every case the XDP verdict.
+/// (A test run's skb is never GSO; tests/gso.rs covers super-packets.)
+#[test]
+fn every_case_through_the_tc_ingress_program() {
+    let mut failures = Vec::new();
+    let cases = common::cases::all();
+    let mut filter = common::filter(&cases[0].policy);
+    for case in &cases {
+        filter.apply(&case.policy).expect("apply");
+        let before = filter.maps().reasons().unwrap();
+        let (pass, _) = filter.run_ingress(&case.frame).expect("run");
+        let after = filter.maps().reasons().unwrap();
+        let counted = Reason::ALL
+            .into_iter()
+            .find(|&r| after.total(r) != before.total(r));
+        if (counted, pass) != (Some(case.reason), case.pass) {
+            failures.push(format!(
+                "{}: want {:?}/{}, got {counted:?}/{pass}",
+                case.name, case.reason, case.pass
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn truncated_frames_in_the_kernel() {
     let policy = common::policy(common::cases::BASE);

@@ -39,7 +39,10 @@ use crate::{
 pub enum Mode {
     /// Native if the driver supports it, else skb.
     Auto,
+    /// XDP in the driver.
     Native,
+    /// A TC ingress program in the network stack (reported as "tc"): any
+    /// device; judges GSO/GRO super-packets whole.
     Skb,
 }
 
@@ -118,7 +121,7 @@ pub fn run(opts: &AttachArgs) -> Result<()> {
             let fits = match opts.mode {
                 Mode::Auto => true,
                 Mode::Native => mode == XdpMode::Native,
-                Mode::Skb => mode == XdpMode::Skb,
+                Mode::Skb => mode == XdpMode::Tc,
             };
             if !fits {
                 eprintln!(
@@ -281,29 +284,38 @@ fn attach(
         }
         None => false,
     };
+    // Skb mode is the TC ingress program, not generic XDP: it sees a GSO/GRO
+    // super-packet whole (see the README), and runs on 6.1 (clsact) too.
+    let skb = |filter: &mut Filter| {
+        filter
+            .attach_ingress(&opts.iface, Egress::Auto)
+            .context("attaching the TC ingress program")
+    };
     let tried = match opts.mode {
         _ if took_over => Ok(()),
         Mode::Native => filter.attach(&opts.iface, AyaMode::Driver),
-        Mode::Skb => filter.attach(&opts.iface, AyaMode::Skb),
+        Mode::Skb => skb(&mut filter),
         Mode::Auto => filter
             .attach(&opts.iface, AyaMode::Driver)
             .or_else(|native| {
-                filter
-                    .attach(&opts.iface, AyaMode::Skb)
-                    .with_context(|| format!("native mode failed too: {native:#}"))
+                skb(&mut filter).with_context(|| format!("native mode failed too: {native:#}"))
             }),
     };
-    tried.with_context(|| format!("attaching XDP to {}", opts.iface))?;
+    tried.with_context(|| format!("attaching to {}", opts.iface))?;
     if policy.stamp && !filter.has_egress() {
         filter
             .attach_egress(&opts.iface, Egress::Auto)
             .with_context(|| format!("attaching the stamping program to {}", opts.iface))?;
     }
-    let index = netlink::if_index(&opts.iface)?;
-    let mode = netlink::xdp_attached(index)?
-        .filter(|a| Ok(a.prog_id) == filter.program_id().as_ref().map_err(|_| ()).copied())
-        .context("the kernel does not report the program as attached")?
-        .mode;
+    let mode = if filter.is_tc() {
+        XdpMode::Tc
+    } else {
+        let index = netlink::if_index(&opts.iface)?;
+        netlink::xdp_attached(index)?
+            .filter(|a| Ok(a.prog_id) == filter.program_id().as_ref().map_err(|_| ()).copied())
+            .context("the kernel does not report the program as attached")?
+            .mode
+    };
     filter.pin_link(pins)?;
     if let Some(old) = old.filter(|old| old.dir.exists()) {
         old.remove()?;

@@ -19,6 +19,9 @@ pub enum XdpMode {
     Skb,
     /// Offloaded to the NIC, or several at once.
     Other,
+    /// Not XDP: pkeyfw's TC ingress program (`--mode skb`), in the network
+    /// stack after GRO, where it sees GSO/GRO super-packets whole.
+    Tc,
 }
 
 impl XdpMode {
@@ -27,6 +30,7 @@ impl XdpMode {
             XdpMode::Native => "native",
             XdpMode::Skb => "skb",
             XdpMode::Other => "other",
+            XdpMode::Tc => "tc",
         }
     }
 }

@@ -26,6 +26,9 @@ use crate::{loading::maps::Maps, policy::Policy};
 pub const PROGRAM: &str = "pkeyfw";
 /// The TC egress program that stamps outgoing frames' P_Key.
 pub const STAMP_PROGRAM: &str = "pkeyfw_stamp";
+/// The TC ingress filter: `--mode skb`, in the network stack, where it sees
+/// GSO/GRO super-packets whole (generic XDP would judge their first segment).
+pub const INGRESS_PROGRAM: &str = "pkeyfw_ingress";
 
 /// The XDP object built from pkeyfw-ebpf.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pkeyfw"));
@@ -33,16 +36,17 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pk
 /// XDP actions the program returns.
 const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
-/// What the egress program returns: no opinion on the frame, or drop it.
+/// What the TC programs return: no opinion on the frame (the ingress
+/// program's pass), or drop it.
 const TC_ACT_UNSPEC: i32 = -1;
 const TC_ACT_SHOT: i32 = 2;
 
-/// How the egress program is hooked in.
+/// How a TC program (the egress stamper, the ingress filter) is hooked in.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Egress {
     /// tcx where the kernel has it (6.6 and later), else `Clsact`.
     Auto,
-    /// A bpf_link on the tcx egress hook.
+    /// A bpf_link on the tcx hook.
     Tcx,
     /// A direct-action filter under a clsact qdisc (added if missing), as
     /// kernels before 6.6 need. It is no link: it stays until removed by name.
@@ -61,6 +65,7 @@ pub struct Filter {
     maps: Maps,
     link: Option<aya::programs::xdp::XdpLinkId>,
     egress: Option<SchedClassifierLinkId>,
+    ingress: Option<SchedClassifierLinkId>,
 }
 
 impl Filter {
@@ -107,18 +112,42 @@ impl Filter {
         stamp
             .load()
             .map_err(|e| privileged("loading the TC egress program (verifier)", e.into()))?;
+        let ingress: &mut SchedClassifier = ebpf
+            .program_mut(INGRESS_PROGRAM)
+            .ok_or_else(|| anyhow!("the object has no program {INGRESS_PROGRAM}"))?
+            .try_into()?;
+        ingress
+            .load()
+            .map_err(|e| privileged("loading the TC ingress program (verifier)", e.into()))?;
+        if let Some(dir) = pin {
+            ingress
+                .pin(dir.join(INGRESS_PROGRAM))
+                .with_context(|| format!("pinning the program under {}", dir.display()))?;
+        }
         let maps = Maps::take(&mut ebpf, pin)?;
         Ok(Filter {
             ebpf,
             maps,
             link: None,
             egress: None,
+            ingress: None,
         })
     }
 
     fn stamp_program_mut(&mut self) -> &mut SchedClassifier {
+        self.tc_program_mut(STAMP_PROGRAM)
+    }
+
+    fn tc_program_mut(&mut self, name: &str) -> &mut SchedClassifier {
         self.ebpf
-            .program_mut(STAMP_PROGRAM)
+            .program_mut(name)
+            .and_then(|p| p.try_into().ok())
+            .expect("loaded at construction")
+    }
+
+    fn ingress_program(&self) -> &SchedClassifier {
+        self.ebpf
+            .program(INGRESS_PROGRAM)
             .and_then(|p| p.try_into().ok())
             .expect("loaded at construction")
     }
@@ -132,17 +161,37 @@ impl Filter {
 
     /// Attaches the egress (stamping) program to `iface`; see [`Egress`].
     pub fn attach_egress(&mut self, iface: &str, how: Egress) -> Result<()> {
+        let id = self.attach_tc(STAMP_PROGRAM, TcAttachType::Egress, iface, how)?;
+        self.egress = Some(id);
+        Ok(())
+    }
+
+    /// Attaches the filter as a TC ingress program (`--mode skb`) to
+    /// `iface`: tcx on 6.6 and later, else a clsact filter; see [`Egress`].
+    pub fn attach_ingress(&mut self, iface: &str, how: Egress) -> Result<()> {
+        let id = self.attach_tc(INGRESS_PROGRAM, TcAttachType::Ingress, iface, how)?;
+        self.ingress = Some(id);
+        Ok(())
+    }
+
+    fn attach_tc(
+        &mut self,
+        program: &str,
+        hook: TcAttachType,
+        iface: &str,
+        how: Egress,
+    ) -> Result<SchedClassifierLinkId> {
         let name = std::ffi::CString::new(iface)?;
         let tcx = |f: &mut Filter| {
-            f.stamp_program_mut()
+            f.tc_program_mut(program)
                 .attach(
                     name.as_c_str(),
                     TcAttach::Tcx {
-                        attach_type: TcAttachType::Egress,
+                        attach_type: hook,
                         order: LinkOrder::default(),
                     },
                 )
-                .context("attaching to the tcx egress hook")
+                .with_context(|| format!("attaching to the tcx {hook:?} hook"))
         };
         let clsact = |f: &mut Filter| -> Result<SchedClassifierLinkId> {
             match tc::qdisc_add_clsact(name.as_c_str()) {
@@ -150,17 +199,17 @@ impl Filter {
                 Err(TcError::NetlinkError(e)) if e.raw_os_error() == Some(libc::EEXIST) => {}
                 other => other.context("adding the clsact qdisc")?,
             }
-            f.stamp_program_mut()
+            f.tc_program_mut(program)
                 .attach(
                     name.as_c_str(),
                     TcAttach::Netlink {
-                        parent: TcAttachType::Egress.into(),
+                        parent: hook.into(),
                         options: NlOptions::default(),
                     },
                 )
                 .context("attaching under the clsact qdisc")
         };
-        let id = match how {
+        Ok(match how {
             Egress::Tcx => tcx(self)?,
             Egress::Clsact => clsact(self)?,
             Egress::Auto => match tcx(self) {
@@ -169,9 +218,17 @@ impl Filter {
                     clsact(self).with_context(|| format!("after tcx failed: {no_tcx:#}"))?
                 }
             },
-        };
-        self.egress = Some(id);
-        Ok(())
+        })
+    }
+
+    /// Whether the filter runs as the TC ingress program (`--mode skb`).
+    pub fn is_tc(&self) -> bool {
+        self.ingress.is_some()
+    }
+
+    /// The kernel's id of the loaded TC ingress program.
+    pub fn ingress_program_id(&self) -> Result<u32> {
+        Ok(self.ingress_program().info()?.id())
     }
 
     fn program_mut(&mut self) -> &mut Xdp {
@@ -201,21 +258,26 @@ impl Filter {
     /// pins are removed. A clsact egress filter needs no pin; it stays until
     /// [`Pins::remove`](crate::loading::pins::Pins::remove) deletes it by name.
     pub fn pin_link(&mut self, pins: &crate::loading::pins::Pins) -> Result<()> {
-        let id = self.link.take().context("not attached")?;
-        let link = self.program_mut().take_link(id)?;
-        let link: FdLink = link
-            .try_into()
-            .context("this kernel attached XDP without a bpf_link, which cannot be pinned")?;
-        link.pin(pins.link())
-            .with_context(|| format!("pinning the link at {}", pins.link().display()))?;
-        if let Some(id) = self.egress.take() {
-            let link = self.stamp_program_mut().take_link(id)?;
+        if let Some(id) = self.link.take() {
+            let link = self.program_mut().take_link(id)?;
+            let link: FdLink = link
+                .try_into()
+                .context("this kernel attached XDP without a bpf_link, which cannot be pinned")?;
+            link.pin(pins.link())
+                .with_context(|| format!("pinning the link at {}", pins.link().display()))?;
+        } else if self.ingress.is_none() {
+            bail!("not attached");
+        }
+        for (program, id, at) in [
+            (INGRESS_PROGRAM, self.ingress.take(), pins.ingress_link()),
+            (STAMP_PROGRAM, self.egress.take(), pins.egress_link()),
+        ] {
+            let Some(id) = id else { continue };
+            let link = self.tc_program_mut(program).take_link(id)?;
             if <&FdLink>::try_from(&link).is_ok() {
                 FdLink::try_from(link)?
-                    .pin(pins.egress_link())
-                    .with_context(|| {
-                        format!("pinning the link at {}", pins.egress_link().display())
-                    })?;
+                    .pin(&at)
+                    .with_context(|| format!("pinning the link at {}", at.display()))?;
             } else {
                 // A clsact filter: dropping the link would delete it.
                 std::mem::forget(link);
@@ -268,6 +330,9 @@ impl Filter {
         if let Some(id) = self.link.take() {
             self.program_mut().detach(id)?;
         }
+        if let Some(id) = self.ingress.take() {
+            self.tc_program_mut(INGRESS_PROGRAM).detach(id)?;
+        }
         if let Some(id) = self.egress.take() {
             self.stamp_program_mut().detach(id)?;
         }
@@ -308,6 +373,20 @@ impl Filter {
             XDP_PASS => true,
             XDP_DROP => false,
             other => bail!("the XDP program returned {other}, expected XDP_PASS or XDP_DROP"),
+        };
+        Ok((pass, out))
+    }
+
+    /// Runs one frame through the TC ingress program (`--mode skb`) and
+    /// returns whether it passed and the frame as the program left it.
+    pub fn run_ingress(&self, frame: &[u8]) -> Result<(bool, Vec<u8>)> {
+        let (verdict, out) = run_once(self.ingress_program(), frame)?;
+        let pass = match verdict as i32 {
+            TC_ACT_UNSPEC => true,
+            TC_ACT_SHOT => false,
+            other => bail!(
+                "the TC ingress program returned {other}, expected TC_ACT_UNSPEC or TC_ACT_SHOT"
+            ),
         };
         Ok((pass, out))
     }

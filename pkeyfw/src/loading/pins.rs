@@ -16,12 +16,12 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use aya::programs::{ProgramInfo, TcAttachType, links::PinnedLink, tc};
+use aya::programs::{ProgramInfo, SchedClassifier, TcAttachType, links::PinnedLink, tc};
 
 use crate::{
     control::netlink::{self, XdpMode},
     control::netns::{self, NetnsId},
-    loading::filter::{PROGRAM, STAMP_PROGRAM},
+    loading::filter::{INGRESS_PROGRAM, PROGRAM, STAMP_PROGRAM},
 };
 
 /// bpffs mount point.
@@ -120,6 +120,11 @@ impl Pins {
 
     pub fn link(&self) -> PathBuf {
         self.dir.join("link")
+    }
+
+    /// The TC ingress filter's pinned tcx link (`--mode skb`).
+    pub fn ingress_link(&self) -> PathBuf {
+        self.dir.join("ingress-link")
     }
 
     /// The stamping program's pinned tcx link.
@@ -223,8 +228,37 @@ impl Pins {
                 mode: a.mode,
                 holder: self.holder(),
             },
-            _ => State::Stale,
+            _ => self.tc_state(),
         })
+    }
+
+    /// The state of a TC ingress attachment (`--mode skb`): tcx (6.6+) says
+    /// whether our program is on the hook; a clsact filter (before 6.6),
+    /// which the kernel lists by name only and which no process holds, is
+    /// taken as live while its pins are there.
+    fn tc_state(&self) -> State {
+        let Ok(ours) = ProgramInfo::from_pin(self.dir.join(INGRESS_PROGRAM)) else {
+            return State::Stale;
+        };
+        let (Ok(name), Some(netns)) = (
+            std::ffi::CString::new(self.iface.as_str()),
+            self.netns.find(),
+        ) else {
+            return State::Stale;
+        };
+        let live = netns
+            .run(|| SchedClassifier::query_tcx(name.as_c_str(), TcAttachType::Ingress).ok())
+            .ok()
+            .flatten()
+            .is_none_or(|(_, programs)| programs.iter().any(|p| p.id() == ours.id()));
+        if live {
+            State::Live {
+                mode: XdpMode::Tc,
+                holder: self.holder(),
+            }
+        } else {
+            State::Stale
+        }
     }
 
     /// Creates the directory, mounting bpffs first if needed (refusing a
@@ -245,11 +279,12 @@ impl Pins {
         {
             // Failing is the usual case: no such filter, qdisc or interface.
             let _ = netns.run(|| {
-                tc::qdisc_detach_program(
-                    name.as_c_str(),
-                    TcAttachType::Egress.into(),
-                    STAMP_PROGRAM,
-                )
+                for (hook, program) in [
+                    (TcAttachType::Egress, STAMP_PROGRAM),
+                    (TcAttachType::Ingress, INGRESS_PROGRAM),
+                ] {
+                    let _ = tc::qdisc_detach_program(name.as_c_str(), hook.into(), program);
+                }
             });
         }
         remove_files(&self.dir)?;
@@ -328,7 +363,11 @@ impl Pins {
 
 /// Unpins the links under `dir`: each detaches unless pinned elsewhere too.
 fn unpin_links(dir: &Path) -> Result<()> {
-    for link in [dir.join("link"), dir.join("egress-link")] {
+    for link in [
+        dir.join("link"),
+        dir.join("ingress-link"),
+        dir.join("egress-link"),
+    ] {
         if link.exists() {
             PinnedLink::from_pin(&link)
                 .context("opening the pinned link")?
