@@ -243,7 +243,7 @@ pub fn classify<F: Frame + ?Sized>(frame: &F) -> Parsed {
     let eth = header_or!(frame, EthHdr, 0, Parsed::Malformed);
     let mut ether_type = u16::from_be(eth.ether_type);
     let mut off = EthHdr::LEN;
-    let mut tags = frame.stripped_vlan_tags().min(MAX_VLAN_TAGS);
+    let mut tags = 0;
     while ether_type == ethertype::VLAN || ether_type == ethertype::QINQ {
         if tags == MAX_VLAN_TAGS {
             return Parsed::Malformed;
@@ -252,6 +252,11 @@ pub fn classify<F: Frame + ?Sized>(frame: &F) -> Parsed {
         ether_type = u16::from_be(tag.ether_type);
         off += VlanHdr::LEN;
         tags += 1;
+    }
+    // Tags the kernel took into metadata count too. Checked after the loop,
+    // whose fixed bound keeps Linux 6.1's verifier within its budget.
+    if tags + frame.stripped_vlan_tags() > MAX_VLAN_TAGS {
+        return Parsed::Malformed;
     }
     match ether_type {
         ethertype::IPV4 => ipv4(frame, off),
