@@ -1,4 +1,4 @@
-//! P_Key arithmetic (seeds 000-002, IBA Table 16-2).
+//! P_Key arithmetic (IBA 10.9.1, Table 16-2).
 
 /// Bit 15: full membership. Clear: limited membership.
 pub const FULL: u16 = 0x8000;
@@ -72,9 +72,9 @@ pub mod port {
 mod tests {
     use super::*;
 
-    /// Seed 000's example: QPA 0x8001, QPB and QPC 0x0001, QPD 0x8002.
+    /// The four-QP example: QPA 0x8001, QPB and QPC 0x0001, QPD 0x8002.
     #[test]
-    fn seed_example() {
+    fn four_qp_example() {
         let (a, b, c, d) = (0x8001, 0x0001, 0x0001, 0x8002);
         assert!(matches(a, b) && matches(b, a));
         assert!(matches(a, c) && matches(c, a));

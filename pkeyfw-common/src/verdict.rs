@@ -1,4 +1,4 @@
-//! The partition verdict (IBA 10.9, seeds 000-003) for a classified frame.
+//! The partition verdict (IBA 10.9 partitioning, 10.2.4 Q_Keys) for a classified frame.
 
 use crate::{
     abi::{Config, GroupEntry, QpEntry, UnknownQp},
@@ -14,7 +14,7 @@ pub const SMI_QPN: u32 = 0;
 pub const GSI_QPN: u32 = 1;
 /// The multicast destination QPN.
 pub const MULTICAST_QPN: u32 = 0x00ff_ffff;
-/// The well-known management Q_Key that QP1 requires (seed 003).
+/// The well-known Q_Key of QP1, the GSI (IBA 13.4: privileged Q_Keys have bit 31 set).
 pub const GSI_QKEY: u32 = 0x8001_0000;
 
 /// The policy as the verdict reads it: BPF maps in the kernel, in-memory

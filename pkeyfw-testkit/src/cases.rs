@@ -1,5 +1,5 @@
 //! The verdict case table: every rule and every reason, with the outcome the
-//! seeds and the spec give, written out by hand (not computed).
+//! InfiniBand specification gives, written out by hand (not computed).
 //!
 //! As data: each case's policy is TOML text, which pkeyfw's tests parse (the
 //! kit does not depend on pkeyfw, so that pkeyfw can depend on the kit).
@@ -10,7 +10,7 @@ use pkeyfw_common::{Reason, parse::opcode, verdict::GSI_QKEY};
 
 use crate::wire::{Ext, Net, Packet};
 
-/// The port of the seeds' example: QPA 0x8001, QPB and QPC 0x0001, QPD 0x8002,
+/// The port of the four-QP partition example: QPA 0x8001, QPB and QPC 0x0001, QPD 0x8002,
 /// plus UD, XRC and limited-only QPs and two multicast groups.
 pub const BASE: &str = r#"
 [port]
@@ -199,7 +199,7 @@ pub fn all() -> Vec<Case> {
         true,
     );
 
-    // The seeds' example, sender P_Key to receiving QP.
+    // The four-QP example, sender P_Key to receiving QP.
     let who = [
         ("A", 0x8001, QPA),
         ("B", 0x0001, QPB),
@@ -219,7 +219,7 @@ pub fn all() -> Vec<Case> {
             let op = if *qpn == QPC { UC_SEND } else { RC_SEND };
             let ok = allowed[i][j];
             add(
-                &format!("seed example {from}->{to}"),
+                &format!("four-qp example {from}->{to}"),
                 &base,
                 Packet::v4(op, *pkey, *qpn, 0).bytes(),
                 if ok { Ok } else { PkeyViolation },

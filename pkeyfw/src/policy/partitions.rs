@@ -218,7 +218,7 @@ fn abbreviates<T: Copy>(word: &str, table: &[(&'static str, T)]) -> Option<(&'st
         .find(|(name, _)| !word.is_empty() && name.starts_with(word))
 }
 
-/// A group flag by OpenSM's prefix match, or by the seed's lowercase
+/// A group flag by OpenSM's prefix match, or by the UFM manual's lowercase
 /// spellings `qkey` and `tclass`.
 fn group_flag_named(word: &str) -> Option<(&'static str, GroupFlag)> {
     abbreviates(word, &GROUP_FLAGS).or(match word {
@@ -401,7 +401,7 @@ impl<'a> Parser<'a> {
         let (name, key) = self.name_and_key()?;
         let mut flags = Flags::default();
         self.header_flags(&mut flags)?;
-        self.seed_form_flags(&mut flags)?;
+        self.manual_form_flags(&mut flags)?;
         let part = self.partition(name, key, start)?;
         if let Some(at) = flags.ipoib_at {
             self.broadcast_group(part, flags.group, at)?;
@@ -452,9 +452,9 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// The seed's `ShareIO = 0x80 : defmember=limited : members` form:
+    /// The UFM manual's `ShareIO = 0x80 : defmember=limited : members` form:
     /// flags after the first `:`, closed by a second one.
-    fn seed_form_flags(&mut self, flags: &mut Flags) -> Result<(), PartitionsError> {
+    fn manual_form_flags(&mut self, flags: &mut Flags) -> Result<(), PartitionsError> {
         self.skip_blanks();
         let start = self.pos;
         let (word, at) = self.take(is_word_byte);
@@ -464,7 +464,7 @@ impl<'a> Parser<'a> {
         }
         self.note(
             at,
-            "flags between two `:` are the seed's form; upstream OpenSM reads them as a port \
+            "flags between two `:` are the UFM manual's form; upstream OpenSM reads them as a port \
              GUID and rejects the file: write `Name=PKey, flags : members`",
         );
         loop {
@@ -1135,7 +1135,7 @@ impl<'a> Parser<'a> {
     }
 
     /// Warns about a word OpenSM takes for `name` by abbreviation, or by the
-    /// seed's spelling that upstream OpenSM does not know.
+    /// UFM manual's spelling that upstream OpenSM does not know.
     fn spelled(&mut self, word: &str, name: &str, at: usize) {
         if word == name {
             return;

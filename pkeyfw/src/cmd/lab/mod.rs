@@ -1,6 +1,6 @@
 //! `pkeyfw lab`: a self-contained RoCE partition lab. Two network namespaces
 //! joined by a veth pair; `pkeyfw attach` (native XDP) on the receiving end
-//! with the seeds' example as policy; real RoCE v2 frames (valid IP/UDP
+//! with the four-QP partition example as policy; real RoCE v2 frames (valid IP/UDP
 //! headers, BTH, DETH, ICRC) sent from the other end, one case at a time. For
 //! each case the table shows what the rules expect and what happened: whether
 //! the frame crossed the veth (a packet socket past XDP) and which counter
@@ -28,7 +28,7 @@ use crate::{
 /// Run the self-contained RoCE partition lab.
 ///
 /// Two network namespaces joined by a veth pair, pkeyfw attached on one
-/// end with the seeds' example policy, real RoCE v2 frames sent from the
+/// end with the four-QP partition example policy, real RoCE v2 frames sent from the
 /// other: a table of each case, expected and observed. Everything it
 /// creates is removed at the end. Needs root.
 #[derive(clap::Args)]

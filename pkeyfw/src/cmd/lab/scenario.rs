@@ -1,7 +1,7 @@
-//! The lab's policy and cases: the seeds' example (QPA 0x8001, QPB and QPC
+//! The lab's policy and cases: the four-QP partition example (QPA 0x8001, QPB and QPC
 //! 0x0001, QPD 0x8002) on one port, plus UD Q_Keys, QP1, QP0, a multicast
 //! group, unknown QPs and frames that are not RoCE. Every expectation is
-//! written out from the seeds' rules, with the rule that decides it.
+//! written out from the partition rules (IBA 10.9), with the rule that decides it.
 
 use std::net::Ipv6Addr;
 
@@ -51,7 +51,7 @@ qkey = 0x00000b1b
 
 /// One frame of the lab and what the rules say of it.
 pub struct Case {
-    /// Who sends, as the seeds name QPs.
+    /// Who sends, as the example names QPs.
     pub from: &'static str,
     /// Who receives.
     pub to: &'static str,

@@ -1,5 +1,5 @@
 //! partitions.conf: each grammar element, each refusal with its position,
-//! the seed's examples, a 32,768-partition plan, and properties: no input
+//! the UFM manual's examples, a 32,768-partition plan, and properties: no input
 //! panics, generated plans derive as a simple model says, and whatever is
 //! accepted derives the same again from its canonical print.
 
@@ -269,7 +269,7 @@ fn naming_the_port_again_without_indx0_is_refused() {
     );
 }
 
-// Abbreviations and the seed's spellings.
+// Abbreviations and the UFM manual's spellings.
 
 #[test]
 fn abbreviations_are_taken_as_opensm_takes_them_with_a_warning() {
@@ -302,7 +302,7 @@ fn abbreviations_are_taken_as_opensm_takes_them_with_a_warning() {
 }
 
 #[test]
-fn the_seeds_lowercase_qkey_and_tclass_are_taken_with_a_warning() {
+fn the_ufm_manuals_lowercase_qkey_and_tclass_are_taken_with_a_warning() {
     let d = ok("P=0x10, ipoib, qkey=0x42, tclass=1 : ALL ;");
     assert_eq!(d.groups, [group("ff12:401b:8010::ffff:ffff", 0x0010, 0x42)]);
     warned(
@@ -315,14 +315,14 @@ fn the_seeds_lowercase_qkey_and_tclass_are_taken_with_a_warning() {
 }
 
 #[test]
-fn the_seeds_flags_between_two_colons_are_taken_with_a_warning() {
+fn the_ufm_manuals_flags_between_two_colons_are_taken_with_a_warning() {
     let d = ok("ShareIO = 0x80 : defmember=full, ipoib : 0x123456 ;");
     assert_eq!(d.pkeys, [0x7fff, 0x8080]);
     assert_eq!(
         d.groups,
         [group("ff12:401b:8080::ffff:ffff", 0x8080, 0x0b1b)]
     );
-    warned(&d, 1, 18, "seed's form");
+    warned(&d, 1, 18, "UFM manual's form");
     refused("S=0x80 : defmember=full 0x1 ;", 1, 25, "the second `:`");
 }
 
@@ -771,11 +771,11 @@ fn control_characters_are_refused() {
     refused("P=0x10 : ALL\u{b} ;", 1, 13, "control character");
 }
 
-// The seed's examples.
+// The UFM manual's examples.
 
 #[test]
-fn the_seeds_examples_give_each_port_its_table() {
-    let text = fixture("seed_examples.conf");
+fn the_ufm_manuals_examples_give_each_port_its_table() {
+    let text = fixture("ufm_manual_examples.conf");
     let table = |guid: u64, is_sm: bool| ok_for(&text, guid, is_sm).pkeys;
     assert_eq!(table(0x123456, false), [0xffff, 0x8001, 0x0300, 0x0080]);
     assert_eq!(table(0x3456789034, false), [0xffff, 0x0001, 0x0300]);
@@ -792,8 +792,8 @@ fn the_seeds_examples_give_each_port_its_table() {
 }
 
 #[test]
-fn the_seeds_examples_give_names_groups_and_warnings() {
-    let d = ok(&fixture("seed_examples.conf"));
+fn the_ufm_manuals_examples_give_names_groups_and_warnings() {
+    let d = ok(&fixture("ufm_manual_examples.conf"));
     assert_eq!(
         d.names,
         ["Default", "NewPartition", "YetAnotherOne", "ShareIO"]
@@ -809,12 +809,12 @@ fn the_seeds_examples_give_names_groups_and_warnings() {
     ];
     assert_eq!(d.groups, expected);
     assert_eq!(d.warnings.len(), 1, "{:#?}", d.warnings);
-    warned(&d, 15, 18, "seed's form");
+    warned(&d, 15, 18, "UFM manual's form");
 }
 
 #[test]
-fn the_seeds_ufm_example_splits_one_partition() {
-    let text = fixture("seed_ufm.conf");
+fn the_ufm_manuals_ufm_example_splits_one_partition() {
+    let text = fixture("ufm_manual_split.conf");
     for guid in [0x8f10001072a41, 0x8f10001072a44, 0x8f10001072a45] {
         let d = ok_for(&text, guid, false);
         assert_eq!(d.pkeys, [0x7fff, 0x8004]);
@@ -1087,7 +1087,7 @@ struct Def {
     ipoib: bool,
     defmember: Option<usize>,
     /// Write `defmember` between two colons.
-    seed_form: bool,
+    manual_form: bool,
     /// Indices into WHO and MEMBERSHIP.
     members: Vec<(usize, Option<usize>)>,
     /// IP or not, scope nibble written, scope flag, Q_Key flag.
@@ -1140,12 +1140,12 @@ fn def() -> impl Strategy<Value = Def> {
         groups,
     )
         .prop_map(
-            |(part, header, ipoib, defmember, seed_form, members, groups)| Def {
+            |(part, header, ipoib, defmember, manual_form, members, groups)| Def {
                 part,
                 header,
                 ipoib,
                 defmember,
-                seed_form,
+                manual_form,
                 members,
                 groups,
             },
@@ -1245,7 +1245,7 @@ impl Plan {
         }
         let defmember = def.defmember.map(|m| self.word(MEMBERSHIP[m]).to_string());
         match defmember {
-            Some(m) if def.seed_form => {
+            Some(m) if def.manual_form => {
                 write!(out, "{b}:{b}{}={m}{b}:{nl}", self.word("defmember")).unwrap()
             }
             m => {
@@ -1417,8 +1417,8 @@ proptest! {
 }
 
 #[test]
-fn the_canonical_print_of_the_seeds_examples_round_trips() {
-    let text = fixture("seed_examples.conf");
+fn the_canonical_print_of_the_ufm_manuals_examples_round_trips() {
+    let text = fixture("ufm_manual_examples.conf");
     for (guid, is_sm) in [(0x123456, false), (0x1, true), (0x12345c, false)] {
         let d = ok_for(&text, guid, is_sm);
         round_trips(&d, guid, is_sm).unwrap();

@@ -153,7 +153,7 @@ impl Scenario {
 /// hosts of several ports, so one table holds all of them.
 pub const PORT: &str = "[port]\npkeys = [0xffff, 0x8001, 0x0001, 0x8002]\n";
 
-/// The roles of the seeds' example, plus one in another partition: A is a
+/// The roles of the four-QP partition example, plus one in another partition: A is a
 /// full member of partition 0x0001, B and C limited members, D a full member
 /// of 0x0002. All four use ibv_ud_pingpong's Q_Key.
 macro_rules! roles {
