@@ -4,13 +4,7 @@
 
 mod common;
 
-use std::{
-    io::{BufRead, BufReader},
-    path::{Path, PathBuf},
-    process::{Child, Command, Output, Stdio},
-    sync::atomic::{AtomicU32, Ordering},
-    time::Duration,
-};
+use std::time::Duration;
 
 use pkeyfw::{
     control::netlink,
@@ -19,73 +13,6 @@ use pkeyfw::{
 use pkeyfw_common::{Reason, Verdict, judge};
 use pkeyfw_testkit::netns::{VethPair, capture_during, in_netns, send};
 use serde_json::Value;
-
-/// A short unique tag per test (interface names are at most 15 bytes).
-fn tag() -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "pk{}{}",
-        std::process::id() % 10000,
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// A policy file, removed with the returned directory.
-fn policy_file(text: &str) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("policy.toml");
-    std::fs::write(&path, text).unwrap();
-    (dir, path)
-}
-
-/// A foreground `pkeyfw attach`, stopped (and its pins removed) on drop.
-struct Foreground {
-    child: Child,
-    pins: Pins,
-}
-
-impl Foreground {
-    fn start(pair: &VethPair, policy: &Path, mode: &str) -> Foreground {
-        let mut child = common::pkeyfw_in(&pair.ns_b)
-            .args([
-                "attach",
-                &pair.b,
-                "--policy",
-                policy.to_str().unwrap(),
-                "--mode",
-                mode,
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        assert!(first.contains("attached to"), "attach said {first:?}");
-        Foreground {
-            child,
-            pins: common::pins(&pair.ns_b, &pair.b),
-        }
-    }
-
-    /// SIGTERM, then everything the process printed after its first line.
-    fn stop(mut self) -> Output {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let child = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap());
-        child.wait_with_output().unwrap()
-    }
-}
-
-impl Drop for Foreground {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = self.pins.remove();
-    }
-}
 
 fn stats_json(pair: &VethPair) -> Value {
     let out = common::succeed(common::pkeyfw_in(&pair.ns_b).args(["stats", &pair.b, "--json"]));
@@ -189,9 +116,9 @@ fn check_traffic(pair: &VethPair, mode: &str) {
 
 fn foreground(mode: &str, reported: &str) {
     common::require_root();
-    let pair = VethPair::create(&tag()).unwrap();
-    let (_dir, policy) = policy_file(common::cases::BASE);
-    let fg = Foreground::start(&pair, &policy, mode);
+    let pair = VethPair::create(&common::tag("pk")).unwrap();
+    let (_dir, policy) = common::policy_file(common::cases::BASE);
+    let fg = common::Foreground::start(&pair, &policy, mode);
     check_traffic(&pair, reported);
     let out = fg.stop();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -223,8 +150,8 @@ fn foreground_skb() {
 
 fn pinned(mode: &str, reported: &str) {
     common::require_root();
-    let pair = VethPair::create(&tag()).unwrap();
-    let (_dir, policy) = policy_file(common::cases::BASE);
+    let pair = VethPair::create(&common::tag("pk")).unwrap();
+    let (_dir, policy) = common::policy_file(common::cases::BASE);
     let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
     common::succeed(common::pkeyfw_in(&pair.ns_b).args([
         "attach",
@@ -262,18 +189,18 @@ fn pinned_skb() {
 #[test]
 fn auto_mode_gets_native_on_veth() {
     common::require_root();
-    let pair = VethPair::create(&tag()).unwrap();
-    let (_dir, policy) = policy_file("[port]\npkeys = [0xffff]\n");
-    let _fg = Foreground::start(&pair, &policy, "auto");
+    let pair = VethPair::create(&common::tag("pk")).unwrap();
+    let (_dir, policy) = common::policy_file("[port]\npkeys = [0xffff]\n");
+    let _fg = common::Foreground::start(&pair, &policy, "auto");
     assert_eq!(stats_json(&pair)["mode"], "native");
 }
 
 #[test]
 fn a_second_attach_is_refused_and_changes_nothing() {
     common::require_root();
-    let pair = VethPair::create(&tag()).unwrap();
-    let (_dir, policy) = policy_file(common::cases::BASE);
-    let _fg = Foreground::start(&pair, &policy, "native");
+    let pair = VethPair::create(&common::tag("pk")).unwrap();
+    let (_dir, policy) = common::policy_file(common::cases::BASE);
+    let _fg = common::Foreground::start(&pair, &policy, "native");
     let before = xdp_on(&pair).expect("attached");
     for extra in [&[][..], &["--pin"][..]] {
         let out = common::pkeyfw_in(&pair.ns_b)
@@ -299,9 +226,10 @@ fn a_second_attach_is_refused_and_changes_nothing() {
 #[test]
 fn bad_policy_or_interface_attaches_nothing() {
     common::require_root();
-    let pair = VethPair::create(&tag()).unwrap();
-    let (_bad_dir, bad) =
-        policy_file("[port]\npkeys = [0xffff]\n[[qp]]\nqpn = 5\ntype = \"ud\"\npkey = 0xffff\n");
+    let pair = VethPair::create(&common::tag("pk")).unwrap();
+    let (_bad_dir, bad) = common::policy_file(
+        "[port]\npkeys = [0xffff]\n[[qp]]\nqpn = 5\ntype = \"ud\"\npkey = 0xffff\n",
+    );
     let out = common::pkeyfw_in(&pair.ns_b)
         .args(["attach", &pair.b, "--policy", bad.to_str().unwrap()])
         .output()
@@ -312,7 +240,7 @@ fn bad_policy_or_interface_attaches_nothing() {
     assert_eq!(xdp_on(&pair), None);
     assert!(!common::pins(&pair.ns_b, &pair.b).exists());
 
-    let (_good_dir, good) = policy_file("[port]\npkeys = [0xffff]\n");
+    let (_good_dir, good) = common::policy_file("[port]\npkeys = [0xffff]\n");
     let out = common::pkeyfw_in(&pair.ns_b)
         .args(["attach", "nosuchif0", "--policy", good.to_str().unwrap()])
         .output()
@@ -329,8 +257,8 @@ fn a_filter_of_another_layout_is_refused_not_misread() {
     use aya::maps::{Array, Map, MapData};
     use pkeyfw_common::abi::{LAYOUT_VERSION, name};
     common::require_root();
-    let pair = VethPair::create(&tag()).unwrap();
-    let (_dir, policy) = policy_file("[port]\npkeys = [0xffff]\n");
+    let pair = VethPair::create(&common::tag("pk")).unwrap();
+    let (_dir, policy) = common::policy_file("[port]\npkeys = [0xffff]\n");
     let pins = common::pins(&pair.ns_b, &pair.b);
     let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
     common::succeed(common::pkeyfw_in(&pair.ns_b).args([

@@ -16,16 +16,10 @@
 
 mod common;
 
-use std::{
-    io::{BufRead, BufReader},
-    net::UdpSocket,
-    path::{Path, PathBuf},
-    process::{Child, Stdio},
-    sync::atomic::{AtomicU32, Ordering},
-    time::Duration,
-};
+use common::Foreground;
 
-use pkeyfw::loading::pins::Pins;
+use std::{net::UdpSocket, time::Duration};
+
 use pkeyfw_common::judge;
 use pkeyfw_testkit::{
     netns::{VethPair, in_netns},
@@ -41,15 +35,6 @@ const UDP_SEGMENT: libc::c_int = 103;
 const ROCE_PORT: u16 = 4791;
 const ADDR_A: [u8; 4] = [10, 77, 0, 1];
 const ADDR_B: [u8; 4] = [10, 77, 0, 2];
-
-fn tag() -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "pg{}{}",
-        std::process::id() % 10000,
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
 
 fn ip(args: &[&str]) {
     let out = std::process::Command::new("ip")
@@ -70,7 +55,7 @@ fn dotted(a: [u8; 4]) -> String {
 
 /// A veth pair with addresses (and `mtu` on both ends).
 fn pair_with_addresses(mtu: u32) -> VethPair {
-    let pair = VethPair::create(&tag()).unwrap();
+    let pair = VethPair::create(&common::tag("pg")).unwrap();
     for (ns, dev, addr) in [(&pair.ns_a, &pair.a, ADDR_A), (&pair.ns_b, &pair.b, ADDR_B)] {
         ip(&["-n", ns, "link", "set", dev, "mtu", &mtu.to_string()]);
         ip(&[
@@ -84,57 +69,6 @@ fn pair_with_addresses(mtu: u32) -> VethPair {
         ]);
     }
     pair
-}
-
-fn policy_file(text: &str) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("policy.toml");
-    std::fs::write(&path, text).unwrap();
-    (dir, path)
-}
-
-/// A foreground `pkeyfw attach` on `pair.b`, stopped on drop.
-struct Foreground {
-    child: Child,
-    pins: Pins,
-    first: String,
-}
-
-impl Foreground {
-    fn start(pair: &VethPair, policy: &Path, mode: &str) -> Foreground {
-        let mut child = common::pkeyfw_in(&pair.ns_b)
-            .args([
-                "attach",
-                &pair.b,
-                "--policy",
-                policy.to_str().unwrap(),
-                "--mode",
-                mode,
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        assert!(first.contains("attached to"), "attach said {first:?}");
-        Foreground {
-            child,
-            pins: Pins::of(&pair.b),
-            first,
-        }
-    }
-}
-
-impl Drop for Foreground {
-    fn drop(&mut self) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let _ = self.child.wait();
-        let _ = self.pins.remove();
-    }
 }
 
 fn stats_json(pair: &VethPair) -> Value {
@@ -261,7 +195,7 @@ fn send_and_receive(pair: &VethPair) -> Vec<u32> {
 fn only_allowed_arrive(mode: &str) -> (VethPair, Foreground, Vec<u32>) {
     common::require_root();
     let pair = pair_with_addresses(1500);
-    let (_dir, policy) = policy_file(common::cases::BASE);
+    let (_dir, policy) = common::policy_file(common::cases::BASE);
     let fg = Foreground::start(&pair, &policy, mode);
     let got = send_and_receive(&pair);
     let allowed: Vec<u32> = segments()
@@ -308,7 +242,7 @@ fn jumbo_mtu_veth_attaches_native() {
     common::require_root();
     for mode in ["native", "auto"] {
         let pair = pair_with_addresses(9000);
-        let (_dir, policy) = policy_file(common::cases::BASE);
+        let (_dir, policy) = common::policy_file(common::cases::BASE);
         let fg = Foreground::start(&pair, &policy, mode);
         assert!(fg.first.contains("native mode"), "{mode}: {}", fg.first);
         assert_eq!(stats_json(&pair)["mode"], "native", "{mode}");

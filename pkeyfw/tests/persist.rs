@@ -12,7 +12,6 @@ use std::{
     io::{BufRead, BufReader},
     path::PathBuf,
     process::{Command, Output, Stdio},
-    sync::atomic::{AtomicU32, Ordering},
     time::Duration,
 };
 
@@ -20,22 +19,9 @@ use pkeyfw::control::netlink;
 use pkeyfw_testkit::netns::{VethPair, capture_during, in_netns, send};
 use serde_json::Value;
 
-/// A short unique tag per test (interface names are at most 15 bytes).
-fn tag() -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "pp{}{}",
-        std::process::id() % 10000,
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
 /// The base policy in a file, removed with the returned directory.
 fn policy_file() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("policy.toml");
-    std::fs::write(&path, common::cases::BASE).unwrap();
-    (dir, path)
+    common::policy_file(common::cases::BASE)
 }
 
 /// A frame the base policy refuses and one it passes.
@@ -107,7 +93,7 @@ fn stats_json(cmd: &mut Command) -> Vec<Value> {
 #[test]
 fn a_killed_foreground_attach_keeps_enforcing_until_detach() {
     common::require_root();
-    let pair = VethPair::create(&tag()).unwrap();
+    let pair = VethPair::create(&common::tag("pp")).unwrap();
     let (_dir, policy) = policy_file();
     let pins = common::pins(&pair.ns_b, &pair.b);
     let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
@@ -154,7 +140,7 @@ fn a_killed_foreground_attach_keeps_enforcing_until_detach() {
 #[test]
 fn attach_replaces_an_attachment_whose_process_is_gone() {
     common::require_root();
-    let pair = VethPair::create(&tag()).unwrap();
+    let pair = VethPair::create(&common::tag("pp")).unwrap();
     let (_dir, policy) = policy_file();
     let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
     let mut child = common::pkeyfw_in(&pair.ns_b)
@@ -205,7 +191,7 @@ fn attach_replaces_an_attachment_whose_process_is_gone() {
 #[test]
 fn attach_under_ip_netns_exec_is_refused() {
     common::require_root();
-    let pair = VethPair::create(&tag()).unwrap();
+    let pair = VethPair::create(&common::tag("pp")).unwrap();
     let (_dir, policy) = policy_file();
     let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
     for extra in [&["--pin"][..], &[][..]] {
@@ -239,7 +225,7 @@ fn attach_under_ip_netns_exec_is_refused() {
 #[test]
 fn netns_option_attaches_and_detaches_from_the_host() {
     common::require_root();
-    let pair = VethPair::create(&tag()).unwrap();
+    let pair = VethPair::create(&common::tag("pp")).unwrap();
     let (_dir, policy) = policy_file();
     let pins = common::pins(&pair.ns_b, &pair.b);
     let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
@@ -304,8 +290,8 @@ fn netns_option_attaches_and_detaches_from_the_host() {
 #[test]
 fn equal_interface_names_in_two_namespaces_do_not_collide() {
     common::require_root();
-    let one = VethPair::create(&tag()).unwrap();
-    let two = VethPair::create(&tag()).unwrap();
+    let one = VethPair::create(&common::tag("pp")).unwrap();
+    let two = VethPair::create(&common::tag("pp")).unwrap();
     let (_dir, policy) = policy_file();
     // The second pair's end takes the first's name.
     let name = one.b.clone();

@@ -3,8 +3,10 @@
 #![allow(dead_code, unused_imports)] // each test binary uses a part
 
 use std::{
-    path::Path,
-    process::{Command, Output},
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
 };
 
 use pkeyfw::{
@@ -128,5 +130,77 @@ pub mod stamping {
             p.conns.insert(Conn { remote_qpn, peer }, local);
         }
         p
+    }
+}
+
+/// A short unique tag per test: `prefix` names the test file (interface
+/// names are at most 15 bytes).
+pub fn tag(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}{}{}",
+        std::process::id() % 10000,
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A policy file, removed with the returned directory.
+pub fn policy_file(text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.toml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+/// A foreground `pkeyfw attach` on `pair.b`, stopped (and its pins removed)
+/// on drop.
+pub struct Foreground {
+    child: Child,
+    pins: Pins,
+    /// The line it printed on attaching.
+    pub first: String,
+}
+
+impl Foreground {
+    pub fn start(pair: &VethPair, policy: &Path, mode: &str) -> Foreground {
+        let mut child = pkeyfw_in(&pair.ns_b)
+            .args([
+                "attach",
+                &pair.b,
+                "--policy",
+                policy.to_str().unwrap(),
+                "--mode",
+                mode,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert!(first.contains("attached to"), "attach said {first:?}");
+        Foreground {
+            child,
+            pins: pins(&pair.ns_b, &pair.b),
+            first,
+        }
+    }
+
+    /// SIGTERM, then everything the process printed after its first line.
+    pub fn stop(mut self) -> Output {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let child = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap());
+        child.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Foreground {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = self.pins.remove();
     }
 }
