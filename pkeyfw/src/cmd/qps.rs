@@ -2,10 +2,15 @@
 //! netlink reports them, with what a policy makes of each and, when the
 //! interface is attached, the filter's counters for it.
 
-use std::{collections::BTreeMap, io::Write, net::SocketAddr, path::PathBuf};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    io::Write,
+    net::SocketAddr,
+    path::PathBuf,
+};
 
 use anyhow::{Result, bail};
-use pkeyfw_common::abi::QpStats;
+use pkeyfw_common::{abi::QpStats, pkey};
 use serde_json::{Value, json};
 
 use super::NetnsArg;
@@ -102,6 +107,36 @@ pub fn run(args: &QpsArgs) -> Result<()> {
 }
 
 impl View {
+    /// Devices whose QPs are bound to more than one partition: rdma_rxe
+    /// delivers traffic between QPs of one device inside the driver, where
+    /// neither XDP nor TC sees it, so those partitions are not isolated
+    /// from each other.
+    fn warnings(&self) -> Vec<String> {
+        let Some((_, _, bindings)) = &self.policy else {
+            return Vec::new();
+        };
+        let mut partitions: BTreeMap<&str, BTreeSet<u16>> = BTreeMap::new();
+        for (qp, binding) in self.qps.iter().zip(bindings) {
+            if let Binding::Entry(r) | Binding::Rule { bound: r, .. } = binding {
+                partitions
+                    .entry(qp.device.as_str())
+                    .or_default()
+                    .insert(pkey::key(r.pkey));
+            }
+        }
+        partitions
+            .into_iter()
+            .filter(|(_, keys)| keys.len() > 1)
+            .map(|(device, keys)| {
+                let keys: Vec<String> = keys.iter().map(|k| format!("{k:#06x}")).collect();
+                format!(
+                    "{device} has QPs bound to partitions {}: traffic between QPs of one rxe device stays inside the driver, where pkeyfw cannot judge it; give each tenant its own RDMA device",
+                    keys.join(", ")
+                )
+            })
+            .collect()
+    }
+
     fn json(&self) -> Value {
         let devices: Vec<_> = self
             .devices
@@ -137,6 +172,7 @@ impl View {
             "devices": devices,
             "policy": self.policy.as_ref().map(|(path, ..)| path.display().to_string()),
             "qps": qps,
+            "warnings": self.warnings(),
         })
     }
 
@@ -175,6 +211,9 @@ impl View {
                 Some(s) => writeln!(out, "; passed {}, dropped {}", s.passed, s.dropped)?,
                 None => writeln!(out)?,
             }
+        }
+        for w in self.warnings() {
+            writeln!(out, "warning: {w}")?;
         }
         Ok(())
     }

@@ -85,6 +85,7 @@ veth0: 5 QPs on rxe0 port 1; policy /etc/pkeyfw/p.toml (unknown QPs: drop)
       [[qp]] entry: P_Key 0xffff (full, partition 0x7fff)
   rxe0/1 QP 0x000015 UD      RTS   pid 6000 loose
       unbound → unknown_qp drop: bind[1] (line 14) matches but has no qkey for this UD QP
+warning: rxe0 has QPs bound to partitions 0x0001, 0x7fff: traffic between QPs of one rxe device stays inside the driver, where pkeyfw cannot judge it; give each tenant its own RDMA device
 "
     );
 }
@@ -131,4 +132,11 @@ fn json_per_qp() {
     assert_eq!(v["qps"][4]["binding"]["rule"], 1);
     assert_eq!(v["qps"][4]["passed"], json!(null));
     assert_eq!(view(false).json()["qps"][1]["binding"], json!(null));
+    assert_eq!(
+        v["warnings"].as_array().unwrap().len(),
+        1,
+        "{}",
+        v["warnings"]
+    );
+    assert_eq!(view(false).json()["warnings"], json!([]));
 }
