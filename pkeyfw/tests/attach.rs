@@ -284,3 +284,37 @@ fn a_filter_of_another_layout_is_refused_not_misread() {
     common::succeed(common::pkeyfw_in(&pair.ns_b).args(["detach", &pair.b]));
     assert_eq!(xdp_on(&pair), None, "no program left on the interface");
 }
+
+/// RoCE inside SRv6 is decapsulated after XDP: attach says so when the
+/// interface's namespace accepts SRv6.
+#[test]
+fn attach_warns_when_srv6_would_bypass_it() {
+    common::require_root();
+    let pair = VethPair::create(&common::tag("pk")).unwrap();
+    let (_dir, policy) = common::policy_file("[port]\npkeys = [0xffff]\n");
+    let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
+    let attach = |what: &str| {
+        let out = common::succeed(common::pkeyfw_in(&pair.ns_b).args([
+            "attach",
+            &pair.b,
+            "--policy",
+            policy.to_str().unwrap(),
+            "--pin",
+        ]));
+        common::succeed(common::pkeyfw_in(&pair.ns_b).args(["detach", &pair.b]));
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        (err.contains("seg6_enabled"), format!("{what}: {err}"))
+    };
+    let (warned, err) = attach("seg6 off");
+    assert!(!warned, "{err}");
+    in_netns(&pair.ns_b, || {
+        std::fs::write(
+            format!("/proc/sys/net/ipv6/conf/{}/seg6_enabled", pair.b),
+            "1",
+        )
+    })
+    .unwrap()
+    .unwrap();
+    let (warned, err) = attach("seg6 on");
+    assert!(warned, "{err}");
+}

@@ -99,7 +99,7 @@ pub fn run(opts: &AttachArgs) -> Result<()> {
     let index = netlink::if_index(&opts.iface)?;
     let guid = super::iface_guid(&opts.iface)?;
     let policy = Policy::load_for(&opts.policy, Some(guid))?;
-    for w in &policy.warnings {
+    for w in policy.warnings.iter().chain(&blind_spots(&opts.iface)) {
         eprintln!("pkeyfw: warning: {w}");
     }
     let mut binder = Binder::new(index, policy);
@@ -194,6 +194,24 @@ pub fn run(opts: &AttachArgs) -> Result<()> {
     println!("pkeyfw: detached from {}", opts.iface);
     last?.text(&mut std::io::stdout().lock())?;
     Ok(())
+}
+
+/// Paths by which RoCE reaches the host inside a packet XDP calls not RoCE:
+/// SRv6 decapsulated after XDP. (IPsec and other tunnels ending on the host
+/// are as blind; the README says so.)
+fn blind_spots(iface: &str) -> Vec<String> {
+    ["all", iface]
+        .into_iter()
+        .filter(|dev| {
+            std::fs::read_to_string(format!("/proc/sys/net/ipv6/conf/{dev}/seg6_enabled"))
+                .is_ok_and(|v| v.trim() != "0")
+        })
+        .map(|dev| {
+            format!(
+                "net.ipv6.conf.{dev}.seg6_enabled is on in this network namespace: RoCE inside SRv6 is decapsulated after XDP and never judged"
+            )
+        })
+        .collect()
 }
 
 fn require_root() -> Result<()> {
