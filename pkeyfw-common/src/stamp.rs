@@ -70,8 +70,8 @@ pub enum Origin {
     /// socket. Only such a frame is attributed to the QP it names.
     QpSocket,
     /// Anything else: a process's UDP socket (it has a port), a forwarded
-    /// frame (no socket), a packet socket. It names a QP, but nothing
-    /// says that QP sent it.
+    /// frame (no socket), a packet or tap socket (not inet UDP). It names a
+    /// QP, but nothing says that QP sent it.
     Other,
 }
 
@@ -150,9 +150,9 @@ impl Plan {
 /// What egress does with an outgoing frame, or `None` when the policy does
 /// not stamp (nothing is counted then). An HCA sends only keys of its port's
 /// table, each QP its own: a bound QP's frame gets its QP's P_Key; a
-/// management frame (QP0/QP1 as source or destination) keeps a key of the
-/// port's table, or is dropped; anything else leaves with the port's default
-/// P_Key, whatever key its sender wrote. A rewrite that cannot be done drops
+/// management frame (QP0/QP1 as source or destination) from a QP's socket
+/// keeps a key of the port's table, or is dropped; anything else leaves with
+/// the port's default P_Key, whatever key its sender wrote. A rewrite that cannot be done drops
 /// the frame rather than let the key it carries out.
 #[inline(always)]
 pub fn egress<F: Frame + ?Sized, T: Tables + Conns>(
@@ -171,7 +171,10 @@ pub fn egress<F: Frame + ?Sized, T: Tables + Conns>(
         _ => return Some(Action::Leave(Stamp::NotRoce)),
     };
     let ud = roce.transport == Transport::Ud;
-    if matches!(roce.dest_qp, SMI_QPN | GSI_QPN) || (ud && roce.src_qp <= GSI_QPN) {
+    let management = matches!(roce.dest_qp, SMI_QPN | GSI_QPN) || (ud && roce.src_qp <= GSI_QPN);
+    // Only a QP's socket may keep a key it chose: a process's frame naming
+    // QP0/QP1 could otherwise carry any key of the table to any remote QP.
+    if management && origin == Origin::QpSocket {
         let flags = tables.port_flags(pkey::key(roce.pkey));
         return Some(if pkey::port::holds(roce.pkey, flags) {
             Action::Leave(Stamp::Management)

@@ -418,9 +418,8 @@ fn send_unprivileged(ns: &str, to: std::net::SocketAddr, payloads: &[Vec<u8>]) {
 
 /// An unprivileged local user with a UDP socket writes BTHs by hand, with
 /// stamping on at its host's egress: it cannot claim a bound QP (and so its
-/// partition) by naming it, a key it forges leaves as the port's default
-/// P_Key, and a management frame with a key outside the port's table does
-/// not leave at all.
+/// partition) by naming it, nor keep a key of the port's table by posing as
+/// QP1; every key it writes leaves as the port's default P_Key.
 #[test]
 fn forged_pkeys_from_a_udp_socket_do_not_leave_the_host() {
     common::require_root();
@@ -447,7 +446,19 @@ fn forged_pkeys_from_a_udp_socket_do_not_leave_the_host() {
     };
     let forged_rc = Packet::rc(0x8003, 0x99);
     let forged_management = Packet::ud(0x8007, 1, 0x8001_0000);
-    let payloads = [claims_bound_qp, forged, forged_rc, forged_management].map(roce);
+    // Posing as QP1 with a key the port holds, to another tenant's QP.
+    let poses_as_qp1 = Packet {
+        src_qp: 1,
+        ..Packet::ud(0x8001, 0x99, 0x0123_4567)
+    };
+    let payloads = [
+        claims_bound_qp,
+        forged,
+        forged_rc,
+        forged_management,
+        poses_as_qp1,
+    ]
+    .map(roce);
     in_netns(&pair.ns_b, || {
         let mut filter = Filter::load(0).unwrap();
         filter.apply(&stamping_policy()).unwrap();
@@ -465,13 +476,19 @@ fn forged_pkeys_from_a_udp_socket_do_not_leave_the_host() {
             .collect();
         assert_eq!(
             seen,
-            [(0x99, 0xffff), (0x99, 0xffff), (0x99, 0xffff)],
-            "P_Keys that left the host (the QP1 frame must not)"
+            [
+                (0x99, 0xffff),
+                (0x99, 0xffff),
+                (0x99, 0xffff),
+                (1, 0xffff),
+                (0x99, 0xffff)
+            ],
+            "P_Keys that left the host: a process's frames carry the default key only"
         );
         let stamps = filter.maps().stamps().unwrap();
-        assert_eq!(stamps[Stamp::Defaulted.index() as usize], 2);
+        assert_eq!(stamps[Stamp::Defaulted.index() as usize], 4);
         assert_eq!(stamps[Stamp::Unbound.index() as usize], 1);
-        assert_eq!(stamps[Stamp::Forged.index() as usize], 1);
+        assert_eq!(stamps[Stamp::Management.index() as usize], 0);
         assert_eq!(stamps[Stamp::Stamped.index() as usize], 0);
     })
     .unwrap();
