@@ -9,7 +9,6 @@
 mod common;
 
 use std::{
-    io::{BufRead, BufReader},
     path::PathBuf,
     process::{Command, Output, Stdio},
     time::Duration,
@@ -97,22 +96,10 @@ fn a_killed_foreground_attach_keeps_enforcing_until_detach() {
     let (_dir, policy) = policy_file();
     let pins = common::pins(&pair.ns_b, &pair.b);
     let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
-    let mut child = common::pkeyfw_in(&pair.ns_b)
-        .args(["attach", &pair.b, "--policy", policy.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    assert!(first.contains("attached to"), "attach said {first:?}");
+    let fg = common::Foreground::start(&pair, &policy, "auto");
     enforces(&pair.ns_a, &pair.a, &pair.ns_b, &pair.b);
     // nsenter execs pkeyfw: the child is the attach process itself.
-    let pid = child.id();
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let pid = fg.kill();
 
     assert!(xdp_on(&pair.ns_b, &pair.b).is_some(), "still attached");
     enforces(&pair.ns_a, &pair.a, &pair.ns_b, &pair.b);
@@ -143,19 +130,7 @@ fn attach_replaces_an_attachment_whose_process_is_gone() {
     let pair = VethPair::create(&common::tag("pp")).unwrap();
     let (_dir, policy) = policy_file();
     let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
-    let mut child = common::pkeyfw_in(&pair.ns_b)
-        .args(["attach", &pair.b, "--policy", policy.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    assert!(first.contains("attached to"), "attach said {first:?}");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    common::Foreground::start(&pair, &policy, "auto").kill();
     let pins = common::pins(&pair.ns_b, &pair.b);
     let link_id = || {
         let link: aya::programs::links::FdLink =

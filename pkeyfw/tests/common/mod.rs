@@ -156,7 +156,8 @@ pub fn policy_file(text: &str) -> (tempfile::TempDir, PathBuf) {
 /// on drop.
 pub struct Foreground {
     child: Child,
-    pins: Pins,
+    /// Removed on drop, unless the process was killed (its pins outlive it).
+    pins: Option<Pins>,
     /// The line it printed on attaching.
     pub first: String,
 }
@@ -183,7 +184,7 @@ impl Foreground {
         assert!(first.contains("attached to"), "attach said {first:?}");
         Foreground {
             child,
-            pins: pins(&pair.ns_b, &pair.b),
+            pins: Some(pins(&pair.ns_b, &pair.b)),
             first,
         }
     }
@@ -197,10 +198,23 @@ impl Foreground {
     }
 }
 
+impl Foreground {
+    /// SIGKILL, as a crash or the OOM killer would: its pins stay. Its PID.
+    pub fn kill(mut self) -> u32 {
+        let pid = self.child.id();
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        self.pins = None;
+        pid
+    }
+}
+
 impl Drop for Foreground {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = self.pins.remove();
+        if let Some(pins) = &self.pins {
+            let _ = pins.remove();
+        }
     }
 }
