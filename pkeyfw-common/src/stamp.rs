@@ -159,7 +159,7 @@ pub fn egress<F: Frame + ?Sized, T: Tables + Conns>(
     frame: &F,
     tables: &T,
     config: &Config,
-    origin: Origin,
+    origin: impl FnOnce() -> Origin,
 ) -> Option<Action> {
     if config.stamp == 0 {
         return None;
@@ -172,6 +172,8 @@ pub fn egress<F: Frame + ?Sized, T: Tables + Conns>(
     };
     let ud = roce.transport == Transport::Ud;
     let management = matches!(roce.dest_qp, SMI_QPN | GSI_QPN) || (ud && roce.src_qp <= GSI_QPN);
+    // Asked only of a RoCE v2 frame while the policy stamps.
+    let origin = origin();
     // Only a QP's socket may keep a key it chose: a process's frame naming
     // QP0/QP1 could otherwise carry any key of the table to any remote QP.
     if management && origin == Origin::QpSocket {

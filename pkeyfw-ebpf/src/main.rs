@@ -168,7 +168,7 @@ fn enforce<F: Frame>(frame: &F, rewrite: impl Fn(&Plan) -> Result<(), Stamp>) ->
 pub fn pkeyfw_stamp(ctx: TcContext) -> i32 {
     let (live, config) = policy();
     let skb = Skb(&ctx);
-    let counted = match stamp::egress(&skb, &live, &config, origin(&ctx)) {
+    let counted = match stamp::egress(&skb, &live, &config, || origin(&ctx)) {
         None => return TC_ACT_UNSPEC,
         Some(Action::Leave(outcome)) => Ok(outcome),
         Some(Action::Drop(why)) => Err(why),
