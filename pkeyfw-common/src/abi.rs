@@ -19,6 +19,9 @@ pub mod name {
     pub const EVENT_BUDGET: &str = "EVENT_BUDGET";
     pub const CONNS: &str = "CONNS";
     pub const STAMPS: &str = "STAMPS";
+    pub const PEERS: &str = "PEERS";
+    pub const OWNERS: &str = "OWNERS";
+    pub const CAPTURES: &str = "CAPTURES";
 }
 
 /// The layout of every map below, as one number: `ABI[0]` holds it, so a
@@ -26,10 +29,12 @@ pub mod name {
 /// The counter maps' sizes are part of it, so a new reason or stamping
 /// outcome changes it by itself; raise [`LAYOUT`] with any other change to
 /// a map's name, kind, key, value or indexing.
-pub const LAYOUT_VERSION: u32 =
-    LAYOUT << 16 | (crate::reason::REASON_SLOTS as u32) << 8 | crate::Stamp::COUNT as u32;
+pub const LAYOUT_VERSION: u32 = LAYOUT << 24
+    | (crate::reason::REASON_SLOTS as u32) << 16
+    | (crate::Stamp::COUNT as u32) << 8
+    | crate::Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 2;
+const LAYOUT: u32 = 3;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -59,7 +64,7 @@ pub struct MapSpec {
 
 /// Every map of the filter object: the loader takes, pins, opens and sizes
 /// the maps from this table, and refuses an object with a map it lacks.
-pub const MAPS: [MapSpec; 12] = {
+pub const MAPS: [MapSpec; 15] = {
     use MapKind::*;
     use MapSize::*;
     const fn spec(name: &'static str, kind: MapKind, size: MapSize) -> MapSpec {
@@ -78,6 +83,9 @@ pub const MAPS: [MapSpec; 12] = {
         spec(name::EVENT_BUDGET, PerCpuArray, Fixed),
         spec(name::CONNS, HashMap, PerQp(GENERATIONS)),
         spec(name::STAMPS, PerCpuArray, Fixed),
+        spec(name::PEERS, HashMap, PerQp(1)),
+        spec(name::OWNERS, HashMap, PerQp(1)),
+        spec(name::CAPTURES, PerCpuArray, Fixed),
     ]
 };
 
@@ -252,7 +260,23 @@ pub struct Event {
     pub reason: u8,
     /// Non-zero when monitor mode passed the frame anyway.
     pub monitor: u8,
-    pub _pad: [u8; 7],
+    /// An [`EventKind`] as u8.
+    pub kind: u8,
+    pub _pad: [u8; 6],
+}
+
+crate::named_enum! {
+    /// What an [`Event`] reports.
+    #[derive(Default)]
+    pub enum EventKind: u8 {
+        /// A refused frame (`reason`, `monitor` and the headers).
+        #[default]
+        Frame = 0 => "frame",
+        /// A QP joined a group of a partition it is not in: `dest_qp` is the
+        /// QP, `pkey` its P_Key (0 when unbound), `dst` the group, `qkey`
+        /// the group's P_Key.
+        ForeignJoin = 1 => "foreign_join",
+    }
 }
 
 /// Size of the `EVENTS` ring buffer.
@@ -271,6 +295,23 @@ pub struct EventBudget {
     pub sent: u64,
 }
 
+impl EventBudget {
+    /// Whether one more event may be sent at `now_ns`; counts it if so.
+    #[inline(always)]
+    pub fn spend(&mut self, now_ns: u64) -> bool {
+        let window = now_ns >> EVENT_WINDOW_SHIFT;
+        if self.window != window {
+            self.window = window;
+            self.sent = 0;
+        }
+        if self.sent >= EVENTS_PER_WINDOW as u64 {
+            return false;
+        }
+        self.sent += 1;
+        true
+    }
+}
+
 // The layouts the kernel and the host share: a change here is a change of
 // LAYOUT_VERSION.
 const _: () = {
@@ -280,6 +321,7 @@ const _: () = {
     assert!(size_of::<GroupKey>() == 20);
     assert!(size_of::<GroupEntry>() == 8);
     assert!(size_of::<ConnKey>() == 24);
+    assert!(size_of::<crate::capture::PeerKey>() == 20);
     assert!(size_of::<QpStats>() == 16);
     assert!(size_of::<Event>() == 52);
     assert!(size_of::<EventBudget>() == 16);
@@ -295,6 +337,7 @@ mod pod {
     unsafe impl aya::Pod for super::QpEntry {}
     unsafe impl aya::Pod for super::GroupKey {}
     unsafe impl aya::Pod for super::ConnKey {}
+    unsafe impl aya::Pod for crate::capture::PeerKey {}
     unsafe impl aya::Pod for super::QpLayout {}
     unsafe impl aya::Pod for super::GroupEntry {}
     unsafe impl aya::Pod for super::QpStats {}

@@ -8,6 +8,7 @@
 #![no_std]
 
 pub mod abi;
+pub mod capture;
 pub mod csum;
 pub mod frame;
 pub mod icrc;
@@ -18,6 +19,7 @@ pub mod reason;
 pub mod stamp;
 pub mod verdict;
 
+pub use capture::Capture;
 pub use frame::Frame;
 pub use reason::{Outcome, Reason, Verdict};
 pub use stamp::Stamp;

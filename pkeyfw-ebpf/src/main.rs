@@ -20,12 +20,12 @@ use aya_ebpf::{
     programs::{TcContext, XdpContext},
 };
 use pkeyfw_common::{
-    Frame, Outcome, Stamp, Tables,
+    Capture, Frame, Outcome, Stamp, Tables,
     abi::{
-        Config, ConnKey, DEFAULT_QP_CAPACITY, EVENT_WINDOW_SHIFT, EVENTS_BYTES, EVENTS_PER_WINDOW,
-        Event, EventBudget, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, PARTITIONS, QpEntry,
-        QpStats, port_key_index, qp_key,
+        Config, ConnKey, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget, GENERATIONS,
+        GROUP_CAPACITY, GroupEntry, GroupKey, PARTITIONS, QpEntry, QpStats, port_key_index, qp_key,
     },
+    capture::PeerKey,
     frame::MAX_OFFSET,
     judge,
     reason::{REASON_SLOTS, reason_slot},
@@ -68,6 +68,16 @@ static CONNS: HashMap<ConnKey, u32, { (GENERATIONS * DEFAULT_QP_CAPACITY) as usi
 /// Frames per stamping outcome, per CPU.
 #[btf_map]
 static STAMPS: PerCpuArray<u64, { Stamp::COUNT }> = PerCpuArray::new();
+/// Peer → the local QP the RDMA-core probes saw connected to it, across
+/// generations (see `pkeyfw_common::capture`); read first, as it is exact.
+#[btf_map]
+static PEERS: HashMap<PeerKey, u32, { DEFAULT_QP_CAPACITY as usize }> = HashMap::new();
+/// Local QP → its recorded peer, and the probes' counters: written by the
+/// probes only, declared here so that they are pinned with the filter.
+#[btf_map]
+static OWNERS: HashMap<u32, PeerKey, { DEFAULT_QP_CAPACITY as usize }> = HashMap::new();
+#[btf_map]
+static CAPTURES: PerCpuArray<u64, { Capture::COUNT }> = PerCpuArray::new();
 
 /// Refused frames, for the CLI's violation lines.
 #[btf_map]
@@ -228,15 +238,9 @@ fn report<F: Frame>(frame: &F, outcome: &Outcome, monitor: bool) {
     // The coarse clock (tick resolution) is plenty for a ~1 s window and
     // costs a fraction of bpf_ktime_get_ns on every refused frame.
     // SAFETY: no preconditions.
-    let window = unsafe { bpf_ktime_get_coarse_ns() } >> EVENT_WINDOW_SHIFT;
-    if budget.window != window {
-        budget.window = window;
-        budget.sent = 0;
-    }
-    if budget.sent >= EVENTS_PER_WINDOW as u64 {
+    if !budget.spend(unsafe { bpf_ktime_get_coarse_ns() }) {
         return;
     }
-    budget.sent += 1;
     let mut event = Event {
         reason: outcome.reason as u8,
         monitor: monitor.into(),
@@ -442,6 +446,14 @@ impl Tables for Generation {
 impl Conns for Generation {
     #[inline(always)]
     fn local_qp(&self, remote_qpn: u32, peer: &[u8; 16]) -> Option<u32> {
+        let seen = PeerKey {
+            remote_qpn,
+            addr: *peer,
+        };
+        // SAFETY: the value is copied out at once.
+        if let Some(&qpn) = unsafe { PEERS.get(&seen) } {
+            return Some(qpn);
+        }
         let key = ConnKey {
             generation: self.generation,
             remote_qpn,

@@ -22,7 +22,7 @@ use pkeyfw_common::{
 };
 use pkeyfw_testkit::{
     netns::{VethPair, capture_during, in_netns, send},
-    wire::{Packet, icrc_of},
+    wire::{Net, Packet, icrc_of},
 };
 use proptest::{collection::vec, prelude::*, test_runner::TestRunner};
 
@@ -492,4 +492,51 @@ fn forged_pkeys_from_a_udp_socket_do_not_leave_the_host() {
         assert_eq!(stamps[Stamp::Stamped.index() as usize], 0);
     })
     .unwrap();
+}
+
+/// A connection the RDMA probes recorded (`PEERS`, written here as the
+/// probe writes it) is exact: it decides over the policy's "any address"
+/// entry for the same remote QPN, and it outlives every policy apply, which
+/// rewrites the generations but never the probes' table.
+#[test]
+fn recorded_peers_decide_and_outlive_applies() {
+    use aya::maps::{HashMap, MapData};
+    use pkeyfw_common::{abi::name, capture::PeerKey};
+
+    common::require_root();
+    let dir = std::path::Path::new("/sys/fs/bpf").join(common::tag("pkeyfw-peers-"));
+    let policy = stamping_policy();
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut filter = Filter::load_pinned(0, &dir).unwrap();
+    filter.apply(&policy).unwrap();
+    let mut peers: HashMap<MapData, PeerKey, u32> = HashMap::try_from(aya::maps::Map::HashMap(
+        MapData::from_pin(dir.join(name::PEERS)).unwrap(),
+    ))
+    .unwrap();
+    let to_peer = Packet::rc(0xffff, TO_QPB_ANYWHERE);
+    let peer = PeerKey {
+        remote_qpn: TO_QPB_ANYWHERE,
+        addr: std::net::Ipv4Addr::new(192, 0, 2, 2)
+            .to_ipv6_mapped()
+            .octets(),
+    };
+    let stamped = |filter: &Filter, p: &Packet| {
+        let out = egress(filter, &frame(p, true)).0.expect("sent");
+        u16::from_be_bytes([out[p.bth_at() + 2], out[p.bth_at() + 3]])
+    };
+    // The policy's entry: QPB's key (limited 0x0001), wherever the peer is.
+    assert_eq!(stamped(&filter, &to_peer), 0x0001);
+    peers.insert(&peer, &common::cases::QPD, 0).unwrap();
+    for round in 0..3 {
+        assert_eq!(stamped(&filter, &to_peer), 0x8002, "after {round} applies");
+        filter.apply(&policy).unwrap();
+    }
+    // Another host's QP of the same number is still the policy's.
+    let mut elsewhere = to_peer.clone();
+    if let Net::V4 { dst, .. } = &mut elsewhere.net {
+        *dst = std::net::Ipv4Addr::new(192, 0, 2, 9);
+    }
+    assert_eq!(stamped(&filter, &elsewhere), 0x0001);
+    drop(filter);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -16,6 +16,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use aya::programs::XdpMode as AyaMode;
+use pkeyfw_common::abi::EventKind;
 use tokio::{
     io::{Interest, unix::AsyncFd},
     signal::unix::{SignalKind, signal},
@@ -413,13 +414,14 @@ async fn foreground(
     let mut poll = tokio::time::interval(binder::POLL);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut poll_error = None;
-    let mut probes = if binder.active() {
+    // Joins matter whenever the policy lists groups.
+    let mut probes = if binder.active() || !binder.policy().groups.is_empty() {
         // SAFETY: the ring buffer's fd is owned by the probes, which the
         // AsyncFd owns; it closes only when the AsyncFd is dropped.
         let registered = Probes::start(&pins.dir, binder.ifindex()).and_then(|w| {
-            if let Err(why) = &w.connections {
+            if let Err(why) = &w.readers {
                 println!(
-                    "pkeyfw: QP connections are not probed ({why}); they are read every {} ms",
+                    "pkeyfw: QP connections and multicast joins are not probed ({why}); connections are read every {} ms, joins go unreported",
                     binder::POLL.as_millis()
                 );
             }
@@ -445,8 +447,10 @@ async fn foreground(
             guard = ready.readable() => {
                 let mut guard = guard?;
                 while let Some(item) = filter.maps_mut().events().next() {
+                    // A join is one verb call, rare, and budgeted in the
+                    // kernel: always shown; refused frames by the limiter.
                     if let Some(e) = events::decode(&item)
-                        && limiter.allow()
+                        && (e.kind == EventKind::ForeignJoin as u8 || limiter.allow())
                     {
                         println!("{}", events::line(&e));
                     }

@@ -4,7 +4,7 @@
 use std::{io::Write, time::Duration};
 
 use anyhow::{Result, bail};
-use pkeyfw_common::{Reason, Stamp, abi::QpStats};
+use pkeyfw_common::{Capture, Reason, Stamp, abi::QpStats};
 use serde_json::json;
 
 use super::NetnsArg;
@@ -12,7 +12,7 @@ use crate::{
     cmd::attach::cli_iface,
     control::netlink::XdpMode,
     control::netns::{self, NetnsId},
-    loading::maps::{Maps, ReasonCounts, StampCounts},
+    loading::maps::{CaptureCounts, Maps, ReasonCounts, StampCounts},
     loading::pins::{self, Holder, Pins, State},
     reporting::describe,
 };
@@ -27,6 +27,8 @@ pub struct Snapshot {
     /// Whether the active policy stamps.
     pub stamping: bool,
     pub stamps: StampCounts,
+    /// What the RDMA-core probes saw (connections, joins).
+    pub captures: CaptureCounts,
     /// Who holds it, when known (else `pinned` says).
     pub holder: Option<Holder>,
     /// The network namespace to show, when not the host's.
@@ -43,6 +45,7 @@ impl Snapshot {
             qps: maps.qp_counters()?,
             stamping: maps.stamping()?,
             stamps: maps.stamps()?,
+            captures: maps.captures()?,
             holder: None,
             netns: None,
         })
@@ -71,6 +74,11 @@ impl Snapshot {
         self.stamping || self.stamps.iter().any(|&n| n != 0)
     }
 
+    /// The RDMA probes' counters are shown once they counted anything.
+    fn shows_captures(&self) -> bool {
+        self.captures.iter().any(|&n| n != 0)
+    }
+
     /// The documented JSON object.
     pub fn json(&self) -> serde_json::Value {
         let reasons = describe::reasons_json(&self.reasons);
@@ -93,6 +101,18 @@ impl Snapshot {
                 .map(|s| (s.name().to_string(), json!(self.stamps[s.index() as usize])))
                 .collect();
             out["stamping"] = json!({"on": self.stamping, "frames": counts});
+        }
+        if self.shows_captures() {
+            let counts: serde_json::Map<_, _> = Capture::ALL
+                .iter()
+                .map(|c| {
+                    (
+                        c.name().to_string(),
+                        json!(self.captures[c.index() as usize]),
+                    )
+                })
+                .collect();
+            out["probes"] = counts.into();
         }
         out
     }
@@ -120,6 +140,17 @@ impl Snapshot {
                     "    {:<14} {:>12}",
                     s.name(),
                     self.stamps[s.index() as usize]
+                )?;
+            }
+        }
+        if self.shows_captures() {
+            writeln!(out, "  RDMA probes (verbs):")?;
+            for c in Capture::ALL {
+                writeln!(
+                    out,
+                    "    {:<14} {:>12}",
+                    c.name(),
+                    self.captures[c.index() as usize]
                 )?;
             }
         }

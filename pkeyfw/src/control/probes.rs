@@ -1,10 +1,12 @@
-//! The RDMA-core probes of a foreground attachment: a wake-up on every QP
-//! creation, so new QPs are bound at once rather than at the next poll, and
-//! the connection probe, which writes a connected QP's peer into the
-//! filter's `CONNS` as the QP is given it (see pkeyfw-ebpf's probes.rs).
-//! Where the creation probe cannot attach (no ib_core, no kprobes), polling
-//! alone remains; where the connection probe cannot (no ib_core BTF), the
-//! peer is learnt from RDMA netlink at the next poll.
+//! The RDMA-core probes of a foreground attachment (see pkeyfw-ebpf's
+//! probes.rs): a wake-up on every QP creation, so new QPs are bound at once
+//! rather than at the next poll; the connection probes, which record a
+//! bound QP's peer for stamping as the QP is given it; and the multicast
+//! probes, which report a QP that joins another partition's group. They
+//! share the filter's maps through its pins. Where the creation probe cannot
+//! attach (no ib_core, no kprobes), polling alone remains; where the others
+//! cannot (no ib_core BTF), peers are learnt from RDMA netlink at the next
+//! poll and joins go unreported.
 
 use std::{
     os::fd::{AsRawFd, RawFd},
@@ -17,7 +19,7 @@ use aya::{
     maps::{MapData, RingBuf},
     programs::KProbe,
 };
-use pkeyfw_common::abi::{QpLayout, name};
+use pkeyfw_common::abi::{MAPS, MapSize, QpLayout};
 
 use crate::{control::rdma, loading::btf::Btf};
 
@@ -26,16 +28,24 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pk
 
 /// Functions every QP creation returns through (user and kernel QPs).
 const CREATORS: [&str; 2] = ["ib_create_qp_user", "ib_create_qp_kernel"];
-/// The function every user QP's modify goes through (uverbs).
-const CONNECTOR: &str = "ib_modify_qp_with_udata";
+/// The probes that read the RDMA structures, and what they probe: the
+/// modify every user QP's goes through (uverbs), the destroy, the multicast
+/// attach (uverbs and kernel users alike).
+const READERS: [(&str, &str); 5] = [
+    ("pkeyfw_modify", "ib_modify_qp_with_udata"),
+    ("pkeyfw_modified", "ib_modify_qp_with_udata"),
+    ("pkeyfw_destroy", "ib_destroy_qp_user"),
+    ("pkeyfw_join", "ib_attach_mcast"),
+    ("pkeyfw_joined", "ib_attach_mcast"),
+];
 
 /// The probes and the ring buffer the creation probe signals through.
 pub struct Probes {
     /// Holds the programs and their attachments.
     _ebpf: Ebpf,
     ring: RingBuf<MapData>,
-    /// Why the connection probe is not attached, if it is not.
-    pub connections: Result<(), String>,
+    /// Why the connection and multicast probes are not attached, if not.
+    pub readers: Result<(), String>,
 }
 
 impl Probes {
@@ -43,14 +53,18 @@ impl Probes {
     /// on interface `ifindex`.
     pub fn start(pins: &Path, ifindex: u32) -> Result<Probes> {
         let layout = layout(ifindex);
-        let conns = pins.join(name::CONNS);
-        let conns_size = MapData::from_pin(&conns)
-            .and_then(|m| Ok(m.info()?.max_entries()))
-            .with_context(|| format!("opening {}", conns.display()))?;
-        let mut ebpf = EbpfLoader::new()
-            .map_pin_path(name::ACTIVE, pins.join(name::ACTIVE))
-            .map_pin_path(name::CONNS, conns)
-            .map_max_entries(name::CONNS, conns_size)
+        let mut loader = EbpfLoader::new();
+        for spec in MAPS {
+            let pin = pins.join(spec.name);
+            if let MapSize::PerQp(_) = spec.size {
+                let size = MapData::from_pin(&pin)
+                    .and_then(|m| Ok(m.info()?.max_entries()))
+                    .with_context(|| format!("opening {}", pin.display()))?;
+                loader.map_max_entries(spec.name, size);
+            }
+            loader.map_pin_path(spec.name, pin);
+        }
+        let mut ebpf = loader
             .override_global(
                 "LAYOUT",
                 layout.as_ref().unwrap_or(&QpLayout::default()),
@@ -58,17 +72,10 @@ impl Probes {
             )
             .load(OBJECT)
             .context("loading the RDMA probes")?;
-        let connections = layout.map_err(|e| format!("{e:#}")).and_then(|_| {
-            let program: &mut KProbe = ebpf
-                .program_mut("pkeyfw_qp_connect")
-                .ok_or("the probes object has no connection probe")?
-                .try_into()
-                .map_err(|e| format!("{e}"))?;
-            program.load().map_err(|e| format!("{e}"))?;
-            program
-                .attach(CONNECTOR, 0)
-                .map(drop)
-                .map_err(|e| format!("probing {CONNECTOR}: {e}"))
+        let readers = layout.map_err(|e| format!("{e:#}")).and_then(|_| {
+            READERS
+                .iter()
+                .try_for_each(|&(p, f)| attach(&mut ebpf, p, f))
         });
         let program: &mut KProbe = ebpf
             .program_mut("pkeyfw_qp_created")
@@ -87,7 +94,7 @@ impl Probes {
         Ok(Probes {
             _ebpf: ebpf,
             ring,
-            connections,
+            readers,
         })
     }
 
@@ -101,7 +108,21 @@ impl Probes {
     }
 }
 
-/// Where the connection probe finds what it reads, and the RDMA devices on
+/// Loads program `name` of the object and attaches it to `function`.
+fn attach(ebpf: &mut Ebpf, name: &str, function: &str) -> Result<(), String> {
+    let program: &mut KProbe = ebpf
+        .program_mut(name)
+        .ok_or_else(|| format!("the probes object has no {name}"))?
+        .try_into()
+        .map_err(|e| format!("{e}"))?;
+    program.load().map_err(|e| format!("loading {name}: {e}"))?;
+    program
+        .attach(function, 0)
+        .map(drop)
+        .map_err(|e| format!("probing {function}: {e}"))
+}
+
+/// Where the probes find what it reads, and the RDMA devices on
 /// the interface.
 fn layout(ifindex: u32) -> Result<QpLayout> {
     let btf = Btf::of_module("ib_core")?;

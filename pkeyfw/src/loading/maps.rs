@@ -20,7 +20,7 @@ use aya::{
     maps::{Array, HashMap, Map, MapData, MapError, MapInfo, PerCpuArray, RingBuf},
 };
 use pkeyfw_common::{
-    Reason, Stamp, Verdict,
+    Capture, Reason, Stamp, Verdict,
     abi::{
         Config, ConnKey, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, LAYOUT_VERSION, MAPS,
         MapKind, QPN_MASK, QpEntry, QpStats, name, port_key_index, qp_key,
@@ -75,6 +75,8 @@ impl ReasonCounts {
 
 /// Frames per stamping outcome, in [`Stamp`] order.
 pub type StampCounts = [u64; Stamp::COUNT];
+/// Verbs per RDMA-probe outcome, in [`Capture`] order.
+pub type CaptureCounts = [u64; Capture::COUNT];
 
 /// The program's maps.
 pub struct Maps {
@@ -94,6 +96,7 @@ pub struct Maps {
     events: RingBuf<MapData>,
     conns: HashMap<MapData, ConnKey, u32>,
     stamps: PerCpuArray<MapData, u64>,
+    captures: PerCpuArray<MapData, u64>,
 }
 
 /// What a generation holds, as read back from the maps.
@@ -193,6 +196,7 @@ impl Maps {
             events: typed(take(name::EVENTS), name::EVENTS)?,
             conns: typed(take(name::CONNS), name::CONNS)?,
             stamps: typed(take(name::STAMPS), name::STAMPS)?,
+            captures: typed(take(name::CAPTURES), name::CAPTURES)?,
         })
     }
 
@@ -208,28 +212,17 @@ impl Maps {
 
     /// Frames per (reason, verdict), summed over CPUs.
     pub fn reasons(&self) -> Result<ReasonCounts> {
-        let mut counts = ReasonCounts::default();
-        for (slot, count) in counts.0.iter_mut().enumerate() {
-            let per_cpu = self
-                .reasons
-                .get(&(slot as u32), 0)
-                .context("reading REASONS")?;
-            *count = per_cpu.iter().sum();
-        }
-        Ok(counts)
+        Ok(ReasonCounts(summed(&self.reasons, name::REASONS)?))
     }
 
     /// Frames per stamping outcome, summed over CPUs.
     pub fn stamps(&self) -> Result<StampCounts> {
-        let mut counts = [0; Stamp::COUNT];
-        for stamp in Stamp::ALL {
-            let per_cpu = self
-                .stamps
-                .get(&stamp.index(), 0)
-                .context("reading STAMPS")?;
-            counts[stamp.index() as usize] = per_cpu.iter().sum();
-        }
-        Ok(counts)
+        summed(&self.stamps, name::STAMPS)
+    }
+
+    /// Verbs per RDMA-probe outcome, summed over CPUs.
+    pub fn captures(&self) -> Result<CaptureCounts> {
+        summed(&self.captures, name::CAPTURES)
     }
 
     /// Whether the active policy stamps.
@@ -467,6 +460,18 @@ impl Maps {
         }
         Ok(())
     }
+}
+
+/// The first `N` counters of a per-CPU counter map, each summed over CPUs.
+fn summed<const N: usize>(map: &PerCpuArray<MapData, u64>, name: &str) -> Result<[u64; N]> {
+    let mut counts = [0; N];
+    for (slot, count) in counts.iter_mut().enumerate() {
+        let per_cpu = map
+            .get(&(slot as u32), 0)
+            .with_context(|| format!("reading {name}"))?;
+        *count = per_cpu.iter().sum();
+    }
+    Ok(counts)
 }
 
 /// The `CONNS` key of a connection in generation `g`.

@@ -3,7 +3,10 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
-use pkeyfw_common::{Reason, abi::Event};
+use pkeyfw_common::{
+    Reason,
+    abi::{Event, EventKind},
+};
 
 use crate::reporting::describe;
 
@@ -21,8 +24,21 @@ fn addr(a: [u8; 16]) -> IpAddr {
     v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
 }
 
-/// One line per refused frame.
+/// One line per event: a refused frame, or a QP that joined a group of
+/// another partition.
 pub fn line(e: &Event) -> String {
+    if e.kind == EventKind::ForeignJoin as u8 {
+        let qp = match e.pkey {
+            0 => "no partition".to_string(),
+            k => format!("P_Key {}", describe::pkey(k)),
+        };
+        return format!(
+            "violation foreign_join: QP {:#08x} ({qp}) joined group {} of P_Key {}: it receives the group's frames",
+            e.dest_qp,
+            addr(e.dst),
+            describe::pkey(e.qkey as u16)
+        );
+    }
     let reason = Reason::from_repr(e.reason.into()).map_or("?", Reason::name);
     let verdict = if e.monitor != 0 { "would drop" } else { "drop" };
     if e.src == [0; 16] && e.dst == [0; 16] {

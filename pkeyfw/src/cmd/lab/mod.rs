@@ -40,6 +40,9 @@ pub struct LabArgs {
 #[derive(clap::Subcommand)]
 pub enum LabCommand {
     Rxe(rxe::RxeArgs),
+    /// A local tenant's ibverbs moves, for the soft-RoCE lab's attacks.
+    #[command(hide = true)]
+    Verbs(rxe::verbs::VerbsArgs),
 }
 
 pub fn run(args: &LabArgs) -> Result<()> {
@@ -52,6 +55,7 @@ pub fn run(args: &LabArgs) -> Result<()> {
             true => Ok(()),
             false => bail!("some scenarios did not go as the partition rules say"),
         },
+        Some(LabCommand::Verbs(verbs)) => rxe::verbs::run(verbs),
     }
 }
 

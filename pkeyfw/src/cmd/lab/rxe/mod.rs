@@ -11,17 +11,18 @@
 mod run;
 pub mod scenario;
 mod topology;
+pub mod verbs;
 
 use std::{fs, path::PathBuf};
 
 use anyhow::{Result, bail};
-use pkeyfw_common::Reason;
+use pkeyfw_common::{Capture, Reason};
 
 use crate::loading::maps::ReasonCounts;
 use serde_json::json;
 
 use run::{Exit, Observed};
-use scenario::Scenario;
+use scenario::{Attack, Scenario};
 use topology::Topology;
 
 /// Real RDMA programs over soft-RoCE, with pkeyfw enforcing.
@@ -119,6 +120,22 @@ fn judge(sc: &Scenario, o: &Observed) -> bool {
         && o.client_reasons.is_none_or(|c| refused_only(&c, None))
         && o.bad_icrc == 0
         && (!policy.stamp || (o.stamped > 0 && o.rxe_rcvd == o.passed))
+        && attack_failed(sc, o)
+}
+
+/// Whether the scenario's attack, if any, failed as it must: the flood
+/// reached the probes and took no frame from its owner (every frame of the
+/// bound QPs stamped with their key, none left unattributed); the join
+/// was counted and reported.
+fn attack_failed(sc: &Scenario, o: &Observed) -> bool {
+    let [server, client] = o.probes.map(|p| move |c: Capture| p[c.index() as usize]);
+    match sc.attack {
+        None => true,
+        Some(Attack::ModifyFlood) => {
+            client(Capture::Failed) > 0 && client(Capture::Recorded) > 0 && o.unbound == 0
+        }
+        Some(Attack::ForeignJoin(_)) => server(Capture::ForeignJoin) > 0 && o.join_reported,
+    }
 }
 
 fn outcome(completes: bool) -> &'static str {
@@ -182,6 +199,14 @@ fn exit_json(e: Exit) -> serde_json::Value {
     }
 }
 
+fn probes_json(counts: &crate::loading::maps::CaptureCounts) -> serde_json::Value {
+    Capture::ALL
+        .iter()
+        .map(|c| (c.name().to_string(), json!(counts[c.index() as usize])))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
 fn results(scenarios: &[Scenario], rows: &[Observed]) -> serde_json::Value {
     let list: Vec<_> = scenarios
         .iter()
@@ -201,6 +226,11 @@ fn results(scenarios: &[Scenario], rows: &[Observed]) -> serde_json::Value {
                 "ok": judge(sc, o),
                 "client_reasons": o.client_reasons.as_ref().map(crate::reporting::describe::reasons_json),
                 "stamped": o.stamped,
+                "unbound": o.unbound,
+                "probes": {
+                    "server": probes_json(&o.probes[0]),
+                    "client": probes_json(&o.probes[1]),
+                },
                 "rxe_rcvd": { "server": o.rxe_rcvd[0], "client": o.rxe_rcvd[1] },
                 "passed": { "server": o.passed[0], "client": o.passed[1] },
                 "icrc": { "frames": o.frames, "bad": o.bad_icrc },

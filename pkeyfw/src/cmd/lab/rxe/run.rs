@@ -20,12 +20,12 @@ use pkeyfw_common::{Reason, Stamp};
 use pkeyfw_testkit::wire;
 
 use super::{
-    scenario::{Ready, Scenario},
+    scenario::{Attack, Ready, Scenario},
     topology::{End, Topology},
 };
 use crate::{
     capture,
-    loading::maps::{Maps, ReasonCounts},
+    loading::maps::{CaptureCounts, Maps, ReasonCounts},
     loading::pins::Pins,
 };
 
@@ -53,8 +53,14 @@ pub struct Observed {
     pub reasons: ReasonCounts,
     /// The client end's, when it is filtered too (stamping scenarios).
     pub client_reasons: Option<ReasonCounts>,
-    /// Frames the two ends' egress programs stamped.
+    /// Frames the two ends' egress programs stamped, and those they left
+    /// unattributed (the port's default P_Key).
     pub stamped: u64,
+    pub unbound: u64,
+    /// What each end's RDMA probes counted: [server, client].
+    pub probes: [CaptureCounts; 2],
+    /// Whether an attachment printed a foreign-join violation.
+    pub join_reported: bool,
     /// Frames each end's rxe device took in (`rcvd_pkts`, counted once a
     /// frame passed rxe's header and ICRC checks), and frames each end's
     /// filter passed to it: [server, client].
@@ -228,6 +234,10 @@ pub fn scenario(
         .map(|(path, end)| tcpdump(&end.iface, path))
         .collect::<Result<Vec<_>>>()?;
     let rcvd_before = [server_end, client_end].map(rxe_rcvd);
+    let attacker = sc
+        .attack
+        .map(|a| attack(a, server_end, client_end))
+        .transpose()?;
 
     let logs = capture_dir.unwrap_or(work);
     let log = |role: &str| fs::File::create(logs.join(format!("{}.{role}.log", sc.name)));
@@ -263,23 +273,28 @@ pub fn scenario(
     } else {
         LINGER
     })?;
-    drop((client, server));
+    drop((client, server, attacker));
     for t in tcpdumps {
         stop(t);
     }
     let rcvd_after = [server_end, client_end].map(rxe_rcvd);
-    let counted = |end: &End| -> Result<(ReasonCounts, u64)> {
+    let counted = |end: &End| -> Result<(ReasonCounts, [u64; 2], CaptureCounts)> {
         let maps = Maps::from_pins(&Pins::of(&end.iface).dir)?;
+        let stamps = maps.stamps()?;
         Ok((
             maps.reasons()?,
-            maps.stamps()?[Stamp::Stamped.index() as usize],
+            [Stamp::Stamped, Stamp::Unbound].map(|s| stamps[s.index() as usize]),
+            maps.captures()?,
         ))
     };
-    let (reasons, mut stamped) = counted(server_end)?;
+    let (reasons, [mut stamped, mut unbound], server_probes) = counted(server_end)?;
+    let mut probes = [server_probes, CaptureCounts::default()];
     let client_reasons = match &client_attach {
         Some(_) => {
-            let (r, s) = counted(client_end)?;
+            let (r, [s, u], p) = counted(client_end)?;
             stamped += s;
+            unbound += u;
+            probes[1] = p;
             Some(r)
         }
         None => None,
@@ -317,6 +332,11 @@ pub fn scenario(
         reasons,
         client_reasons,
         stamped,
+        unbound,
+        probes,
+        join_reported: attach_lines
+            .iter()
+            .any(|l| l.contains("violation foreign_join")),
         rxe_rcvd: [0, 1].map(|i| rcvd_after[i].saturating_sub(rcvd_before[i])),
         passed: [passed(Some(&reasons)), passed(client_reasons.as_ref())],
         captures,
@@ -332,6 +352,37 @@ pub fn scenario(
         ),
     })
 }
+
+/// Starts `attack` as an unprivileged user (nobody), holding a QP no rule
+/// binds; it runs until dropped.
+fn attack(attack: Attack, server: &End, client: &End) -> Result<Proc> {
+    use std::os::unix::process::CommandExt as _;
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.args(["lab", "verbs"]);
+    match attack {
+        Attack::ModifyFlood => cmd
+            .args(["--device", &client.device, "--gid-index"])
+            .arg(client.gid_index.to_string())
+            .args(["--flood", &u64::MAX.to_string(), "--peer"])
+            .arg(server.addr.to_string()),
+        Attack::ForeignJoin(group) => cmd
+            .args(["--device", &server.device, "--join"])
+            .arg(group.to_string())
+            .args(["--hold-ms", "600000"]),
+    };
+    let child = cmd
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting pkeyfw lab verbs as nobody")?;
+    // Long enough for its QP to exist and its first verbs to be called.
+    std::thread::sleep(Duration::from_millis(500));
+    Ok(Proc(child))
+}
+
+/// The unprivileged user the attacker runs as.
+const NOBODY: u32 = 65534;
 
 /// A path that runs `program` under the command name `comm`: a link named
 /// so in `work` (the kernel names a task after the file it executes).

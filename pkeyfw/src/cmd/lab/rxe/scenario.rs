@@ -3,7 +3,7 @@
 //! rules say must happen. The receiving end (the server) is filtered; in a
 //! stamping scenario both ends are, each stamping what it sends.
 
-use std::path::Path;
+use std::{net::Ipv4Addr, path::Path};
 
 use pkeyfw_common::Reason;
 
@@ -125,6 +125,21 @@ pub struct Scenario {
     pub wire_qkeys: &'static [u32],
     /// Which rule decides it.
     pub why: &'static str,
+    /// What an unprivileged local tenant does meanwhile.
+    pub attack: Option<Attack>,
+}
+
+/// A local tenant's move during a scenario: `pkeyfw lab verbs` as an
+/// unprivileged user, with a QP no rule binds, from before the server
+/// starts until the programs are done.
+#[derive(Copy, Clone, Debug)]
+pub enum Attack {
+    /// On the client's device, modifies to RTR in a loop, naming every
+    /// QPN the server's QP may get at the server's address: without the
+    /// probes' rules, each would take the client's connection from it.
+    ModifyFlood,
+    /// On the server's device, joins this group (of another partition).
+    ForeignJoin(Ipv4Addr),
 }
 
 impl Scenario {
@@ -194,6 +209,7 @@ pub fn all() -> Vec<Scenario> {
             reason: Reason::Ok,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[PP_QKEY],
+            attack: None,
             why: "DETH Q_Key equals the QP's",
         },
         Scenario {
@@ -206,6 +222,7 @@ pub fn all() -> Vec<Scenario> {
             reason: Reason::QkeyViolation,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[PP_QKEY],
+            attack: None,
             why: "DETH Q_Key differs from the QP's",
         },
         Scenario {
@@ -218,6 +235,7 @@ pub fn all() -> Vec<Scenario> {
             reason: Reason::Ok,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[],
+            attack: None,
             why: "0xffff matches 0xffff",
         },
         Scenario {
@@ -230,6 +248,7 @@ pub fn all() -> Vec<Scenario> {
             reason: Reason::PkeyViolation,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[],
+            attack: None,
             why: "partition 0x7fff is not 0x0001",
         },
         Scenario {
@@ -242,6 +261,7 @@ pub fn all() -> Vec<Scenario> {
             reason: Reason::Ok,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[],
+            attack: None,
             why: "0xffff matches 0xffff",
         },
         Scenario {
@@ -254,6 +274,7 @@ pub fn all() -> Vec<Scenario> {
             reason: Reason::PkeyViolation,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[],
+            attack: None,
             why: "partition 0x7fff is not 0x0001",
         },
         Scenario {
@@ -266,6 +287,7 @@ pub fn all() -> Vec<Scenario> {
             reason: Reason::Ok,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[GSI_QKEY],
+            attack: None,
             why: "CM to QP1 (Q_Key 0x80010000), RC data 0xffff",
         },
         Scenario {
@@ -278,6 +300,7 @@ pub fn all() -> Vec<Scenario> {
             reason: Reason::Ok,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[GSI_QKEY, UDADDY_QKEY],
+            attack: None,
             why: "CM to QP1, data Q_Key matches",
         },
         Scenario {
@@ -290,6 +313,7 @@ pub fn all() -> Vec<Scenario> {
             reason: Reason::QkeyViolation,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[GSI_QKEY, UDADDY_QKEY],
+            attack: None,
             why: "CM passes; data Q_Key differs",
         },
         Scenario {
@@ -302,6 +326,7 @@ pub fn all() -> Vec<Scenario> {
             reason: Reason::UnknownQp,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[PP_QKEY],
+            attack: None,
             why: "no rule binds the QP",
         },
         Scenario {
@@ -314,6 +339,7 @@ pub fn all() -> Vec<Scenario> {
             reason: Reason::UnknownQp,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[GSI_QKEY],
+            attack: None,
             why: "CM to QP1 passes; the RC QP is unbound",
         },
         Scenario {
@@ -326,6 +352,7 @@ pub fn all() -> Vec<Scenario> {
             reason: Reason::Ok,
             wire_pkeys: &[0x0001, 0x8001],
             wire_qkeys: &[PP_QKEY],
+            attack: None,
             why: "full and limited member of 0x0001",
         },
         Scenario {
@@ -338,6 +365,7 @@ pub fn all() -> Vec<Scenario> {
             reason: Reason::Ok,
             wire_pkeys: &[0x0001, 0x8001],
             wire_qkeys: &[],
+            attack: None,
             why: "full and limited member of 0x0001",
         },
         Scenario {
@@ -350,6 +378,7 @@ pub fn all() -> Vec<Scenario> {
             reason: Reason::PkeyViolation,
             wire_pkeys: &[0x0001],
             wire_qkeys: &[PP_QKEY],
+            attack: None,
             why: "two limited members never match",
         },
         Scenario {
@@ -362,6 +391,7 @@ pub fn all() -> Vec<Scenario> {
             reason: Reason::PkeyViolation,
             wire_pkeys: &[0x0001],
             wire_qkeys: &[],
+            attack: None,
             why: "two limited members never match",
         },
         Scenario {
@@ -374,6 +404,7 @@ pub fn all() -> Vec<Scenario> {
             reason: Reason::PkeyViolation,
             wire_pkeys: &[0x8002],
             wire_qkeys: &[PP_QKEY],
+            attack: None,
             why: "partition 0x0002 is not 0x0001",
         },
         Scenario {
@@ -386,7 +417,38 @@ pub fn all() -> Vec<Scenario> {
             reason: Reason::PkeyViolation,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[PP_QKEY],
+            attack: None,
             why: "rxe sends 0xffff, which 0x8001 refuses",
+        },
+        Scenario {
+            name: "stamp-rc-flood",
+            roles: roles(A, C),
+            program: Program::RcPingpong,
+            rules: STAMPING,
+            binding: "A 0x8001 ⟵ C 0x0001, stamped",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0x0001, 0x8001],
+            wire_qkeys: &[],
+            attack: Some(Attack::ModifyFlood),
+            why: "a tenant's modify flood records nothing",
+        },
+        Scenario {
+            name: "mcast-foreign-join",
+            roles: roles(A, B),
+            program: Program::UdPingpong,
+            rules: concat!(
+                "[enforcement]\nstamp = true\n",
+                roles!(),
+                "[[group]]\naddr = \"239.1.1.1\"\npkey = 0x8002\nqkey = 0x11111111\n"
+            ),
+            binding: "A 0x8001 ⟵ B 0x0001, stamped",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0x0001, 0x8001],
+            wire_qkeys: &[PP_QKEY],
+            attack: Some(Attack::ForeignJoin(Ipv4Addr::new(239, 1, 1, 1))),
+            why: "a join to 0x0002's group is reported",
         },
     ]
 }

@@ -1,0 +1,378 @@
+//! What a local tenant can do with ibverbs and no privilege, for the lab's
+//! attack checks: open a device, make a QP no rule binds, then loop
+//! `ibv_modify_qp` giving it peers (the connection-table flood), or attach
+//! it to a multicast group. libibverbs is opened at run time, so pkeyfw
+//! builds and runs without it; only these few calls and the parts of their
+//! structures they touch are declared (x86-64 layouts of rdma-core's
+//! verbs.h).
+
+use std::{
+    ffi::{CStr, CString, c_char, c_int, c_void},
+    net::Ipv4Addr,
+    ptr,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+/// `pkeyfw lab verbs`: a lab attacker (hidden; the lab runs it unprivileged).
+#[derive(clap::Args, Debug)]
+pub struct VerbsArgs {
+    /// The RDMA device.
+    #[arg(long)]
+    pub device: String,
+    /// GID index of the device's RoCE v2 IPv4 GID.
+    #[arg(long, default_value_t = 0)]
+    pub gid_index: u8,
+    /// Loop this many modifies to RTR on an RC QP, each naming a peer QPN
+    /// (cycling through `--qpns` from 0x11, where rxe starts) at `--peer`.
+    #[arg(long, requires = "peer")]
+    pub flood: Option<u64>,
+    #[arg(long)]
+    pub peer: Option<Ipv4Addr>,
+    #[arg(long, default_value_t = 64)]
+    pub qpns: u32,
+    /// Attach a UD QP to this IPv4 multicast group, then wait `--hold-ms`.
+    #[arg(long)]
+    pub join: Option<Ipv4Addr>,
+    #[arg(long, default_value_t = 0)]
+    pub hold_ms: u64,
+}
+
+pub fn run(a: &VerbsArgs) -> Result<()> {
+    let lib = Lib::open()?;
+    let ctx = lib.open_device(&a.device)?;
+    if let Some(n) = a.flood {
+        let peer = a.peer.context("--flood needs --peer")?;
+        let qp = ctx.qp(QPT_RC)?;
+        ctx.to_init(qp, QPT_RC)?;
+        let (mut ok, mut failed) = (0u64, 0u64);
+        for i in 0..n {
+            let remote = 0x11 + (i % u64::from(a.qpns)) as u32;
+            match ctx.to_rtr(qp, remote, peer, a.gid_index) {
+                0 => ok += 1,
+                _ => failed += 1,
+            }
+        }
+        println!("modifies: {ok} succeeded, {failed} failed");
+    }
+    if let Some(group) = a.join {
+        let qp = ctx.qp(QPT_UD)?;
+        ctx.to_init(qp, QPT_UD)?;
+        let gid = Gid::v4_mapped(group);
+        // SAFETY: a live QP of this context and a valid GID.
+        let rc = unsafe { (ctx.lib.attach_mcast)(qp, &gid, 0) };
+        if rc != 0 {
+            bail!(
+                "ibv_attach_mcast: {}",
+                std::io::Error::from_raw_os_error(rc)
+            );
+        }
+        // SAFETY: reading a field of a live QP.
+        println!("joined {group} with QP {:#x}", unsafe { (*qp).qp_num });
+    }
+    std::thread::sleep(std::time::Duration::from_millis(a.hold_ms));
+    Ok(())
+}
+
+const QPT_RC: c_int = 2;
+const QPT_UD: c_int = 4;
+
+const QP_STATE: c_int = 1;
+const QP_ACCESS_FLAGS: c_int = 1 << 3;
+const QP_PKEY_INDEX: c_int = 1 << 4;
+const QP_PORT: c_int = 1 << 5;
+const QP_QKEY: c_int = 1 << 6;
+const QP_AV: c_int = 1 << 7;
+const QP_PATH_MTU: c_int = 1 << 8;
+const QP_RQ_PSN: c_int = 1 << 12;
+const QP_MIN_RNR_TIMER: c_int = 1 << 15;
+const QP_MAX_DEST_RD_ATOMIC: c_int = 1 << 17;
+const QP_DEST_QPN: c_int = 1 << 20;
+
+const STATE_INIT: u32 = 1;
+const STATE_RTR: u32 = 2;
+const MTU_1024: u32 = 3;
+
+/// `union ibv_gid` (8-byte aligned, as its `global` member is).
+#[repr(C, align(8))]
+#[derive(Copy, Clone, Default)]
+struct Gid([u8; 16]);
+
+impl Gid {
+    fn v4_mapped(a: Ipv4Addr) -> Gid {
+        Gid(a.to_ipv6_mapped().octets())
+    }
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct QpCap {
+    max_send_wr: u32,
+    max_recv_wr: u32,
+    max_send_sge: u32,
+    max_recv_sge: u32,
+    max_inline_data: u32,
+}
+
+#[repr(C)]
+struct QpInitAttr {
+    qp_context: *mut c_void,
+    send_cq: *mut c_void,
+    recv_cq: *mut c_void,
+    srq: *mut c_void,
+    cap: QpCap,
+    qp_type: c_int,
+    sq_sig_all: c_int,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct GlobalRoute {
+    dgid: Gid,
+    flow_label: u32,
+    sgid_index: u8,
+    hop_limit: u8,
+    traffic_class: u8,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct AhAttr {
+    grh: GlobalRoute,
+    dlid: u16,
+    sl: u8,
+    src_path_bits: u8,
+    static_rate: u8,
+    is_global: u8,
+    port_num: u8,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct QpAttr {
+    qp_state: u32,
+    cur_qp_state: u32,
+    path_mtu: u32,
+    path_mig_state: u32,
+    qkey: u32,
+    rq_psn: u32,
+    sq_psn: u32,
+    dest_qp_num: u32,
+    qp_access_flags: u32,
+    cap: QpCap,
+    ah_attr: AhAttr,
+    alt_ah_attr: AhAttr,
+    pkey_index: u16,
+    alt_pkey_index: u16,
+    en_sqd_async_notify: u8,
+    sq_draining: u8,
+    max_rd_atomic: u8,
+    max_dest_rd_atomic: u8,
+    min_rnr_timer: u8,
+    port_num: u8,
+    timeout: u8,
+    retry_cnt: u8,
+    rnr_retry: u8,
+    alt_port_num: u8,
+    alt_timeout: u8,
+    rate_limit: u32,
+}
+
+/// The head of `struct ibv_qp`, up to the QP number.
+#[repr(C)]
+struct Qp {
+    _pointers: [*mut c_void; 6],
+    _handle: u32,
+    qp_num: u32,
+}
+
+// verbs.h's sizes, so that a wrong declaration fails the build, not a run.
+const _: () = {
+    assert!(size_of::<QpInitAttr>() == 64);
+    assert!(size_of::<AhAttr>() == 32);
+    assert!(size_of::<QpAttr>() == 144);
+    assert!(std::mem::offset_of!(QpAttr, ah_attr) == 56);
+    assert!(std::mem::offset_of!(QpAttr, pkey_index) == 120);
+    assert!(std::mem::offset_of!(Qp, qp_num) == 52);
+};
+
+type Ptr = *mut c_void;
+
+/// The libibverbs functions used.
+struct Lib {
+    get_device_list: unsafe extern "C" fn(*mut c_int) -> *mut Ptr,
+    get_device_name: unsafe extern "C" fn(Ptr) -> *const c_char,
+    open_device: unsafe extern "C" fn(Ptr) -> Ptr,
+    alloc_pd: unsafe extern "C" fn(Ptr) -> Ptr,
+    create_cq: unsafe extern "C" fn(Ptr, c_int, Ptr, Ptr, c_int) -> Ptr,
+    create_qp: unsafe extern "C" fn(Ptr, *mut QpInitAttr) -> *mut Qp,
+    modify_qp: unsafe extern "C" fn(*mut Qp, *mut QpAttr, c_int) -> c_int,
+    attach_mcast: unsafe extern "C" fn(*mut Qp, *const Gid, u16) -> c_int,
+}
+
+impl Lib {
+    fn open() -> Result<Lib> {
+        let name = c"libibverbs.so.1";
+        // SAFETY: a valid C string; the library stays loaded for the
+        // process's life (never closed).
+        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW) };
+        if handle.is_null() {
+            bail!("cannot load libibverbs.so.1 (is rdma-core installed?)");
+        }
+        // SAFETY: each field's type is its symbol's C signature (verbs.h).
+        unsafe {
+            Ok(Lib {
+                get_device_list: sym(handle, "ibv_get_device_list")?,
+                get_device_name: sym(handle, "ibv_get_device_name")?,
+                open_device: sym(handle, "ibv_open_device")?,
+                alloc_pd: sym(handle, "ibv_alloc_pd")?,
+                create_cq: sym(handle, "ibv_create_cq")?,
+                create_qp: sym(handle, "ibv_create_qp")?,
+                modify_qp: sym(handle, "ibv_modify_qp")?,
+                attach_mcast: sym(handle, "ibv_attach_mcast")?,
+            })
+        }
+    }
+
+    fn open_device(self, name: &str) -> Result<Context> {
+        let mut n = 0;
+        // SAFETY: `n` is a valid out-parameter; the list is never freed
+        // (the process is short-lived), so its devices stay valid.
+        let list = unsafe { (self.get_device_list)(&mut n) };
+        if list.is_null() {
+            bail!("ibv_get_device_list: {}", std::io::Error::last_os_error());
+        }
+        for i in 0..n as usize {
+            // SAFETY: `i` is within the list.
+            let dev = unsafe { *list.add(i) };
+            // SAFETY: a device of the list has a name.
+            let dev_name = unsafe { CStr::from_ptr((self.get_device_name)(dev)) };
+            if dev_name.to_str() == Ok(name) {
+                // SAFETY: a device of the list.
+                let ctx = unsafe { (self.open_device)(dev) };
+                let pd = if ctx.is_null() {
+                    ptr::null_mut()
+                } else {
+                    // SAFETY: an open context.
+                    unsafe { (self.alloc_pd)(ctx) }
+                };
+                if pd.is_null() {
+                    bail!("opening {name}: {}", std::io::Error::last_os_error());
+                }
+                return Ok(Context { lib: self, ctx, pd });
+            }
+        }
+        bail!("no RDMA device {name}")
+    }
+}
+
+/// Function `name` of the library `handle`, as a `T`.
+///
+/// # Safety
+/// `T` must be a function pointer type of the symbol's signature.
+unsafe fn sym<T: Copy>(handle: Ptr, name: &str) -> Result<T> {
+    const { assert!(size_of::<T>() == size_of::<Ptr>()) };
+    let c = CString::new(name)?;
+    // SAFETY: a loaded library and a valid C string.
+    let p = unsafe { libc::dlsym(handle, c.as_ptr()) };
+    if p.is_null() {
+        bail!("libibverbs has no {name}");
+    }
+    // SAFETY: the caller's promise; the sizes are equal.
+    Ok(unsafe { std::mem::transmute_copy::<Ptr, T>(&p) })
+}
+
+/// An open device with a protection domain.
+struct Context {
+    lib: Lib,
+    ctx: Ptr,
+    pd: Ptr,
+}
+
+impl Context {
+    fn qp(&self, qp_type: c_int) -> Result<*mut Qp> {
+        // SAFETY: an open context; no completion channel.
+        let cq = unsafe { (self.lib.create_cq)(self.ctx, 16, ptr::null_mut(), ptr::null_mut(), 0) };
+        if cq.is_null() {
+            bail!("ibv_create_cq: {}", std::io::Error::last_os_error());
+        }
+        let mut attr = QpInitAttr {
+            qp_context: ptr::null_mut(),
+            send_cq: cq,
+            recv_cq: cq,
+            srq: ptr::null_mut(),
+            cap: QpCap {
+                max_send_wr: 1,
+                max_recv_wr: 1,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type,
+            sq_sig_all: 0,
+        };
+        // SAFETY: a valid PD and attributes.
+        let qp = unsafe { (self.lib.create_qp)(self.pd, &mut attr) };
+        if qp.is_null() {
+            bail!("ibv_create_qp: {}", std::io::Error::last_os_error());
+        }
+        Ok(qp)
+    }
+
+    fn modify(&self, qp: *mut Qp, mut attr: QpAttr, mask: c_int) -> c_int {
+        // SAFETY: a live QP and valid attributes.
+        unsafe { (self.lib.modify_qp)(qp, &mut attr, mask) }
+    }
+
+    fn to_init(&self, qp: *mut Qp, qp_type: c_int) -> Result<()> {
+        let attr = QpAttr {
+            qp_state: STATE_INIT,
+            port_num: 1,
+            qkey: 0x1111_1111,
+            ..QpAttr::default()
+        };
+        let kind = if qp_type == QPT_UD {
+            QP_QKEY
+        } else {
+            QP_ACCESS_FLAGS
+        };
+        match self.modify(qp, attr, QP_STATE | QP_PKEY_INDEX | QP_PORT | kind) {
+            0 => Ok(()),
+            rc => bail!("modify to INIT: {}", std::io::Error::from_raw_os_error(rc)),
+        }
+    }
+
+    /// One modify to RTR naming `remote` at `peer`; its return code.
+    fn to_rtr(&self, qp: *mut Qp, remote: u32, peer: Ipv4Addr, gid_index: u8) -> c_int {
+        let attr = QpAttr {
+            qp_state: STATE_RTR,
+            path_mtu: MTU_1024,
+            dest_qp_num: remote,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            ah_attr: AhAttr {
+                grh: GlobalRoute {
+                    dgid: Gid::v4_mapped(peer),
+                    sgid_index: gid_index,
+                    hop_limit: 1,
+                    ..GlobalRoute::default()
+                },
+                is_global: 1,
+                port_num: 1,
+                ..AhAttr::default()
+            },
+            ..QpAttr::default()
+        };
+        self.modify(
+            qp,
+            attr,
+            QP_STATE
+                | QP_AV
+                | QP_PATH_MTU
+                | QP_DEST_QPN
+                | QP_RQ_PSN
+                | QP_MAX_DEST_RD_ATOMIC
+                | QP_MIN_RNR_TIMER,
+        )
+    }
+}
