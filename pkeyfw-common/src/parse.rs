@@ -188,7 +188,16 @@ pub struct Roce {
     pub bth_at: usize,
     /// Offset of the UDP header; `None` for RoCE v1, which has none.
     pub udp_at: Option<usize>,
+    /// Bytes from the BTH to the end of the packet (ICRC included), as the
+    /// UDP length (GRH payload length for RoCE v1) gives them.
+    pub len: usize,
 }
+
+/// The longest RoCE packet from its BTH on: the BTH, the extension headers
+/// of the longest opcode (RD atomic: RDETH, DETH, AtomicETH, 40 bytes; 64
+/// allowed), the largest payload (a 4096-byte IB MTU) and the ICRC. A
+/// longer one can only be several packets in one (a GSO/GRO super-packet).
+pub const MAX_ROCE_LEN: usize = Bth::LEN + 64 + 4096 + 4;
 
 /// A classified frame.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -348,7 +357,13 @@ fn udp<F: Frame + ?Sized>(frame: &F, off: usize, fragment: bool, addrs: Addrs) -
         frame,
         end: off + len,
     };
-    bth(&datagram, off + UdpHdr::LEN, addrs, Some(off))
+    bth(
+        &datagram,
+        off + UdpHdr::LEN,
+        len - UdpHdr::LEN,
+        addrs,
+        Some(off),
+    )
 }
 
 #[inline(always)]
@@ -358,15 +373,22 @@ fn roce_v1<F: Frame + ?Sized>(frame: &F, off: usize) -> Parsed {
     if grh.next_hdr != proto::IBA_BTH {
         return Parsed::Malformed;
     }
+    let len = grh.payload_len() as usize;
     let packet = Within {
         frame,
-        end: off + Ipv6Hdr::LEN + grh.payload_len() as usize,
+        end: off + Ipv6Hdr::LEN + len,
     };
-    bth(&packet, off + Ipv6Hdr::LEN, Addrs::V6At(off + 8), None)
+    bth(&packet, off + Ipv6Hdr::LEN, len, Addrs::V6At(off + 8), None)
 }
 
 #[inline(always)]
-fn bth<F: Frame + ?Sized>(frame: &F, off: usize, addrs: Addrs, udp_at: Option<usize>) -> Parsed {
+fn bth<F: Frame + ?Sized>(
+    frame: &F,
+    off: usize,
+    len: usize,
+    addrs: Addrs,
+    udp_at: Option<usize>,
+) -> Parsed {
     let bth = header_or!(frame, Bth, off, Parsed::Malformed);
     if bth.tver() != 0 {
         return Parsed::Malformed;
@@ -390,5 +412,6 @@ fn bth<F: Frame + ?Sized>(frame: &F, off: usize, addrs: Addrs, udp_at: Option<us
         addrs,
         bth_at: off,
         udp_at,
+        len,
     })
 }

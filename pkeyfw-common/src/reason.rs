@@ -22,7 +22,9 @@ crate::named_enum! {
         /// A header cut short or invalid, in a frame that is or could be RoCE.
         Malformed = 7 => "malformed",
         /// A GSO/GRO super-packet (several RoCE packets in one skb, which
-        /// the UDP stack segments after the filter): refused whole.
+        /// the UDP stack segments after the filter), or a datagram longer
+        /// than any one RoCE packet, which only such an aggregate can be:
+        /// refused whole.
         Gso = 8 => "gso",
     }
 }

@@ -588,6 +588,38 @@ pub fn all() -> Vec<Case> {
         true,
     );
     add("roce v1", &base, rc_ok().as_v1().bytes(), Ok, true);
+    let payload = |n: usize| with(rc_ok(), |p| p.payload = vec![0x5a; n]);
+    add(
+        "the longest roce packet",
+        &base,
+        payload(4096 + 64).bytes(),
+        Ok,
+        true,
+    );
+
+    // Longer than one RoCE packet can be: an aggregate of several, whose
+    // later BTHs would go unjudged.
+    add(
+        "a datagram longer than any roce packet",
+        &base,
+        payload(4096 + 65).bytes(),
+        Gso,
+        false,
+    );
+    add(
+        "ipv6, longer than any roce packet",
+        &base,
+        payload(8000).over_v6(vec![]).bytes(),
+        Gso,
+        false,
+    );
+    add(
+        "roce v1, longer than any roce packet",
+        &base,
+        payload(8000).as_v1().bytes(),
+        Gso,
+        false,
+    );
     add(
         "roce v1 violation",
         &base,

@@ -70,6 +70,14 @@ impl VethPair {
         Ok(())
     }
 
+    /// Sets both ends' MTU.
+    pub fn set_mtu(&self, mtu: u32) -> Result<()> {
+        for (ns, dev) in [(&self.ns_a, &self.a), (&self.ns_b, &self.b)] {
+            ip(&["-n", ns, "link", "set", dev, "mtu", &mtu.to_string()])?;
+        }
+        Ok(())
+    }
+
     /// Deletes both namespaces, and the veths with them.
     pub fn remove(&self) {
         for ns in [&self.ns_a, &self.ns_b] {

@@ -56,8 +56,8 @@ fn dotted(a: [u8; 4]) -> String {
 /// A veth pair with addresses (and `mtu` on both ends).
 fn pair_with_addresses(mtu: u32) -> VethPair {
     let pair = VethPair::create(&common::tag("pg")).unwrap();
+    pair.set_mtu(mtu).unwrap();
     for (ns, dev, addr) in [(&pair.ns_a, &pair.a, ADDR_A), (&pair.ns_b, &pair.b, ADDR_B)] {
-        ip(&["-n", ns, "link", "set", dev, "mtu", &mtu.to_string()]);
         ip(&[
             "-n",
             ns,

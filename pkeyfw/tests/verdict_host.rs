@@ -22,8 +22,7 @@ fn every_case_on_the_host() {
 #[test]
 fn the_table_covers_every_reason_both_ways_it_can_go() {
     let cases = common::cases::all();
-    // Gso: only a GSO/GRO skb gets it (tests/gso.rs), never a frame.
-    for reason in Reason::ALL.into_iter().filter(|&r| r != Reason::Gso) {
+    for reason in Reason::ALL {
         assert!(
             cases.iter().any(|c| c.reason == reason),
             "no case for {}",

@@ -26,12 +26,15 @@ fn every_case_in_the_kernel() {
 
 /// The TC ingress program (`--mode skb`) gives every case the XDP verdict.
 /// (A test run's skb is never GSO; tests/gso.rs covers super-packets.)
+/// BPF_PROG_TEST_RUN takes one page of skb data at most: the longer cases
+/// reach this program through a veth in tests/attach.rs (skb mode).
 #[test]
 fn every_case_through_the_tc_ingress_program() {
+    const TEST_RUN_MAX: usize = 3500;
     let mut failures = Vec::new();
     let cases = common::cases::all();
     let mut filter = common::filter(&cases[0].policy);
-    for case in &cases {
+    for case in cases.iter().filter(|c| c.frame.len() <= TEST_RUN_MAX) {
         filter.apply(&case.policy).expect("apply");
         let before = filter.maps().reasons().unwrap();
         let (pass, _) = filter.run_ingress(&case.frame).expect("run");
