@@ -187,11 +187,21 @@ pub fn run(opts: &AttachArgs) -> Result<()> {
         return Ok(());
     }
     let result = runtime.block_on(foreground(&mut filter, &mut binder, &pins, opts, signals));
+    // Only an explicit request (Ctrl-C, SIGTERM, `detach`) removes
+    // enforcement: after an error the filter stays, held by its pinned
+    // links, as after a crash.
+    if let Err(e) = result {
+        return Err(e.context(format!(
+            "the filter stays attached to {} and enforcing (pinned under {}); `pkeyfw detach {}` removes it",
+            opts.iface,
+            pins.dir.display(),
+            cli_iface(&opts.iface, opts.netns.name())
+        )));
+    }
     let last = Snapshot::read(&opts.iface, mode, false, filter.maps());
     // Removing the pinned links detaches.
     filter.detach()?;
     pins.remove()?;
-    result?;
     println!("pkeyfw: detached from {}", opts.iface);
     last?.text(&mut std::io::stdout().lock())?;
     Ok(())
