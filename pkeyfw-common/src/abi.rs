@@ -22,6 +22,7 @@ pub mod name {
     pub const PEERS: &str = "PEERS";
     pub const OWNERS: &str = "OWNERS";
     pub const CAPTURES: &str = "CAPTURES";
+    pub const SOCKETS: &str = "SOCKETS";
 }
 
 /// The layout of every map below, as one number: `ABI[0]` holds it, so a
@@ -34,7 +35,7 @@ pub const LAYOUT_VERSION: u32 = LAYOUT << 24
     | (crate::Stamp::COUNT as u32) << 8
     | crate::Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 3;
+const LAYOUT: u32 = 4;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -64,7 +65,7 @@ pub struct MapSpec {
 
 /// Every map of the filter object: the loader takes, pins, opens and sizes
 /// the maps from this table, and refuses an object with a map it lacks.
-pub const MAPS: [MapSpec; 15] = {
+pub const MAPS: [MapSpec; 16] = {
     use MapKind::*;
     use MapSize::*;
     const fn spec(name: &'static str, kind: MapKind, size: MapSize) -> MapSpec {
@@ -86,6 +87,7 @@ pub const MAPS: [MapSpec; 15] = {
         spec(name::PEERS, HashMap, PerQp(1)),
         spec(name::OWNERS, HashMap, PerQp(1)),
         spec(name::CAPTURES, PerCpuArray, Fixed),
+        spec(name::SOCKETS, HashMap, PerQp(1)),
     ]
 };
 
@@ -198,10 +200,10 @@ pub struct ConnKey {
     pub addr: [u8; 16],
 }
 
-/// What the connection probe (pkeyfw-probes) needs to read the kernel's RDMA
-/// structures: byte offsets, from ib_core's BTF since they change between
+/// What the RDMA probes (pkeyfw-probes) need to read the kernel's RDMA
+/// structures: byte offsets, from the kernel's BTF since they change between
 /// kernels, and the RDMA devices (by index) of the attachment's interface.
-/// The watch object's global `LAYOUT`.
+/// The probes object's global `LAYOUT`.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct QpLayout {
@@ -215,6 +217,14 @@ pub struct QpLayout {
     pub attr_dgid: u32,
     /// Device indices; [`QpLayout::NO_DEVICE`] where unused.
     pub devices: [u32; QpLayout::DEVICES],
+    /// Bit `i`: `devices[i]` is an rdma_rxe device, whose QPs send through
+    /// a kernel socket of their own.
+    pub rxe_devices: u32,
+    /// From a `struct ib_qp` of rdma_rxe to its `struct rxe_qp`'s `sk` (the
+    /// QP's `struct socket`), from rdma_rxe's BTF; 0 when unknown.
+    pub rxe_qp_sk: u32,
+    /// `struct socket`: `sk`.
+    pub socket_sk: u32,
 }
 
 impl QpLayout {
@@ -325,7 +335,7 @@ const _: () = {
     assert!(size_of::<QpStats>() == 16);
     assert!(size_of::<Event>() == 52);
     assert!(size_of::<EventBudget>() == 16);
-    assert!(size_of::<QpLayout>() == 20 + 4 * QpLayout::DEVICES);
+    assert!(size_of::<QpLayout>() == 32 + 4 * QpLayout::DEVICES);
 };
 
 #[cfg(feature = "user")]

@@ -67,8 +67,11 @@ pub enum Action {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Origin {
     /// A socket that never bound a UDP port: rdma_rxe's per-QP kernel
-    /// socket. Only such a frame is attributed to the QP it names.
-    QpSocket,
+    /// socket, with its QP when the probes tagged the socket at the QP's
+    /// creation. Only such a frame is attributed to a QP: the tagged
+    /// socket's, else the one the frame names (UD: its DETH source QP;
+    /// RC/UC: the local QP recorded as connected to its destination).
+    QpSocket(Option<u32>),
     /// Anything else: a process's UDP socket (it has a port), a forwarded
     /// frame (no socket), a packet or tap socket (not inet UDP). It names a
     /// QP, but nothing says that QP sent it.
@@ -176,7 +179,7 @@ pub fn egress<F: Frame + ?Sized, T: Tables + Conns>(
     let origin = origin();
     // Only a QP's socket may keep a key it chose: a process's frame naming
     // QP0/QP1 could otherwise carry any key of the table to any remote QP.
-    if management && origin == Origin::QpSocket {
+    if management && matches!(origin, Origin::QpSocket(_)) {
         let flags = tables.port_flags(pkey::key(roce.pkey));
         return Some(if pkey::port::holds(roce.pkey, flags) {
             Action::Leave(Stamp::Management)
@@ -186,8 +189,9 @@ pub fn egress<F: Frame + ?Sized, T: Tables + Conns>(
     }
     let sender = match origin {
         Origin::Other => None,
-        Origin::QpSocket if ud => Some(roce.src_qp),
-        Origin::QpSocket => roce.addrs.read(frame, true).and_then(|peer| {
+        Origin::QpSocket(Some(qpn)) => Some(qpn),
+        Origin::QpSocket(None) if ud => Some(roce.src_qp),
+        Origin::QpSocket(None) => roce.addrs.read(frame, true).and_then(|peer| {
             tables
                 .local_qp(roce.dest_qp, &peer)
                 .or_else(|| tables.local_qp(roce.dest_qp, &[0; 16]))

@@ -78,6 +78,10 @@ static PEERS: HashMap<PeerKey, u32, { DEFAULT_QP_CAPACITY as usize }> = HashMap:
 static OWNERS: HashMap<u32, PeerKey, { DEFAULT_QP_CAPACITY as usize }> = HashMap::new();
 #[btf_map]
 static CAPTURES: PerCpuArray<u64, { Capture::COUNT }> = PerCpuArray::new();
+/// rdma_rxe QP socket (its `struct sock`'s address) → its QPN: tagged by the
+/// probes when the QP is created, read here to know a frame's sender.
+#[btf_map]
+static SOCKETS: HashMap<u64, u32, { DEFAULT_QP_CAPACITY as usize }> = HashMap::new();
 
 /// Refused frames, for the CLI's violation lines.
 #[btf_map]
@@ -199,7 +203,8 @@ pub fn pkeyfw_stamp(ctx: TcContext) -> i32 {
 
 /// Whether the frame comes from rdma_rxe's per-QP kernel socket: a full
 /// socket that never bound a UDP port. Every process's UDP socket has one
-/// by the time it sends; a forwarded frame has no socket.
+/// by the time it sends; a forwarded frame has no socket. With the QP the
+/// probes tagged the socket with, if they did.
 #[inline(always)]
 fn origin(ctx: &TcContext) -> Origin {
     let skb = ctx.as_ptr() as *mut __sk_buff;
@@ -212,7 +217,11 @@ fn origin(ctx: &TcContext) -> Origin {
     let full = unsafe { bpf_sk_fullsock(sk) };
     // SAFETY: checked for null; the verifier allows reading a full socket.
     if !full.is_null() && unsafe { (*full).src_port } == 0 {
-        Origin::QpSocket
+        // The socket's address is the key (loading as root lets a program
+        // use a pointer's value so).
+        let key = full as u64;
+        // SAFETY: the value is copied out at once.
+        Origin::QpSocket(unsafe { SOCKETS.get(&key) }.copied())
     } else {
         Origin::Other
     }
@@ -450,8 +459,12 @@ impl Conns for Generation {
             remote_qpn,
             addr: *peer,
         };
+        // A recorded QP that is no longer bound says nothing: the policy's
+        // entry may.
         // SAFETY: the value is copied out at once.
-        if let Some(&qpn) = unsafe { PEERS.get(&seen) } {
+        if let Some(&qpn) = unsafe { PEERS.get(&seen) }
+            && self.qp(qpn).is_some()
+        {
             return Some(qpn);
         }
         let key = ConnKey {

@@ -12,7 +12,10 @@
 //!   program sends right after that call returns, far sooner than userspace
 //!   could read the connection from RDMA netlink. The entry probe keeps the
 //!   arguments per thread, the return probe acts on the result.
-//! - `pkeyfw_destroy` forgets a destroyed QP's peer.
+//! - `pkeyfw_qp_created` also tags an rdma_rxe QP's kernel socket with its
+//!   QPN (`SOCKETS`), so that stamping knows the sender of every frame of a
+//!   QP created while the probes run, whatever the frame names.
+//! - `pkeyfw_destroy` forgets a destroyed QP's peer and socket.
 //! - `pkeyfw_join` / `pkeyfw_joined` report a QP that joins a multicast
 //!   group of another partition (ib_attach_mcast).
 #![no_std]
@@ -60,6 +63,8 @@ static OWNERS: HashMap<u32, PeerKey, { DEFAULT_QP_CAPACITY as usize }> = HashMap
 #[btf_map]
 static CAPTURES: PerCpuArray<u64, { Capture::COUNT }> = PerCpuArray::new();
 #[btf_map]
+static SOCKETS: HashMap<u64, u32, { DEFAULT_QP_CAPACITY as usize }> = HashMap::new();
+#[btf_map]
 static EVENTS: RingBuf<Event, { EVENTS_BYTES as usize }> = RingBuf::new();
 #[btf_map]
 static EVENT_BUDGET: PerCpuArray<EventBudget, 1> = PerCpuArray::new();
@@ -73,6 +78,9 @@ static LAYOUT: Global<QpLayout> = Global::new(QpLayout {
     attr_dest_qp_num: 0,
     attr_dgid: 0,
     devices: [QpLayout::NO_DEVICE; QpLayout::DEVICES],
+    rxe_devices: 0,
+    rxe_qp_sk: 0,
+    socket_sk: 0,
 });
 
 /// What a verb's entry probe keeps for its return probe.
@@ -101,12 +109,15 @@ pub fn pkeyfw_modify(ctx: ProbeContext) -> u32 {
 }
 
 fn modify(ctx: &ProbeContext) -> Option<()> {
+    // Whatever this call is, a return this thread's last call left (its
+    // return probe missed) must not be taken for this one's.
+    let _ = PENDING.remove(&bpf_get_current_pid_tgid());
     let mask: u32 = ctx.arg(2)?;
     if mask & QpLayout::MASK_DEST_QPN == 0 {
         return None;
     }
     let layout = LAYOUT.load();
-    let qpn = our_qp(&layout, ctx.arg(0)?)?;
+    let (qpn, _) = our_qp(&layout, ctx.arg(0)?)?;
     let attr: *const u8 = ctx.arg(1)?;
     let remote: u32 = read(attr, layout.attr_dest_qp_num)?;
     let addr = if mask & QpLayout::MASK_AV != 0 {
@@ -130,14 +141,25 @@ pub fn pkeyfw_modified(ctx: RetProbeContext) -> u32 {
     0
 }
 
-/// ib_destroy_qp_user(qp, udata): the QP's peer goes with it (on entry: a
-/// failed destroy only leaves the QP's frames stamped as unbound).
+/// ib_destroy_qp_user(qp, udata): the QP's peer and its socket's tag go
+/// with it (on entry: a failed destroy only leaves the QP's frames
+/// unattributed, stamped with the port's default P_Key).
 #[kprobe]
 pub fn pkeyfw_destroy(ctx: ProbeContext) -> u32 {
     let layout = LAYOUT.load();
-    if let Some(qpn) = ctx.arg(0).and_then(|qp| our_qp(&layout, qp))
-        && let Some(outcome) = capture::destroyed(&mut Live::now(), qpn)
+    let Some(qp) = ctx.arg::<*const u8>(0) else {
+        return 0;
+    };
+    let Some((qpn, slot)) = our_qp(&layout, qp) else {
+        return 0;
+    };
+    if let Some(sk) = qp_socket(&layout, qp, slot)
+        // SAFETY: the value is copied out at once.
+        && unsafe { SOCKETS.get(&sk) }.copied() == Some(qpn)
     {
+        let _ = SOCKETS.remove(&sk);
+    }
+    if let Some(outcome) = capture::destroyed(&mut Live::now(), qpn) {
         count(outcome);
     }
     0
@@ -151,8 +173,9 @@ pub fn pkeyfw_join(ctx: ProbeContext) -> u32 {
 }
 
 fn join(ctx: &ProbeContext) -> Option<()> {
+    let _ = PENDING.remove(&bpf_get_current_pid_tgid());
     let layout = LAYOUT.load();
-    let qpn = our_qp(&layout, ctx.arg(0)?)?;
+    let (qpn, _) = our_qp(&layout, ctx.arg(0)?)?;
     let addr: [u8; 16] = read(ctx.arg(1)?, 0)?;
     keep(
         JOIN,
@@ -214,15 +237,26 @@ fn report_join(qpn: u32, pkey: u16, group: &[u8; 16], group_pkey: u16) {
     let _ = EVENTS.output(&event, 0);
 }
 
-/// The QPN of `qp` if it is on one of the attachment's RDMA devices.
+/// The QPN of `qp`, and its device's slot in the layout, if it is on one
+/// of the attachment's RDMA devices.
 #[inline(always)]
-fn our_qp(layout: &QpLayout, qp: *const u8) -> Option<u32> {
+fn our_qp(layout: &QpLayout, qp: *const u8) -> Option<(u32, usize)> {
     let device: *const u8 = read(qp, layout.qp_device)?;
     let index: u32 = read(device, layout.device_index)?;
-    if !layout.devices.contains(&index) {
+    let slot = layout.devices.iter().position(|&d| d == index)?;
+    let qpn = read::<u32>(qp, layout.qp_num)? & QPN_MASK;
+    Some((qpn, slot))
+}
+
+/// The address of the `struct sock` an rxe QP sends through (`skb->sk` of
+/// its frames), if its device is rdma_rxe and the layout knows where.
+#[inline(always)]
+fn qp_socket(layout: &QpLayout, qp: *const u8, slot: usize) -> Option<u64> {
+    if layout.rxe_qp_sk == 0 || layout.rxe_devices & (1 << slot) == 0 {
         return None;
     }
-    read::<u32>(qp, layout.qp_num).map(|q| q & QPN_MASK)
+    let socket: *const u8 = read(qp, layout.rxe_qp_sk)?;
+    read(socket, layout.socket_sk)
 }
 
 fn keep(verb: u32, qpn: u32, peer: PeerKey) -> Option<()> {
@@ -300,8 +334,21 @@ fn read<T>(base: *const u8, offset: u32) -> Option<T> {
     unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize).cast::<T>()) }.ok()
 }
 
+/// ib_create_qp_user / ib_create_qp_kernel returned: an rxe QP's socket is
+/// tagged with its QPN before the QP can send, so that the egress program
+/// knows which QP sent a frame from the socket alone; then userspace is
+/// woken to bind the QP.
 #[kretprobe]
-pub fn pkeyfw_qp_created(_ctx: RetProbeContext) -> u32 {
+pub fn pkeyfw_qp_created(ctx: RetProbeContext) -> u32 {
+    let layout = LAYOUT.load();
+    let qp: *const u8 = ctx.ret();
+    // An error pointer is no QP: reading through it fails.
+    if let Some((qpn, slot)) = our_qp(&layout, qp)
+        && let Some(sk) = qp_socket(&layout, qp, slot)
+    {
+        // Full: the QP's frames fall back to attribution by what they name.
+        let _ = SOCKETS.insert(&sk, &qpn, 0);
+    }
     let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
     // A full ring already holds a wake-up; losing this one changes nothing.
     let _ = QP_CREATED.output(&pid, BPF_RB_FORCE_WAKEUP as u64);

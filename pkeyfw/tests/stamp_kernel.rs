@@ -56,7 +56,7 @@ fn moved(before: [u64; Stamp::COUNT], after: [u64; Stamp::COUNT]) -> Option<Stam
 /// What the host-side decision says of `frame` from a QP's socket (as
 /// BPF_PROG_TEST_RUN's unbound dummy socket is).
 fn predicted(policy: &Policy, frame: &[u8]) -> Option<Stamp> {
-    stamp::egress(frame, policy, &policy.config(), || Origin::QpSocket).map(|e| match e {
+    stamp::egress(frame, policy, &policy.config(), || Origin::QpSocket(None)).map(|e| match e {
         Action::Rewrite(_, s) | Action::Leave(s) | Action::Drop(s) => s,
     })
 }

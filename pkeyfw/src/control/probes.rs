@@ -138,6 +138,18 @@ fn layout(ifindex: u32) -> Result<QpLayout> {
     for (slot, d) in indices.iter_mut().zip(&devices) {
         *slot = d.index;
     }
+    let mut rxe_devices = 0;
+    for (i, d) in devices.iter().enumerate() {
+        // rdma_rxe shows the netdev it runs on as `parent`.
+        if Path::new("/sys/class/infiniband")
+            .join(&d.name)
+            .join("parent")
+            .exists()
+        {
+            rxe_devices |= 1 << i;
+        }
+    }
+    let (rxe_qp_sk, socket_sk) = rxe_socket().unwrap_or((0, 0));
     Ok(QpLayout {
         qp_device: btf.offset("ib_qp", &["device"])?,
         qp_num: btf.offset("ib_qp", &["qp_num"])?,
@@ -145,7 +157,24 @@ fn layout(ifindex: u32) -> Result<QpLayout> {
         attr_dest_qp_num: btf.offset("ib_qp_attr", &["dest_qp_num"])?,
         attr_dgid: btf.offset("ib_qp_attr", &["ah_attr", "grh", "dgid"])?,
         devices: indices,
+        rxe_devices,
+        rxe_qp_sk,
+        socket_sk,
     })
+}
+
+/// Where an rdma_rxe QP's socket is: from its `struct ib_qp` (embedded in
+/// `struct rxe_qp`) to `sk`, and `struct socket`'s `sk`. Without rdma_rxe's
+/// BTF, sockets are not tagged and frames are attributed by what they name.
+fn rxe_socket() -> Result<(u32, u32)> {
+    let btf = Btf::of_module("rdma_rxe")?;
+    let sk = btf.offset("rxe_qp", &["sk"])?;
+    let ibqp = btf.offset("rxe_qp", &["ibqp"])?;
+    let from_ibqp = sk
+        .checked_sub(ibqp)
+        .filter(|&d| d != 0)
+        .context("struct rxe_qp has its socket before its ib_qp")?;
+    Ok((from_ibqp, btf.offset("socket", &["sk"])?))
 }
 
 impl AsRawFd for Probes {

@@ -135,6 +135,9 @@ fn attack_failed(sc: &Scenario, o: &Observed) -> bool {
             client(Capture::Failed) > 0 && client(Capture::Recorded) > 0 && o.unbound == 0
         }
         Some(Attack::ForeignJoin(_)) => server(Capture::ForeignJoin) > 0 && o.join_reported,
+        // Its claims were recorded, and took nothing: the programs
+        // completed with every frame stamped with its own QP's key.
+        Some(Attack::Squat) => client(Capture::Recorded) >= 4 && o.unbound == 0,
     }
 }
 

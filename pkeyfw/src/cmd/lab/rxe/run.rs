@@ -236,7 +236,7 @@ pub fn scenario(
     let rcvd_before = [server_end, client_end].map(rxe_rcvd);
     let attacker = sc
         .attack
-        .map(|a| attack(a, server_end, client_end))
+        .map(|a| attack(a, server_end, client_end, work))
         .transpose()?;
 
     let logs = capture_dir.unwrap_or(work);
@@ -355,20 +355,44 @@ pub fn scenario(
 
 /// Starts `attack` as an unprivileged user (nobody), holding a QP no rule
 /// binds; it runs until dropped.
-fn attack(attack: Attack, server: &End, client: &End) -> Result<Proc> {
+fn attack(attack: Attack, server: &End, client: &End, work: &Path) -> Result<Proc> {
     use std::os::unix::process::CommandExt as _;
-    let mut cmd = Command::new(std::env::current_exe()?);
+    let exe = std::env::current_exe()?;
+    let mut cmd = match attack {
+        // Under the name a rule binds to another partition.
+        Attack::Squat => {
+            let link = work.join(super::scenario::SQUATTER);
+            let _ = fs::remove_file(&link);
+            std::os::unix::fs::symlink(&exe, &link)?;
+            Command::new(link)
+        }
+        _ => Command::new(exe),
+    };
     cmd.args(["lab", "verbs"]);
-    match attack {
-        Attack::ModifyFlood => cmd
-            .args(["--device", &client.device, "--gid-index"])
-            .arg(client.gid_index.to_string())
-            .args(["--flood", &u64::MAX.to_string(), "--peer"])
-            .arg(server.addr.to_string()),
-        Attack::ForeignJoin(group) => cmd
-            .args(["--device", &server.device, "--join"])
-            .arg(group.to_string())
-            .args(["--hold-ms", "600000"]),
+    // How long until its QPs exist and its verbs are called (the squatter
+    // waits a second for a rule to bind its QPs first).
+    let ready = match attack {
+        Attack::ModifyFlood => {
+            cmd.args(["--device", &client.device, "--gid-index"])
+                .arg(client.gid_index.to_string())
+                .args(["--flood", &u64::MAX.to_string(), "--peer"])
+                .arg(server.addr.to_string());
+            500
+        }
+        Attack::ForeignJoin(group) => {
+            cmd.args(["--device", &server.device, "--join"])
+                .arg(group.to_string())
+                .args(["--hold-ms", "600000"]);
+            500
+        }
+        Attack::Squat => {
+            cmd.args(["--device", &client.device, "--gid-index"])
+                .arg(client.gid_index.to_string())
+                .args(["--squat", "4", "--squat-device", &server.device, "--peer"])
+                .arg(server.addr.to_string())
+                .args(["--hold-ms", "600000"]);
+            2500
+        }
     };
     let child = cmd
         .uid(NOBODY)
@@ -376,8 +400,7 @@ fn attack(attack: Attack, server: &End, client: &End) -> Result<Proc> {
         .stdout(Stdio::null())
         .spawn()
         .context("starting pkeyfw lab verbs as nobody")?;
-    // Long enough for its QP to exist and its first verbs to be called.
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_millis(ready));
     Ok(Proc(child))
 }
 

@@ -140,6 +140,11 @@ pub enum Attack {
     ModifyFlood,
     /// On the server's device, joins this group (of another partition).
     ForeignJoin(Ipv4Addr),
+    /// As a process a rule binds (another partition's, `D`), connects QPs
+    /// on the client's device to the server's next QPNs before the server
+    /// makes its QP: stamping by destination would give the client's
+    /// frames to that QP the attacker's key.
+    Squat,
 }
 
 impl Scenario {
@@ -187,6 +192,8 @@ const A: &str = "pp-a-full";
 const B: &str = "pp-b-limited";
 const C: &str = "pp-c-limited";
 const D: &str = "pp-d-other";
+/// The squatter runs as D: bound, to another partition.
+pub const SQUATTER: &str = D;
 
 const fn roles(server: &'static str, client: &'static str) -> Option<Roles> {
     Some(Roles { server, client })
@@ -432,6 +439,19 @@ pub fn all() -> Vec<Scenario> {
             wire_qkeys: &[],
             attack: Some(Attack::ModifyFlood),
             why: "a tenant's modify flood records nothing",
+        },
+        Scenario {
+            name: "stamp-rc-squat",
+            roles: roles(A, C),
+            program: Program::RcPingpong,
+            rules: STAMPING,
+            binding: "A 0x8001 ⟵ C 0x0001, stamped",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0x0001, 0x8001],
+            wire_qkeys: &[],
+            attack: Some(Attack::Squat),
+            why: "frames are the sending QP's, not the peer's",
         },
         Scenario {
             name: "mcast-foreign-join",

@@ -31,6 +31,15 @@ pub struct VerbsArgs {
     pub peer: Option<Ipv4Addr>,
     #[arg(long, default_value_t = 64)]
     pub qpns: u32,
+    /// Claim the next N QPNs of `--squat-device` as peers at `--peer`: learn
+    /// its next QPN from a QP made there, make N RC QPs, wait `--bind-ms`
+    /// (for a `[[bind]]` rule to bind them), then connect each to one.
+    #[arg(long, requires_all = ["peer", "squat_device"])]
+    pub squat: Option<u32>,
+    #[arg(long)]
+    pub squat_device: Option<String>,
+    #[arg(long, default_value_t = 1000)]
+    pub bind_ms: u64,
     /// Attach a UD QP to this IPv4 multicast group, then wait `--hold-ms`.
     #[arg(long)]
     pub join: Option<Ipv4Addr>,
@@ -54,6 +63,26 @@ pub fn run(a: &VerbsArgs) -> Result<()> {
             }
         }
         println!("modifies: {ok} succeeded, {failed} failed");
+    }
+    if let (Some(n), Some(dev), Some(peer)) = (a.squat, &a.squat_device, a.peer) {
+        let probe = Lib::open()?.open_device(dev)?;
+        // SAFETY: reading a field of a live QP.
+        let next = unsafe { (*probe.qp(QPT_RC)?).qp_num } + 1;
+        let qps = (0..n)
+            .map(|_| {
+                let qp = ctx.qp(QPT_RC)?;
+                ctx.to_init(qp, QPT_RC)?;
+                Ok(qp)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        std::thread::sleep(std::time::Duration::from_millis(a.bind_ms));
+        for (i, &qp) in qps.iter().enumerate() {
+            let remote = next + i as u32;
+            if ctx.to_rtr(qp, remote, peer, a.gid_index) != 0 {
+                bail!("connecting a QP to {remote:#x} at {peer}");
+            }
+        }
+        println!("claimed QPNs {next:#x}..{:#x} at {peer}", next + n);
     }
     if let Some(group) = a.join {
         let qp = ctx.qp(QPT_UD)?;
