@@ -23,6 +23,7 @@ pub mod name {
     pub const OWNERS: &str = "OWNERS";
     pub const CAPTURES: &str = "CAPTURES";
     pub const SOCKETS: &str = "SOCKETS";
+    pub const VIOLATIONS: &str = "VIOLATIONS";
 }
 
 /// The layout of every map below, as one number: `ABI[0]` holds it, so a
@@ -35,7 +36,7 @@ pub const LAYOUT_VERSION: u32 = LAYOUT << 24
     | (crate::Stamp::COUNT as u32) << 8
     | crate::Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 4;
+const LAYOUT: u32 = 5;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -65,7 +66,7 @@ pub struct MapSpec {
 
 /// Every map of the filter object: the loader takes, pins, opens and sizes
 /// the maps from this table, and refuses an object with a map it lacks.
-pub const MAPS: [MapSpec; 16] = {
+pub const MAPS: [MapSpec; 17] = {
     use MapKind::*;
     use MapSize::*;
     const fn spec(name: &'static str, kind: MapKind, size: MapSize) -> MapSpec {
@@ -88,6 +89,7 @@ pub const MAPS: [MapSpec; 16] = {
         spec(name::OWNERS, HashMap, PerQp(1)),
         spec(name::CAPTURES, PerCpuArray, Fixed),
         spec(name::SOCKETS, HashMap, PerQp(1)),
+        spec(name::VIOLATIONS, HashMap, Fixed),
     ]
 };
 
@@ -109,6 +111,22 @@ pub const QPN_MASK: u32 = 0x00ff_ffff;
 pub const fn qp_key(generation: u32, qpn: u32) -> u32 {
     (generation << 24) | (qpn & QPN_MASK)
 }
+
+/// `VIOLATIONS` key: what an InfiniBand port counts as P_KeyViolations or
+/// Q_KeyViolations, per partition of the frame's P_Key (`None` for every
+/// other reason). The value counts refused frames, dropped or monitored.
+#[inline(always)]
+pub const fn violation_key(reason: crate::Reason, pkey: u16) -> Option<u32> {
+    let kind = match reason {
+        crate::Reason::PkeyViolation => 0,
+        crate::Reason::QkeyViolation => 1,
+        _ => return None,
+    };
+    Some(kind << 15 | crate::pkey::key(pkey) as u32)
+}
+
+/// Slots of `VIOLATIONS`: both kinds, every partition.
+pub const VIOLATION_SLOTS: u32 = 2 * PARTITIONS;
 
 /// `PORT_KEYS` index of a partition in a generation.
 #[inline(always)]

@@ -10,7 +10,10 @@
 
 use aya_ebpf::{
     EbpfContext as _,
-    bindings::{__sk_buff, BPF_F_MARK_MANGLED_0, TC_ACT_SHOT, TC_ACT_UNSPEC, xdp_action, xdp_md},
+    bindings::{
+        __sk_buff, BPF_F_MARK_MANGLED_0, BPF_F_NO_PREALLOC, BPF_NOEXIST, TC_ACT_SHOT,
+        TC_ACT_UNSPEC, xdp_action, xdp_md,
+    },
     btf_maps::{Array, HashMap, PerCpuArray, RingBuf},
     helpers::{
         bpf_ktime_get_coarse_ns, bpf_sk_fullsock, bpf_xdp_get_buff_len, bpf_xdp_load_bytes,
@@ -23,7 +26,8 @@ use pkeyfw_common::{
     Capture, Frame, Outcome, Stamp, Tables,
     abi::{
         Config, ConnKey, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget, GENERATIONS,
-        GROUP_CAPACITY, GroupEntry, GroupKey, PARTITIONS, QpEntry, QpStats, port_key_index, qp_key,
+        GROUP_CAPACITY, GroupEntry, GroupKey, PARTITIONS, QpEntry, QpStats, VIOLATION_SLOTS,
+        port_key_index, qp_key, violation_key,
     },
     capture::PeerKey,
     frame::MAX_OFFSET,
@@ -83,6 +87,11 @@ static CAPTURES: PerCpuArray<u64, { Capture::COUNT }> = PerCpuArray::new();
 #[btf_map]
 static SOCKETS: HashMap<u64, u32, { DEFAULT_QP_CAPACITY as usize }> = HashMap::new();
 
+/// P_Key and Q_Key violations per partition (`violation_key`), as an IB
+/// port counts them; entries made on first use, updated atomically.
+#[btf_map]
+static VIOLATIONS: HashMap<u32, u64, { VIOLATION_SLOTS as usize }, { BPF_F_NO_PREALLOC as usize }> =
+    HashMap::new();
 /// Refused frames, for the CLI's violation lines.
 #[btf_map]
 static EVENTS: RingBuf<Event, { EVENTS_BYTES as usize }> = RingBuf::new();
@@ -169,9 +178,27 @@ fn enforce<F: Frame>(frame: &F, rewrite: impl Fn(&Plan) -> Result<(), Stamp>) ->
         };
     }
     if !outcome.allowed {
+        if let Some(roce) = outcome.roce
+            && let Some(key) = violation_key(outcome.reason, roce.pkey)
+        {
+            count_violation(key);
+        }
         report(frame, &outcome, config.monitor != 0);
     }
     outcome.pass
+}
+
+/// Counts a violation of one partition, making its counter on first use.
+#[inline(always)]
+fn count_violation(key: u32) {
+    if VIOLATIONS.get_ptr_mut(&key).is_none() {
+        // Another CPU may make it first: then this insert fails, harmlessly.
+        let _ = VIOLATIONS.insert(&key, &0, BPF_NOEXIST as u64);
+    }
+    if let Some(count) = VIOLATIONS.get_ptr_mut(&key) {
+        // SAFETY: a live map value, shared between CPUs.
+        unsafe { atomic_inc(count) };
+    }
 }
 
 /// Egress: while the active policy stamps, writes the sending QP's bound

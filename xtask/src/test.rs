@@ -11,6 +11,9 @@ use anyhow::{Result, bail};
 
 use crate::cmd::{cargo, cargo_cmd, output};
 
+/// Programs the tests run, and their Debian packages.
+const TEST_TOOLS: &[(&str, &str)] = &[("prometheus", "prometheus"), ("promtool", "prometheus")];
+
 pub fn run() -> Result<()> {
     let uid = output(Command::new("id").arg("-u")).unwrap_or_default();
     if uid.trim() != "0" {
@@ -27,6 +30,8 @@ pub fn run() -> Result<()> {
         "--deny",
         "warnings",
     ])?;
+    // Tests run the real servers users have (tests/metrics.rs: Prometheus).
+    crate::guest::ensure_tools(TEST_TOOLS)?;
     let (mut passed, mut failed) = cargo_test(&["test", "--release", "--no-fail-fast"])?;
     crate::build()?;
     // A guest that cannot start fails the run, with the reason.

@@ -29,6 +29,8 @@ pub struct Snapshot {
     pub stamps: StampCounts,
     /// What the RDMA-core probes saw (connections, joins).
     pub captures: CaptureCounts,
+    /// P_Key and Q_Key violations per partition: (reason, partition, frames).
+    pub violations: Vec<(Reason, u16, u64)>,
     /// Who holds it, when known (else `pinned` says).
     pub holder: Option<Holder>,
     /// The network namespace to show, when not the host's.
@@ -46,6 +48,7 @@ impl Snapshot {
             stamping: maps.stamping()?,
             stamps: maps.stamps()?,
             captures: maps.captures()?,
+            violations: maps.violations()?,
             holder: None,
             netns: None,
         })
@@ -61,7 +64,8 @@ impl Snapshot {
         self
     }
 
-    fn how(&self) -> String {
+    /// Who holds it: "pinned", "foreground (pid N)", ….
+    pub fn held(&self) -> String {
         match self.holder {
             Some(h) => h.describe(),
             None if self.pinned => "pinned".to_string(),
@@ -90,7 +94,7 @@ impl Snapshot {
         let verdicts = describe::verdicts_json(&self.reasons);
         let mut out = json!({"interface": self.iface, "mode": self.mode.name(), "reasons": reasons, "verdicts": verdicts, "qps": qps});
         out["netns"] = json!(self.netns);
-        out["held"] = json!(self.how());
+        out["held"] = json!(self.held());
         if let Some(Holder::Foreground(pid) | Holder::Gone(pid)) = self.holder {
             out["process"] =
                 json!({"pid": pid, "running": matches!(self.holder, Some(Holder::Foreground(_)))});
@@ -102,6 +106,12 @@ impl Snapshot {
                 .collect();
             out["stamping"] = json!({"on": self.stamping, "frames": counts});
         }
+        let violations: Vec<_> = self
+            .violations
+            .iter()
+            .map(|(r, p, n)| json!({"reason": r.name(), "partition": p, "frames": n}))
+            .collect();
+        out["violations"] = violations.into();
         if self.shows_captures() {
             let counts: serde_json::Map<_, _> = Capture::ALL
                 .iter()
@@ -118,7 +128,7 @@ impl Snapshot {
     }
 
     pub fn text(&self, out: &mut impl Write) -> std::io::Result<()> {
-        let how = self.how();
+        let how = self.held();
         let total: u64 = Reason::ALL.iter().map(|&r| self.reasons.total(r)).sum();
         let netns = match &self.netns {
             Some(ns) => format!(" (netns {ns})"),
@@ -154,6 +164,12 @@ impl Snapshot {
                 )?;
             }
         }
+        if !self.violations.is_empty() {
+            writeln!(out, "  violations by partition:")?;
+            for (r, p, n) in &self.violations {
+                writeln!(out, "    {:<14} {:#06x} {:>12}", r.name(), p, n)?;
+            }
+        }
         if !self.qps.is_empty() {
             writeln!(out, "  {:<10} {:>12} {:>12}", "QP", "passed", "dropped")?;
             for (qpn, s) in &self.qps {
@@ -170,6 +186,27 @@ struct Live {
     mode: XdpMode,
     holder: Holder,
     maps: Maps,
+}
+
+impl Live {
+    fn snapshot(&self) -> Result<Snapshot> {
+        Ok(Snapshot::read(
+            &self.pins.iface,
+            self.mode,
+            self.holder == Holder::Pinned,
+            &self.maps,
+        )?
+        .placed(self.holder, self.pins.netns))
+    }
+}
+
+/// Every live attachment's counters, of every network namespace (those that
+/// cannot be read are reported on stderr and left out).
+pub fn snapshots() -> Result<Vec<Snapshot>> {
+    attachments(None, None)?
+        .iter()
+        .map(Live::snapshot)
+        .collect()
 }
 
 /// The live attachments named (in this process's network namespace), or
@@ -270,8 +307,7 @@ pub fn run(args: &StatsArgs) -> Result<()> {
             writeln!(out, "no pkeyfw attachments")?;
         }
         for a in &live {
-            let snap = Snapshot::read(&a.pins.iface, a.mode, a.holder == Holder::Pinned, &a.maps)?
-                .placed(a.holder, a.pins.netns);
+            let snap = a.snapshot()?;
             if json {
                 writeln!(out, "{}", snap.json())?;
             } else {

@@ -23,7 +23,7 @@ use pkeyfw_common::{
     Capture, Reason, Stamp, Verdict,
     abi::{
         Config, ConnKey, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, LAYOUT_VERSION, MAPS,
-        MapKind, QPN_MASK, QpEntry, QpStats, name, port_key_index, qp_key,
+        MapKind, QPN_MASK, QpEntry, QpStats, name, port_key_index, qp_key, violation_key,
     },
     reason::{REASON_SLOTS, reason_slot},
 };
@@ -97,6 +97,7 @@ pub struct Maps {
     conns: HashMap<MapData, ConnKey, u32>,
     stamps: PerCpuArray<MapData, u64>,
     captures: PerCpuArray<MapData, u64>,
+    violations: HashMap<MapData, u32, u64>,
 }
 
 /// What a generation holds, as read back from the maps.
@@ -197,6 +198,7 @@ impl Maps {
             conns: typed(take(name::CONNS), name::CONNS)?,
             stamps: typed(take(name::STAMPS), name::STAMPS)?,
             captures: typed(take(name::CAPTURES), name::CAPTURES)?,
+            violations: typed(take(name::VIOLATIONS), name::VIOLATIONS)?,
         })
     }
 
@@ -223,6 +225,24 @@ impl Maps {
     /// Verbs per RDMA-probe outcome, summed over CPUs.
     pub fn captures(&self) -> Result<CaptureCounts> {
         summed(&self.captures, name::CAPTURES)
+    }
+
+    /// P_Key and Q_Key violations per partition (15-bit key portion), as
+    /// an InfiniBand port counts them: (reason, partition, frames), those
+    /// that counted any, in key order.
+    pub fn violations(&self) -> Result<Vec<(Reason, u16, u64)>> {
+        let mut out = Vec::new();
+        for item in self.violations.iter() {
+            let (key, count) = item.context("reading VIOLATIONS")?;
+            let partition = (key & 0x7fff) as u16;
+            let reason = [Reason::PkeyViolation, Reason::QkeyViolation]
+                .into_iter()
+                .find(|&r| violation_key(r, partition) == Some(key))
+                .with_context(|| format!("VIOLATIONS has a key {key:#x} of no reason"))?;
+            out.push((reason, partition, count));
+        }
+        out.sort_unstable();
+        Ok(out)
     }
 
     /// Whether the active policy stamps.

@@ -69,9 +69,15 @@ pub fn host_release() -> Result<String> {
     field("VERSION_CODENAME=").context("/etc/os-release has no VERSION_CODENAME")
 }
 
-/// Installs the host tools that are missing (apt, non-interactively).
+/// Installs the host tools the guest needs that are missing.
 pub fn ensure_host_tools() -> Result<()> {
-    let missing: Vec<&str> = HOST_TOOLS
+    ensure_tools(HOST_TOOLS)
+}
+
+/// Installs the packages of the `(tool, package)` pairs whose tool is not
+/// on PATH (apt, non-interactively).
+pub fn ensure_tools(tools: &[(&str, &str)]) -> Result<()> {
+    let missing: Vec<&str> = tools
         .iter()
         .filter(|(tool, _)| {
             output(Command::new("sh").args(["-c", &format!("command -v {tool}")])).is_none()

@@ -16,7 +16,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-pub use build::ensure_host_tools;
+pub use build::{ensure_host_tools, ensure_tools};
 
 /// A built guest: its kernel and its whole root as an initramfs.
 pub struct Guest {

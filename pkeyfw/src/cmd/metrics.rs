@@ -1,0 +1,183 @@
+//! `pkeyfw metrics`: the kernel's counters of every attachment, pinned and
+//! foreground alike, in the Prometheus text format over HTTP.
+//! Each scrape reads the pinned maps afresh (the counters live in the
+//! kernel, not in this process), so it needs no other pkeyfw process and
+//! loses nothing when it restarts.
+
+use std::{convert::Infallible, net::SocketAddr};
+
+use anyhow::{Context as _, Result};
+use http_body_util::Full;
+use hyper::{Request, Response, StatusCode, body::Bytes, header, service::service_fn};
+use hyper_util::rt::TokioIo;
+use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+use tokio::net::TcpListener;
+
+use pkeyfw_common::{Capture, Reason, Stamp, Verdict};
+
+use crate::{cmd::stats, loading::pins};
+
+/// Serve Prometheus metrics: frames per reason and verdict, P_Key and
+/// Q_Key violations per partition, stamping and probe outcomes, bound QPs.
+///
+/// Reads every attachment's pinned maps at each scrape (GET /metrics);
+/// no QPN labels, so the series stay few.
+#[derive(clap::Args)]
+pub struct MetricsArgs {
+    /// Address and port to listen on.
+    #[arg(long, default_value = "127.0.0.1:9435")]
+    pub listen: SocketAddr,
+}
+
+/// Prometheus's text format, version 0.0.4.
+const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+pub fn run(args: &MetricsArgs) -> Result<()> {
+    pins::host_bpffs("metrics")?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(serve(args.listen))
+}
+
+async fn serve(addr: SocketAddr) -> Result<()> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("listening on {addr}"))?;
+    println!("pkeyfw: serving metrics on http://{addr}/metrics");
+    loop {
+        let (stream, _) = listener.accept().await?;
+        tokio::spawn(async move {
+            // A client that goes away mid-answer is its own business.
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service_fn(answer))
+                .await;
+        });
+    }
+}
+
+async fn answer(req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let (status, kind, body) = match req.uri().path() {
+        "/metrics" => match exposition() {
+            Ok(text) => (StatusCode::OK, CONTENT_TYPE, text),
+            Err(e) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "text/plain",
+                format!("{e:#}\n"),
+            ),
+        },
+        _ => (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "pkeyfw serves /metrics\n".to_string(),
+        ),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(kind));
+    Ok(response)
+}
+
+/// The families of one scrape, registered under their full names.
+struct Families {
+    registry: Registry,
+}
+
+impl Families {
+    fn counter(&self, name: &str, help: &str, labels: &[&str]) -> Result<IntCounterVec> {
+        let family = IntCounterVec::new(Opts::new(name, help), labels)?;
+        self.registry.register(Box::new(family.clone()))?;
+        Ok(family)
+    }
+
+    fn gauge(&self, name: &str, help: &str, labels: &[&str]) -> Result<IntGaugeVec> {
+        let family = IntGaugeVec::new(Opts::new(name, help), labels)?;
+        self.registry.register(Box::new(family.clone()))?;
+        Ok(family)
+    }
+}
+
+/// The text of one scrape: every attachment's counters now.
+pub fn exposition() -> Result<String> {
+    let f = Families {
+        registry: Registry::new(),
+    };
+    let at = ["interface", "netns"];
+    let frames = f.counter(
+        "pkeyfw_frames_total",
+        "RoCE and other frames the filter judged, by reason and verdict",
+        &[at[0], at[1], "reason", "verdict"],
+    )?;
+    let pkey = f.counter(
+        "pkeyfw_pkey_violations_total",
+        "Frames refused for their P_Key, per partition (an IB port's P_KeyViolations)",
+        &[at[0], at[1], "partition"],
+    )?;
+    let qkey = f.counter(
+        "pkeyfw_qkey_violations_total",
+        "Datagrams refused for their Q_Key, per partition of their P_Key (an IB port's Q_KeyViolations)",
+        &[at[0], at[1], "partition"],
+    )?;
+    let stamps = f.counter(
+        "pkeyfw_stamp_frames_total",
+        "Outgoing and restored frames per stamping outcome",
+        &[at[0], at[1], "outcome"],
+    )?;
+    let probes = f.counter(
+        "pkeyfw_probe_verbs_total",
+        "RDMA verbs the probes saw, per outcome",
+        &[at[0], at[1], "outcome"],
+    )?;
+    let bound = f.gauge(
+        "pkeyfw_qps_bound",
+        "QPs the policy in force binds, per attachment",
+        &[at[0], at[1], "mode", "held"],
+    )?;
+    let build = f.gauge(
+        "pkeyfw_build_info",
+        "The pkeyfw serving these metrics (always 1)",
+        &["version"],
+    )?;
+    build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+    for snap in stats::snapshots()? {
+        let netns = snap.netns.clone().unwrap_or_else(|| "host".to_string());
+        let at = [snap.iface.as_str(), netns.as_str()];
+        for reason in Reason::ALL {
+            for verdict in Verdict::ALL {
+                let n = snap.reasons.get(reason, verdict);
+                if n > 0 {
+                    frames
+                        .with_label_values(&[at[0], at[1], reason.name(), verdict.name()])
+                        .inc_by(n);
+                }
+            }
+        }
+        for &(reason, partition, n) in &snap.violations {
+            let family = if reason == Reason::PkeyViolation {
+                &pkey
+            } else {
+                &qkey
+            };
+            family
+                .with_label_values(&[at[0], at[1], &format!("{partition:#06x}")])
+                .inc_by(n);
+        }
+        let outcomes = Stamp::ALL
+            .iter()
+            .map(|s| (&stamps, s.name(), snap.stamps[s.index() as usize]))
+            .chain(
+                Capture::ALL
+                    .iter()
+                    .map(|c| (&probes, c.name(), snap.captures[c.index() as usize])),
+            );
+        for (family, outcome, n) in outcomes.filter(|&(_, _, n)| n > 0) {
+            family.with_label_values(&[at[0], at[1], outcome]).inc_by(n);
+        }
+        bound
+            .with_label_values(&[at[0], at[1], snap.mode.name(), &snap.held()])
+            .set(snap.qps.len() as i64);
+    }
+    Ok(TextEncoder::new().encode_to_string(&f.registry.gather())?)
+}

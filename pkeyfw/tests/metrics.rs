@@ -1,0 +1,216 @@
+//! `pkeyfw metrics` scraped by a real Prometheus server (Debian's
+//! `prometheus`, which `cargo xtask test` installs): frames are sent across
+//! a veth pair the test makes, and Prometheus's query API must give exactly
+//! the counts the host verdict predicts, per reason and verdict and per
+//! partition; `promtool check metrics` must find the exposition clean.
+
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    io::{Read as _, Write as _},
+    net::{TcpListener, TcpStream},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use pkeyfw_common::{Reason, abi::violation_key, judge};
+use pkeyfw_testkit::netns::{VethPair, send};
+use serde_json::Value;
+
+/// A process killed when the test ends, however it ends.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The body of `GET path` on 127.0.0.1:`port`, once it answers.
+fn get(port: u16, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.").then(|| body.to_string())
+}
+
+/// `query`'s value through Prometheus's HTTP API (`None`: no series yet).
+fn query(port: u16, query: &str) -> Option<u64> {
+    let encoded: String = query
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let body = get(port, &format!("/api/v1/query?query={encoded}"))?;
+    let v: Value = serde_json::from_str(&body).ok()?;
+    let result = v["data"]["result"].as_array()?;
+    let sample = result.first()?;
+    sample["value"][1].as_str()?.parse().ok()
+}
+
+#[test]
+fn prometheus_scrapes_what_the_kernel_counted() {
+    common::require_root();
+    let pair = VethPair::create(&common::tag("pm")).unwrap();
+    pair.set_mtu(9000).unwrap();
+    let (_dir, policy_path) = common::policy_file(common::cases::BASE);
+    let policy = common::policy(common::cases::BASE);
+    let _fg = common::Foreground::start(&pair, &policy_path, "native");
+
+    // Every case of the base policy, and what the verdict says of each.
+    let frames: Vec<Vec<u8>> = common::cases::all()
+        .into_iter()
+        .filter(|c| c.policy == policy)
+        .map(|c| c.frame)
+        .collect();
+    let mut want_frames: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    let mut want_partitions: BTreeMap<(Reason, u16), u64> = BTreeMap::new();
+    for f in &frames {
+        let o = judge(&f[..], &policy, &policy.config());
+        *want_frames
+            .entry((o.reason.name(), o.verdict().name()))
+            .or_default() += 1;
+        if let Some(roce) = o.roce
+            && !o.allowed
+            && violation_key(o.reason, roce.pkey).is_some()
+        {
+            *want_partitions
+                .entry((o.reason, roce.pkey & 0x7fff))
+                .or_default() += 1;
+        }
+    }
+    assert!(
+        want_partitions
+            .keys()
+            .any(|(r, _)| *r == Reason::PkeyViolation)
+            && want_partitions
+                .keys()
+                .any(|(r, _)| *r == Reason::QkeyViolation),
+        "the cases must refuse by P_Key and by Q_Key for this to mean anything"
+    );
+    send(&pair.ns_a, &pair.a, &frames).unwrap();
+
+    let metrics_port = free_port();
+    let _metrics = Killed(
+        Command::new(env!("CARGO_BIN_EXE_pkeyfw"))
+            .args(["metrics", "--listen", &format!("127.0.0.1:{metrics_port}")])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let exposition = loop {
+        if let Some(body) = get(metrics_port, "/metrics") {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "pkeyfw metrics never answered");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+
+    // promtool reads the exposition as Prometheus does.
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (cargo xtask test installs it)");
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(exposition.as_bytes())
+        .unwrap();
+    let checked = promtool.wait_with_output().unwrap();
+    assert!(
+        checked.status.success() && checked.stdout.is_empty() && checked.stderr.is_empty(),
+        "promtool check metrics: {}{}\n{exposition}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: pkeyfw\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
+        ),
+    )
+    .unwrap();
+    let prometheus_port = free_port();
+    let _prometheus = Killed(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                data.path().join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{prometheus_port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus (cargo xtask test installs it)"),
+    );
+
+    let iface = &pair.b;
+    let mut checks: Vec<(String, u64)> = want_frames
+        .iter()
+        .map(|((reason, verdict), n)| {
+            (
+                format!(
+                    "pkeyfw_frames_total{{interface=\"{iface}\",reason=\"{reason}\",verdict=\"{verdict}\"}}"
+                ),
+                *n,
+            )
+        })
+        .collect();
+    for ((reason, partition), n) in &want_partitions {
+        let metric = match reason {
+            Reason::PkeyViolation => "pkeyfw_pkey_violations_total",
+            _ => "pkeyfw_qkey_violations_total",
+        };
+        checks.push((
+            format!("{metric}{{interface=\"{iface}\",partition=\"{partition:#06x}\"}}"),
+            *n,
+        ));
+    }
+    // Prometheus needs a start-up and a scrape or two.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got: Vec<(String, Option<u64>)> = checks
+            .iter()
+            .map(|(q, _)| (q.clone(), query(prometheus_port, q)))
+            .collect();
+        let wrong: Vec<String> = checks
+            .iter()
+            .zip(&got)
+            .filter(|((_, want), (_, got))| *got != Some(*want))
+            .map(|((q, want), (_, got))| format!("{q}: want {want}, got {got:?}"))
+            .collect();
+        if wrong.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus does not have what the kernel counted:\n{}",
+            wrong.join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
