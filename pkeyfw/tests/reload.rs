@@ -185,3 +185,71 @@ fn sighup_reloads_a_foreground_attachment_and_refuses_a_bad_file() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success());
 }
+
+/// Swaps a Kubernetes-style ConfigMap directory to `text`: a new timestamped
+/// directory, then the `..data` symlink renamed over (atomically), as the
+/// kubelet does; `policy.toml` links through `..data`.
+fn configmap_swap(dir: &std::path::Path, version: u32, text: &str) {
+    let data = dir.join(format!("..v{version}"));
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("policy.toml"), text).unwrap();
+    let tmp = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(format!("..v{version}"), &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+}
+
+#[test]
+fn watch_follows_a_configmap_swap_and_refuses_a_bad_file_once() {
+    use std::io::{BufRead, BufReader};
+    common::require_root();
+    let pair = VethPair::create(&common::tag("pw")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    configmap_swap(dir.path(), 1, P1);
+    let file = dir.path().join("policy.toml");
+    std::os::unix::fs::symlink("..data/policy.toml", &file).unwrap();
+    let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
+    let mut child = common::pkeyfw_in(&pair.ns_b)
+        .args([
+            "attach",
+            &pair.b,
+            "--watch",
+            "--policy",
+            file.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines.next().unwrap().unwrap().contains("attached to"));
+    assert_eq!(stats_qps(&pair), [0x10, 0x11]);
+
+    configmap_swap(dir.path(), 2, P2);
+    let line = lines.next().unwrap().unwrap();
+    assert!(
+        line.contains("changed, reloaded") && line.contains("1 QPs"),
+        "{line}"
+    );
+    assert_eq!(stats_qps(&pair), [0x11]);
+
+    configmap_swap(dir.path(), 3, "[port]\npkeys = []\n");
+    let line = lines.next().unwrap().unwrap();
+    assert!(
+        line.contains("refused") && line.contains("policy.toml:2:9: port.pkeys"),
+        "{line}"
+    );
+    // Several polls go by on the bad file: it is reported once, and the
+    // next line is the good file coming back.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(stats_qps(&pair), [0x11], "the running policy stays");
+    configmap_swap(dir.path(), 4, P1);
+    let line = lines.next().unwrap().unwrap();
+    assert!(
+        line.contains("changed, reloaded") && line.contains("2 QPs"),
+        "{line}"
+    );
+    assert_eq!(stats_qps(&pair), [0x10, 0x11]);
+
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+}

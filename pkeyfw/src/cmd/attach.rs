@@ -76,8 +76,14 @@ pub struct AttachArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub mode: Mode,
     /// Pin and exit instead of staying in the foreground.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "watch")]
     pub pin: bool,
+    /// Follow the policy file: re-apply it (as SIGHUP does) when what it
+    /// says changes, its partitions.conf and a symlink swap of its
+    /// directory included (as Kubernetes updates a mounted ConfigMap). A
+    /// file that does not load is refused once, and the policy stays.
+    #[arg(long)]
+    pub watch: bool,
     /// Violation lines printed per second, at most.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub log_rate: u64,
@@ -379,6 +385,56 @@ fn reload(
     Ok((path, bound))
 }
 
+/// How often `--watch` reads the policy: a parse of a small file, and
+/// simpler than inotify across the symlink swaps ConfigMaps make.
+const WATCH: Duration = Duration::from_secs(1);
+
+/// `--watch`: applies the policy file if what it says differs from the
+/// policy in force; a file that does not load is reported once per error
+/// (`refused`), and the running policy stays.
+fn follow_file(
+    filter: &mut Filter,
+    binder: &mut Binder,
+    pins: &Pins,
+    iface: &str,
+    refused: &mut Option<String>,
+) {
+    let loaded = pins.remembered_policy().and_then(|path| {
+        let guid = super::iface_guid(&pins.iface)?;
+        Ok((Policy::load_for(&path, Some(guid))?, path))
+    });
+    let result = match loaded {
+        Ok((policy, _)) if &policy == binder.policy() => {
+            *refused = None;
+            return;
+        }
+        Ok((policy, path)) => binder
+            .replace(policy, filter.maps_mut())
+            .map(|bound| (path, bound)),
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok((path, bound)) => {
+            *refused = None;
+            println!(
+                "pkeyfw: {} changed, reloaded {iface}: {}",
+                path.display(),
+                summary(binder.policy(), &path)
+            );
+            bound.iter().for_each(|line| println!("{line}"));
+        }
+        Err(e) => {
+            let e = format!("{e:#}");
+            if refused.as_ref() != Some(&e) {
+                println!(
+                    "pkeyfw: the policy file changed but is refused, the running policy stays: {e}"
+                );
+                *refused = Some(e);
+            }
+        }
+    }
+}
+
 /// The ring buffer's descriptor, for readiness only.
 struct Fd(RawFd);
 
@@ -452,6 +508,9 @@ async fn foreground(
         None
     };
     let mut last = filter.maps().reasons()?.refused();
+    let mut follow = tokio::time::interval(WATCH);
+    follow.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut refused = None;
     loop {
         tokio::select! {
             guard = ready.readable() => {
@@ -479,6 +538,9 @@ async fn foreground(
                 resync(binder, filter, &mut poll_error);
             }
             _ = poll.tick(), if binder.active() => resync(binder, filter, &mut poll_error),
+            _ = follow.tick(), if opts.watch => {
+                follow_file(filter, binder, pins, &opts.iface, &mut refused);
+            }
             _ = signals.hangup.recv() => match reload(filter, binder, pins) {
                 Ok((path, bound)) => {
                     println!("pkeyfw: reloaded {}: {}", opts.iface, summary(binder.policy(), &path));
