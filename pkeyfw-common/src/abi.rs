@@ -85,10 +85,12 @@ pub const MAPS: [MapSpec; 17] = {
         spec(name::EVENT_BUDGET, PerCpuArray, Fixed),
         spec(name::CONNS, HashMap, PerQp(GENERATIONS)),
         spec(name::STAMPS, PerCpuArray, Fixed),
-        spec(name::PEERS, HashMap, PerQp(1)),
-        spec(name::OWNERS, HashMap, PerQp(1)),
+        // Only rdma_rxe QPs are recorded and tagged (an rxe device has at
+        // most 65,536), however many QPs the filter is sized for.
+        spec(name::PEERS, HashMap, Fixed),
+        spec(name::OWNERS, HashMap, Fixed),
         spec(name::CAPTURES, PerCpuArray, Fixed),
-        spec(name::SOCKETS, HashMap, PerQp(1)),
+        spec(name::SOCKETS, HashMap, Fixed),
         spec(name::VIOLATIONS, HashMap, Fixed),
     ]
 };

@@ -98,6 +98,8 @@ pub struct Maps {
     stamps: PerCpuArray<MapData, u64>,
     captures: PerCpuArray<MapData, u64>,
     violations: HashMap<MapData, u32, u64>,
+    /// The other maps, held open.
+    _rest: Vec<Map>,
 }
 
 /// What a generation holds, as read back from the maps.
@@ -199,6 +201,9 @@ impl Maps {
             stamps: typed(take(name::STAMPS), name::STAMPS)?,
             captures: typed(take(name::CAPTURES), name::CAPTURES)?,
             violations: typed(take(name::VIOLATIONS), name::VIOLATIONS)?,
+            // Maps only the probes use (OWNERS) live no longer than their
+            // last handle when nothing pins them, as in a test run.
+            _rest: maps.into_values().collect(),
         })
     }
 
