@@ -36,7 +36,7 @@ pub const LAYOUT_VERSION: u32 = LAYOUT << 24
     | (crate::Stamp::COUNT as u32) << 8
     | crate::Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 5;
+const LAYOUT: u32 = 6;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -292,7 +292,9 @@ pub struct Event {
     pub monitor: u8,
     /// An [`EventKind`] as u8.
     pub kind: u8,
-    pub _pad: [u8; 6],
+    pub _pad: [u8; 2],
+    /// DETH source QP, for UD (the sender, as a trap names it).
+    pub src_qp: u32,
 }
 
 crate::named_enum! {

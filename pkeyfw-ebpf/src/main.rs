@@ -286,6 +286,7 @@ fn report<F: Frame>(frame: &F, outcome: &Outcome, monitor: bool) {
         event.src = roce.addrs.read(frame, false).unwrap_or_default();
         event.dst = roce.addrs.read(frame, true).unwrap_or_default();
         event.qkey = roce.qkey;
+        event.src_qp = roce.src_qp;
         event.dest_qp = roce.dest_qp;
         event.pkey = roce.pkey;
         event.opcode = roce.opcode;

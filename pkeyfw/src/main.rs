@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 #[cfg(feature = "lab")]
 use pkeyfw::cmd::lab;
-use pkeyfw::cmd::{attach, detach, metrics, policy, qps, reload, replay, stats};
+use pkeyfw::cmd::{attach, detach, events, metrics, policy, qps, reload, replay, stats};
 
 /// InfiniBand partition isolation (P_Keys, Q_Keys) for RoCE, enforced in XDP.
 ///
@@ -27,6 +27,7 @@ enum Command {
     Detach(detach::DetachArgs),
     Stats(stats::StatsArgs),
     Metrics(metrics::MetricsArgs),
+    Events(events::EventsArgs),
     Qps(qps::QpsArgs),
     #[cfg(feature = "lab")]
     Lab(lab::LabArgs),
@@ -52,6 +53,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Detach(args) => detach::run(args),
         Command::Stats(args) => stats::run(args),
         Command::Metrics(args) => metrics::run(args),
+        Command::Events(args) => events::run(args),
         Command::Qps(args) => qps::run(args),
         #[cfg(feature = "lab")]
         Command::Lab(args) => lab::run(args),

@@ -470,6 +470,14 @@ async fn foreground(
     opts: &AttachArgs,
     mut signals: Signals,
 ) -> Result<()> {
+    // The event ring has one reader: this process, unless `pkeyfw events`
+    // reads it already.
+    let reader = pins.events_reader()?;
+    if reader.is_none() {
+        println!(
+            "pkeyfw: `pkeyfw events` reads this attachment's violations; they are not printed here"
+        );
+    }
     let fd = Fd(filter.maps_mut().events().as_raw_fd());
     // SAFETY: the ring buffer's fd stays open, owned by `filter`, until
     // after this future (and `ready` with it) is gone.
@@ -513,7 +521,7 @@ async fn foreground(
     let mut refused = None;
     loop {
         tokio::select! {
-            guard = ready.readable() => {
+            guard = ready.readable(), if reader.is_some() => {
                 let mut guard = guard?;
                 while let Some(item) = filter.maps_mut().events().next() {
                     // A join is one verb call, rare, and budgeted in the

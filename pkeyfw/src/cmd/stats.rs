@@ -181,11 +181,11 @@ impl Snapshot {
 }
 
 /// One live attachment.
-struct Live {
-    pins: Pins,
-    mode: XdpMode,
-    holder: Holder,
-    maps: Maps,
+pub(crate) struct Live {
+    pub pins: Pins,
+    pub mode: XdpMode,
+    pub holder: Holder,
+    pub maps: Maps,
 }
 
 impl Live {
@@ -211,7 +211,7 @@ pub fn snapshots() -> Result<Vec<Snapshot>> {
 
 /// The live attachments named (in this process's network namespace), or
 /// all (of every namespace, or of `--netns`'s), with their maps.
-fn attachments(iface: Option<&str>, netns: Option<&str>) -> Result<Vec<Live>> {
+pub(crate) fn attachments(iface: Option<&str>, netns: Option<&str>) -> Result<Vec<Live>> {
     let all = match iface {
         Some(i) => {
             let pins = Pins::of(i);

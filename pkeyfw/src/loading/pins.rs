@@ -11,7 +11,7 @@
 
 use std::{
     fs,
-    os::unix::fs::MetadataExt,
+    os::{fd::AsRawFd as _, unix::fs::MetadataExt},
     path::{Path, PathBuf},
 };
 
@@ -155,6 +155,24 @@ impl Pins {
     /// the QPs) and `stats` can tell when it is gone.
     fn owner_note(&self) -> PathBuf {
         self.notes().join(format!("{}.pid", self.iface))
+    }
+
+    /// The right to read the attachment's `EVENTS` ring, which has one
+    /// consumer position: whoever reads it takes each event from every
+    /// other reader. An exclusive lock on the pins directory, held as long
+    /// as the returned file is open (a process that dies lets go); `None`
+    /// while another process holds it.
+    pub fn events_reader(&self) -> Result<Option<fs::File>> {
+        let dir =
+            fs::File::open(&self.dir).with_context(|| format!("opening {}", self.dir.display()))?;
+        // SAFETY: a valid descriptor; flock has no other precondition.
+        if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(Some(dir));
+        }
+        match std::io::Error::last_os_error() {
+            e if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(None),
+            e => Err(e).with_context(|| format!("locking {}", self.dir.display())),
+        }
     }
 
     /// Notes this process as the foreground attachment's owner.

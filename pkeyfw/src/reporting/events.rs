@@ -19,7 +19,7 @@ pub fn decode(bytes: &[u8]) -> Option<Event> {
 }
 
 /// `::ffff:a.b.c.d` back to IPv4; `::` for "unknown".
-fn addr(a: [u8; 16]) -> IpAddr {
+pub fn addr(a: [u8; 16]) -> IpAddr {
     let v6 = Ipv6Addr::from(a);
     v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
 }

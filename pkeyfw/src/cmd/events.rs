@@ -1,0 +1,305 @@
+//! `pkeyfw events`: the refused frames (and foreign multicast joins) of
+//! running attachments, pinned ones with no other process included, as the
+//! traps an InfiniBand port sends its subnet manager: 257 Bad P_Key, 258
+//! Bad Q_Key. Repeats from one source past a budget per window are
+//! summarised, as OpenSM ages its traps. The kernel already limits events
+//! per CPU and per second; the counters (`stats`) have every frame.
+
+use std::{
+    collections::BTreeMap,
+    net::IpAddr,
+    os::fd::{AsRawFd, RawFd},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{Context as _, Result, bail};
+use aya::maps::{Map, MapData, RingBuf};
+use pkeyfw_common::{
+    Reason,
+    abi::{Event, EventKind, name},
+};
+use serde_json::json;
+use tokio::{
+    io::{Interest, unix::AsyncFd},
+    sync::mpsc,
+};
+
+use super::NetnsArg;
+use crate::{
+    cmd::{attach::cli_iface, stats},
+    loading::pins::{self, Holder},
+    reporting::{describe, events},
+};
+
+/// Stream refused frames as InfiniBand traps (257 Bad P_Key, 258 Bad Q_Key).
+///
+/// Reads the attachments' event rings: foreground and pinned alike, so it
+/// needs no other pkeyfw process. A ring has one reader: an interface
+/// whose events a foreground attach or another `pkeyfw events` reads is
+/// named and left to it.
+#[derive(clap::Args)]
+pub struct EventsArgs {
+    /// Only these interfaces (default: every attachment, of every network
+    /// namespace unless --netns is given).
+    pub ifaces: Vec<String>,
+    #[command(flatten)]
+    pub netns: NetnsArg,
+    /// One JSON object per event.
+    #[arg(long)]
+    pub json: bool,
+    /// Events shown per source address per window; the rest are counted
+    /// and summarised at the window's end.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub per_source: u64,
+    /// The window, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    pub window: u64,
+}
+
+/// One attachment's ring, for readiness.
+struct Ring {
+    iface: String,
+    ring: RingBuf<MapData>,
+    /// Held while reading: the right to the ring.
+    _reader: std::fs::File,
+}
+
+impl AsRawFd for Ring {
+    fn as_raw_fd(&self) -> RawFd {
+        self.ring.as_raw_fd()
+    }
+}
+
+pub fn run(args: &EventsArgs) -> Result<()> {
+    let netns = args.netns.enter()?;
+    pins::host_bpffs("events")?;
+    let live = if args.ifaces.is_empty() {
+        stats::attachments(None, netns)?
+    } else {
+        let mut all = Vec::new();
+        for i in &args.ifaces {
+            all.extend(stats::attachments(Some(i), netns)?);
+        }
+        all
+    };
+    let mut rings = Vec::new();
+    for a in live {
+        let named = cli_iface(&a.pins.iface, netns);
+        let Some(reader) = a.pins.events_reader()? else {
+            let who = match a.holder {
+                Holder::Foreground(pid) => {
+                    format!("its foreground attach (process {pid}), which prints them")
+                }
+                _ => "another `pkeyfw events`".to_string(),
+            };
+            eprintln!("pkeyfw: {named}: its events are read by {who}; not here");
+            continue;
+        };
+        let path = a.pins.dir.join(name::EVENTS);
+        let map =
+            MapData::from_pin(&path).with_context(|| format!("opening {}", path.display()))?;
+        rings.push(Ring {
+            iface: a.pins.iface.clone(),
+            ring: RingBuf::try_from(Map::RingBuf(map))?,
+            _reader: reader,
+        });
+    }
+    if rings.is_empty() {
+        bail!("no attachment's events to read");
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(stream(rings, args))
+}
+
+async fn stream(rings: Vec<Ring>, args: &EventsArgs) -> Result<()> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    for ring in rings {
+        let tx = tx.clone();
+        // SAFETY: the ring's fd is owned by the ring, which the AsyncFd
+        // owns; it closes only when the AsyncFd is dropped.
+        let mut fd = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)?;
+        tokio::spawn(async move {
+            loop {
+                let Ok(mut guard) = fd.readable_mut().await else {
+                    return;
+                };
+                let r = guard.get_inner_mut();
+                while let Some(item) = r.ring.next() {
+                    if let Some(e) = events::decode(&item) {
+                        let _ = tx.send((r.iface.clone(), e));
+                    }
+                }
+                guard.clear_ready();
+            }
+        });
+    }
+    drop(tx);
+    let mut budget = Budget::new(args.per_source);
+    let mut window = tokio::time::interval(Duration::from_secs(args.window.max(1)));
+    window.tick().await;
+    let mut out = std::io::stdout().lock();
+    loop {
+        tokio::select! {
+            got = rx.recv() => {
+                let Some((iface, e)) = got else { return Ok(()) };
+                if budget.allow(source(&e)) {
+                    use std::io::Write as _;
+                    writeln!(out, "{}", if args.json { trap_json(&iface, &e).to_string() } else { trap_line(&iface, &e) })?;
+                }
+            }
+            _ = window.tick() => {
+                use std::io::Write as _;
+                for (src, hidden) in budget.close() {
+                    if args.json {
+                        writeln!(out, "{}", json!({"suppressed": hidden, "src": src.to_string()}))?;
+                    } else {
+                        writeln!(out, "… and {hidden} more from {src}")?;
+                    }
+                }
+            }
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        }
+    }
+}
+
+/// Events per source address in the current window.
+struct Budget {
+    per_source: u64,
+    seen: BTreeMap<IpAddr, u64>,
+}
+
+impl Budget {
+    fn new(per_source: u64) -> Budget {
+        Budget {
+            per_source,
+            seen: BTreeMap::new(),
+        }
+    }
+
+    /// Whether one more event from `src` may be shown.
+    fn allow(&mut self, src: IpAddr) -> bool {
+        let n = self.seen.entry(src).or_default();
+        *n += 1;
+        *n <= self.per_source
+    }
+
+    /// Ends the window: the sources with events not shown, and how many.
+    fn close(&mut self) -> Vec<(IpAddr, u64)> {
+        let hidden = self
+            .seen
+            .iter()
+            .filter(|&(_, &n)| n > self.per_source)
+            .map(|(&src, &n)| (src, n - self.per_source))
+            .collect();
+        self.seen.clear();
+        hidden
+    }
+}
+
+fn source(e: &Event) -> IpAddr {
+    events::addr(e.src)
+}
+
+/// The IB trap an event stands for: number and name.
+fn trap(e: &Event) -> Option<(u16, &'static str)> {
+    if e.kind != EventKind::Frame as u8 {
+        return None;
+    }
+    match Reason::from_repr(e.reason.into())? {
+        Reason::PkeyViolation => Some((257, "Bad P_Key")),
+        Reason::QkeyViolation => Some((258, "Bad Q_Key")),
+        _ => None,
+    }
+}
+
+fn trap_line(iface: &str, e: &Event) -> String {
+    let head = match trap(e) {
+        Some((n, what)) => format!("trap {n} ({what}) "),
+        None => String::new(),
+    };
+    format!(
+        "{} {iface} {head}{}",
+        rfc3339(SystemTime::now()),
+        events::line(e)
+    )
+}
+
+fn trap_json(iface: &str, e: &Event) -> serde_json::Value {
+    let frame = e.kind == EventKind::Frame as u8;
+    let mut v = json!({
+        "time": rfc3339(SystemTime::now()),
+        "interface": iface,
+        "trap": trap(e).map(|(n, _)| n),
+        "kind": EventKind::from_repr(e.kind).map_or("?", EventKind::name),
+    });
+    if frame {
+        v["reason"] = json!(Reason::from_repr(e.reason.into()).map_or("?", Reason::name));
+        v["verdict"] = json!(if e.monitor != 0 { "monitor" } else { "drop" });
+        v["src"] = json!(events::addr(e.src).to_string());
+        v["dst"] = json!(events::addr(e.dst).to_string());
+        v["pkey"] = json!(e.pkey);
+        v["membership"] = json!(describe::pkey(e.pkey));
+        v["dest_qp"] = json!(e.dest_qp);
+        v["opcode"] = json!(e.opcode);
+        if e.opcode & 0xe0 == 0x60 {
+            v["qkey"] = json!(e.qkey);
+            v["src_qp"] = json!(e.src_qp);
+        }
+    } else {
+        v["qp"] = json!(e.dest_qp);
+        v["pkey"] = json!(e.pkey);
+        v["group"] = json!(events::addr(e.dst).to_string());
+        v["group_pkey"] = json!(e.qkey);
+    }
+    v
+}
+
+/// `2026-11-23T22:51:03.123Z`.
+fn rfc3339(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Civil from days (Howard Hinnant's algorithm), 1970-01-01 as day 0.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rest / 3600,
+        rest / 60 % 60,
+        rest % 60,
+        d.subsec_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_rfc3339_utc() {
+        let at = |s: u64| rfc3339(UNIX_EPOCH + Duration::from_secs(s));
+        assert_eq!(at(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(at(951_782_400), "2000-02-29T00:00:00.000Z");
+        assert_eq!(at(1_795_476_663), "2026-11-23T23:31:03.000Z");
+    }
+
+    #[test]
+    fn a_source_past_its_budget_is_summarised() {
+        let mut b = Budget::new(2);
+        let (a, c): (IpAddr, IpAddr) = ("10.0.0.7".parse().unwrap(), "10.0.0.8".parse().unwrap());
+        assert!(b.allow(a) && b.allow(a) && !b.allow(a) && !b.allow(a));
+        assert!(b.allow(c));
+        assert_eq!(b.close(), vec![(a, 2)]);
+        assert!(b.allow(a), "a new window");
+    }
+}

@@ -1,0 +1,112 @@
+//! `pkeyfw events` on a pinned attachment with no other pkeyfw process:
+//! refused frames sent across a veth the test makes come out as traps 257
+//! (Bad P_Key) and 258 (Bad Q_Key) with the frame's fields; a second reader
+//! is told who holds the events instead of silently splitting them.
+
+mod common;
+
+use std::{
+    io::{BufRead as _, BufReader},
+    process::{Child, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use pkeyfw_common::{Reason, judge};
+use pkeyfw_testkit::netns::{VethPair, send};
+use serde_json::Value;
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn events_streams_traps_from_a_pinned_attachment() {
+    common::require_root();
+    let pair = VethPair::create(&common::tag("pe")).unwrap();
+    let (_dir, policy_path) = common::policy_file(common::cases::BASE);
+    let policy = common::policy(common::cases::BASE);
+    let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
+    common::succeed(common::pkeyfw_in(&pair.ns_b).args([
+        "attach",
+        &pair.b,
+        "--pin",
+        "--policy",
+        policy_path.to_str().unwrap(),
+    ]));
+
+    // One frame refused for its P_Key, one for its Q_Key.
+    let cases = common::cases::all();
+    let pick = |reason: Reason| {
+        cases
+            .iter()
+            .find(|c| c.policy == policy && c.reason == reason && !c.pass)
+            .unwrap_or_else(|| panic!("a case refused by {}", reason.name()))
+            .frame
+            .clone()
+    };
+    let frames = [pick(Reason::PkeyViolation), pick(Reason::QkeyViolation)];
+    // (P_Key, Q_Key) of each.
+    let want: Vec<(u16, u32)> = frames
+        .iter()
+        .map(|f| {
+            let roce = judge(&f[..], &policy, &policy.config()).roce.unwrap();
+            (roce.pkey, roce.qkey)
+        })
+        .collect();
+
+    let mut reader = Killed(
+        common::pkeyfw_in(&pair.ns_b)
+            .args(["events", &pair.b, "--json"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let (tx, rx) = mpsc::channel();
+    let out = reader.0.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    // The reader holds the ring once it is running: a second one is told.
+    std::thread::sleep(Duration::from_millis(300));
+    let second = common::pkeyfw_in(&pair.ns_b)
+        .args(["events", &pair.b])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        !second.status.success() && said.contains("read by another `pkeyfw events`"),
+        "{said}"
+    );
+
+    send(&pair.ns_a, &pair.a, &frames).unwrap();
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let line = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("pkeyfw events printed the traps");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        got.push(v);
+    }
+    let [pkey, qkey] = [&got[0], &got[1]];
+    assert_eq!(pkey["trap"], 257, "{pkey}");
+    assert_eq!(pkey["reason"], "pkey_violation");
+    assert_eq!(pkey["interface"], pair.b.as_str());
+    assert_eq!(pkey["verdict"], "drop");
+    assert_eq!(pkey["pkey"], want[0].0);
+    assert_eq!(qkey["trap"], 258, "{qkey}");
+    assert_eq!(qkey["reason"], "qkey_violation");
+    assert_eq!(qkey["pkey"], want[1].0);
+    assert_eq!(qkey["qkey"], want[1].1);
+    for v in [pkey, qkey] {
+        assert_eq!(v["src"], "192.0.2.1", "{v}");
+        assert_eq!(v["dst"], "192.0.2.2", "{v}");
+    }
+}
