@@ -170,13 +170,20 @@ pub fn run(opts: &AttachArgs) -> Result<()> {
         }
     };
     let how = if opts.pin { "pinned" } else { "foreground" };
+    let (probes, unprobed) = match opts.pin {
+        true => (None, None),
+        false => {
+            let _entered = runtime.enter();
+            start_probes(&binder, &pins)
+        }
+    };
     println!(
         "pkeyfw: attached to {} ({} mode, {how}): {}",
         opts.iface,
         mode.name(),
         summary(binder.policy(), &opts.policy)
     );
-    for line in bound {
+    for line in bound.iter().chain(&unprobed) {
         println!("{line}");
     }
     if opts.pin {
@@ -192,7 +199,14 @@ pub fn run(opts: &AttachArgs) -> Result<()> {
         );
         return Ok(());
     }
-    let result = runtime.block_on(foreground(&mut filter, &mut binder, &pins, opts, signals));
+    let result = runtime.block_on(foreground(
+        &mut filter,
+        &mut binder,
+        &pins,
+        opts,
+        signals,
+        probes,
+    ));
     // Only an explicit request (Ctrl-C, SIGTERM, `detach`) removes
     // enforcement: after an error the filter stays, held by its pinned
     // links, as after a crash.
@@ -469,6 +483,7 @@ async fn foreground(
     pins: &Pins,
     opts: &AttachArgs,
     mut signals: Signals,
+    mut probes: Option<AsyncFd<Probes>>,
 ) -> Result<()> {
     // The event ring has one reader: this process, unless `pkeyfw events`
     // reads it already.
@@ -488,33 +503,6 @@ async fn foreground(
     let mut poll = tokio::time::interval(binder::POLL);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut poll_error = None;
-    // Joins matter whenever the policy lists groups.
-    let mut probes = if binder.active() || !binder.policy().groups.is_empty() {
-        // SAFETY: the ring buffer's fd is owned by the probes, which the
-        // AsyncFd owns; it closes only when the AsyncFd is dropped.
-        let registered = Probes::start(&pins.dir, binder.ifindex()).and_then(|w| {
-            if let Err(why) = &w.readers {
-                println!(
-                    "pkeyfw: QP connections and multicast joins are not probed ({why}); connections are read every {} ms, joins go unreported",
-                    binder::POLL.as_millis()
-                );
-            }
-            unsafe { AsyncFd::register_with_interest(w, Interest::READABLE) }
-                .map_err(|e| e.into_parts().1.into())
-        });
-        match registered {
-            Ok(w) => Some(w),
-            Err(e) => {
-                println!(
-                    "pkeyfw: QP creation is not probed ({e:#}); new QPs are found every {} ms",
-                    binder::POLL.as_millis()
-                );
-                None
-            }
-        }
-    } else {
-        None
-    };
     let mut last = filter.maps().reasons()?.refused();
     let mut follow = tokio::time::interval(WATCH);
     follow.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -559,6 +547,40 @@ async fn foreground(
             _ = signals.interrupt.recv() => return Ok(()),
             _ = signals.terminate.recv() => return Ok(()),
         }
+    }
+}
+
+/// The RDMA probes of a foreground attachment, when its policy needs them
+/// (it binds, stamps, or lists groups whose joins are watched); started
+/// before "attached" is said, so that nothing the verbs do from then on is
+/// missed; with what to say of those that could not start. Needs the
+/// runtime's context.
+fn start_probes(binder: &Binder, pins: &Pins) -> (Option<AsyncFd<Probes>>, Option<String>) {
+    if !binder.active() && binder.policy().groups.is_empty() {
+        return (None, None);
+    }
+    let mut said = None;
+    let registered = Probes::start(&pins.dir, binder.ifindex()).and_then(|w| {
+        if let Err(why) = &w.readers {
+            said = Some(format!(
+                "pkeyfw: QP connections and multicast joins are not probed ({why}); connections are read every {} ms, joins go unreported",
+                binder::POLL.as_millis()
+            ));
+        }
+        // SAFETY: the ring buffer's fd is owned by the probes, which the
+        // AsyncFd owns; it closes only when the AsyncFd is dropped.
+        unsafe { AsyncFd::register_with_interest(w, Interest::READABLE) }
+            .map_err(|e| e.into_parts().1.into())
+    });
+    match registered {
+        Ok(w) => (Some(w), said),
+        Err(e) => (
+            None,
+            Some(format!(
+                "pkeyfw: QP creation is not probed ({e:#}); new QPs are found every {} ms",
+                binder::POLL.as_millis()
+            )),
+        ),
     }
 }
 

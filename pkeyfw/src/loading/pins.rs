@@ -11,7 +11,10 @@
 
 use std::{
     fs,
-    os::{fd::AsRawFd as _, unix::fs::MetadataExt},
+    os::{
+        fd::AsRawFd as _,
+        unix::fs::{DirBuilderExt as _, MetadataExt, PermissionsExt as _},
+    },
     path::{Path, PathBuf},
 };
 
@@ -283,7 +286,12 @@ impl Pins {
     /// bpffs that would not outlive this process, see [`host_bpffs`]).
     pub fn create(&self) -> Result<()> {
         host_bpffs("attach")?;
-        fs::create_dir_all(&self.dir).with_context(|| format!("creating {}", self.dir.display()))
+        trusted_dir(&root())?;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+            .with_context(|| format!("creating {}", self.dir.display()))
     }
 
     /// Removes every pin and the directory. Removing `link` detaches a
@@ -411,6 +419,33 @@ fn root() -> PathBuf {
     Path::new(BPFFS).join("pkeyfw")
 }
 
+/// Makes `dir` (root only, 0700) or checks that only root may change it.
+/// Removing a link's pin detaches the filter, so whoever may write the
+/// directories above the pins can end enforcement; where /sys/fs/bpf is
+/// world-writable (mode 1777), a local user could otherwise create
+/// /sys/fs/bpf/pkeyfw first and own every pin pkeyfw makes in it.
+fn trusted_dir(dir: &Path) -> Result<()> {
+    match fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("creating {}", dir.display())),
+        Err(e) => Err(e).with_context(|| format!("reading {}", dir.display())),
+        Ok(meta) => {
+            let mode = meta.permissions().mode();
+            if !meta.is_dir() || meta.uid() != 0 || mode & 0o022 != 0 {
+                bail!(
+                    "{} is not a directory only root may change (owner uid {}, mode {:o}): whoever may change it could remove the pins that hold the filter. Remove it and attach again",
+                    dir.display(),
+                    meta.uid(),
+                    mode & 0o7777
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
 /// The start time of process `pid` (in clock ticks after boot), which tells
 /// it from a later process given the same PID.
 fn start_time(pid: u32) -> Option<u64> {
@@ -488,4 +523,42 @@ fn is_bpffs(path: &Path) -> bool {
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: valid path and output pointer.
     unsafe { libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == BPF_FS_MAGIC }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    /// Needs root (to own a directory as root, and to give one away).
+    #[test]
+    fn only_a_directory_only_root_may_change_holds_pins() {
+        // SAFETY: no preconditions.
+        assert_eq!(
+            unsafe { libc::geteuid() },
+            0,
+            "needs root, as every kernel test"
+        );
+        let tmp = tempfile::tempdir().unwrap();
+        let made = tmp.path().join("made");
+        trusted_dir(&made).unwrap();
+        assert_eq!(
+            fs::metadata(&made).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
+        trusted_dir(&made).unwrap();
+
+        let open = tmp.path().join("open");
+        fs::create_dir(&open).unwrap();
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o1777)).unwrap();
+        let e = trusted_dir(&open).unwrap_err().to_string();
+        assert!(e.contains("mode 1777"), "{e}");
+
+        let theirs = tmp.path().join("theirs");
+        fs::create_dir(&theirs).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        let e = trusted_dir(&theirs).unwrap_err().to_string();
+        assert!(e.contains("owner uid 65534"), "{e}");
+    }
 }
