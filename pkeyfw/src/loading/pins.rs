@@ -527,8 +527,6 @@ fn is_bpffs(path: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::PermissionsExt as _;
-
     use super::*;
 
     /// Needs root (to own a directory as root, and to give one away).
