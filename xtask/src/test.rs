@@ -12,7 +12,11 @@ use anyhow::{Result, bail};
 use crate::cmd::{cargo, cargo_cmd, output};
 
 /// Programs the tests run, and their Debian packages.
-const TEST_TOOLS: &[(&str, &str)] = &[("prometheus", "prometheus"), ("promtool", "prometheus")];
+const TEST_TOOLS: &[(&str, &str)] = &[
+    ("prometheus", "prometheus"),
+    ("promtool", "prometheus"),
+    ("systemd-analyze", "systemd"),
+];
 
 pub fn run() -> Result<()> {
     let uid = output(Command::new("id").arg("-u")).unwrap_or_default();
@@ -30,7 +34,8 @@ pub fn run() -> Result<()> {
         "--deny",
         "warnings",
     ])?;
-    // Tests run the real servers users have (tests/metrics.rs: Prometheus).
+    // Tests run the real tools users have (tests/metrics.rs: Prometheus,
+    // tests/service.rs: systemd-analyze).
     crate::guest::ensure_tools(TEST_TOOLS)?;
     let (mut passed, mut failed) = cargo_test(&["test", "--release", "--no-fail-fast"])?;
     crate::build()?;
