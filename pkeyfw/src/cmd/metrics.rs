@@ -4,14 +4,14 @@
 //! kernel, not in this process), so it needs no other pkeyfw process and
 //! loses nothing when it restarts.
 
-use std::{convert::Infallible, net::SocketAddr};
+use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::{Context as _, Result};
 use http_body_util::Full;
 use hyper::{Request, Response, StatusCode, body::Bytes, header, service::service_fn};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
-use tokio::net::TcpListener;
+use tokio::{net::TcpListener, sync::Semaphore};
 
 use pkeyfw_common::{Capture, Reason, Stamp, Verdict};
 
@@ -40,18 +40,29 @@ pub fn run(args: &MetricsArgs) -> Result<()> {
     runtime.block_on(serve(args.listen))
 }
 
+/// Connections served at once; more wait to be accepted. A scraper needs
+/// one; the bound keeps a flood of idle clients from holding descriptors.
+const CONNECTIONS: usize = 32;
+/// How long a client may take to send its request's headers.
+const HEADERS: Duration = Duration::from_secs(5);
+
 async fn serve(addr: SocketAddr) -> Result<()> {
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("listening on {addr}"))?;
     println!("pkeyfw: serving metrics on http://{addr}/metrics");
+    let slots = Arc::new(Semaphore::new(CONNECTIONS));
     loop {
+        let slot = slots.clone().acquire_owned().await?;
         let (stream, _) = listener.accept().await?;
         tokio::spawn(async move {
             // A client that goes away mid-answer is its own business.
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADERS)
                 .serve_connection(TokioIo::new(stream), service_fn(answer))
                 .await;
+            drop(slot);
         });
     }
 }
