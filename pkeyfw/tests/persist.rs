@@ -123,6 +123,32 @@ fn a_killed_foreground_attach_keeps_enforcing_until_detach() {
     );
 }
 
+/// SIGQUIT (the service's stop signal, for restarts and upgrades) ends a
+/// foreground attach and leaves its filter enforcing, as a crash does;
+/// `stats` shows its process gone and `detach` removes it.
+#[test]
+fn sigquit_exits_and_keeps_enforcing() {
+    common::require_root();
+    let pair = VethPair::create(&common::tag("pq")).unwrap();
+    let (_dir, policy) = policy_file();
+    let pins = common::pins(&pair.ns_b, &pair.b);
+    let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
+    let fg = common::Foreground::start(&pair, &policy, "auto");
+    let (pid, status) = fg.signal(libc::SIGQUIT);
+    assert!(status.success(), "a clean exit, not a core dump: {status}");
+    assert!(xdp_on(&pair.ns_b, &pair.b).is_some(), "still attached");
+    enforces(&pair.ns_a, &pair.a, &pair.ns_b, &pair.b);
+    let said = text(&common::succeed(
+        common::pkeyfw_in(&pair.ns_b).args(["stats", &pair.b]),
+    ));
+    assert!(
+        said.contains(&format!("foreground, process {pid} gone")),
+        "{said}"
+    );
+    common::succeed(common::pkeyfw_in(&pair.ns_b).args(["detach", &pair.b]));
+    assert!(!pins.exists(), "no pins left");
+}
+
 /// A new attach replaces one whose foreground process is gone.
 #[test]
 fn attach_replaces_an_attachment_whose_process_is_gone() {

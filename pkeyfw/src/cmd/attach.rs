@@ -4,9 +4,10 @@
 //! Either way the links are pinned from the start (see
 //! [`pins`](crate::loading::pins)): enforcement never vanishes with a
 //! process. A foreground attach removes its pins, detaching, on Ctrl-C or
-//! SIGTERM; if it dies otherwise (SIGKILL, a crash, the OOM killer) the
-//! filter enforces on, `stats` shows its process gone, and `detach` or a new
-//! `attach` (which replaces it) takes over.
+//! SIGTERM; on SIGQUIT (a restart, an upgrade) or if it dies otherwise
+//! (SIGKILL, a crash, the OOM killer) the filter enforces on, `stats` shows
+//! its process gone, and `detach` or a new `attach` (which replaces it)
+//! takes over.
 
 use std::{
     os::fd::{AsRawFd, RawFd},
@@ -52,8 +53,9 @@ pub enum Mode {
 /// Loads the XDP program, fills its maps from the policy and attaches it.
 /// In the foreground it prints a line per refused frame (at most
 /// --log-rate a second, then how many more) and, on Ctrl-C or SIGTERM,
-/// detaches and prints the final counters. With --pin it exits after
-/// attaching; the filter runs on without any process.
+/// detaches and prints the final counters; on SIGQUIT it exits and leaves
+/// the filter enforcing, for a restart or an upgrade to take over. With
+/// --pin it exits after attaching; the filter runs on without any process.
 ///
 /// Either way the program, its maps and its links are pinned under
 /// /sys/fs/bpf/pkeyfw/NETNS/IFACE/ (NETNS: the network namespace's
@@ -209,14 +211,20 @@ pub fn run(opts: &AttachArgs) -> Result<()> {
     ));
     // Only an explicit request (Ctrl-C, SIGTERM, `detach`) removes
     // enforcement: after an error the filter stays, held by its pinned
-    // links, as after a crash.
-    if let Err(e) = result {
-        return Err(e.context(format!(
-            "the filter stays attached to {} and enforcing (pinned under {}); `pkeyfw detach {}` removes it",
-            opts.iface,
-            pins.dir.display(),
-            cli_iface(&opts.iface, opts.netns.name())
-        )));
+    // links, as after a crash, and so it does after SIGQUIT.
+    let stays = format!(
+        "the filter stays attached to {} and enforcing (pinned under {}); `pkeyfw detach {}` removes it",
+        opts.iface,
+        pins.dir.display(),
+        cli_iface(&opts.iface, opts.netns.name())
+    );
+    match result {
+        Err(e) => return Err(e.context(stays)),
+        Ok(Exit::KeepEnforcing) => {
+            println!("pkeyfw: exiting on SIGQUIT; {stays}");
+            return Ok(());
+        }
+        Ok(Exit::Detach) => {}
     }
     let last = Snapshot::read(&opts.iface, mode, false, filter.maps());
     // Removing the pinned links detaches.
@@ -462,6 +470,9 @@ impl AsRawFd for Fd {
 struct Signals {
     interrupt: tokio::signal::unix::Signal,
     terminate: tokio::signal::unix::Signal,
+    /// SIGQUIT: exit and leave the filter enforcing, for a restart or an
+    /// upgrade (the next attach takes it over).
+    quit: tokio::signal::unix::Signal,
     hangup: tokio::signal::unix::Signal,
 }
 
@@ -470,13 +481,23 @@ impl Signals {
         Ok(Signals {
             interrupt: signal(SignalKind::interrupt())?,
             terminate: signal(SignalKind::terminate())?,
+            quit: signal(SignalKind::quit())?,
             hangup: signal(SignalKind::hangup())?,
         })
     }
 }
 
+/// How a foreground attachment ends.
+enum Exit {
+    /// SIGINT, SIGTERM: remove the filter.
+    Detach,
+    /// SIGQUIT: leave it enforcing.
+    KeepEnforcing,
+}
+
 /// Prints violations (rate-limited) and keeps the QP bindings in step until
-/// SIGINT or SIGTERM; SIGHUP reloads the policy file.
+/// SIGINT or SIGTERM (detach) or SIGQUIT (exit, enforcing on); SIGHUP
+/// reloads the policy file.
 async fn foreground(
     filter: &mut Filter,
     binder: &mut Binder,
@@ -484,7 +505,7 @@ async fn foreground(
     opts: &AttachArgs,
     mut signals: Signals,
     mut probes: Option<AsyncFd<Probes>>,
-) -> Result<()> {
+) -> Result<Exit> {
     // The event ring has one reader: this process, unless `pkeyfw events`
     // reads it already.
     let reader = pins.events_reader()?;
@@ -544,8 +565,9 @@ async fn foreground(
                 }
                 Err(e) => println!("pkeyfw: reload refused, the running policy stays: {e:#}"),
             },
-            _ = signals.interrupt.recv() => return Ok(()),
-            _ = signals.terminate.recv() => return Ok(()),
+            _ = signals.interrupt.recv() => return Ok(Exit::Detach),
+            _ = signals.terminate.recv() => return Ok(Exit::Detach),
+            _ = signals.quit.recv() => return Ok(Exit::KeepEnforcing),
         }
     }
 }

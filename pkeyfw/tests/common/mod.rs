@@ -200,12 +200,19 @@ impl Foreground {
 
 impl Foreground {
     /// SIGKILL, as a crash or the OOM killer would: its pins stay. Its PID.
-    pub fn kill(mut self) -> u32 {
+    pub fn kill(self) -> u32 {
+        self.signal(libc::SIGKILL).0
+    }
+
+    /// Sends `sig` and waits for the process to end; its pins are left
+    /// (to the test). Its PID and how it ended.
+    pub fn signal(mut self, sig: libc::c_int) -> (u32, std::process::ExitStatus) {
         let pid = self.child.id();
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(pid as i32, sig) };
+        let status = self.child.wait().unwrap();
         self.pins = None;
-        pid
+        (pid, status)
     }
 }
 
