@@ -54,7 +54,15 @@ async fn serve(addr: SocketAddr) -> Result<()> {
     let slots = Arc::new(Semaphore::new(CONNECTIONS));
     loop {
         let slot = slots.clone().acquire_owned().await?;
-        let (stream, _) = listener.accept().await?;
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            // Out of descriptors, say: wait, do not end the service.
+            Err(e) => {
+                eprintln!("pkeyfw: accepting a metrics client: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
         tokio::spawn(async move {
             // A client that goes away mid-answer is its own business.
             let _ = hyper::server::conn::http1::Builder::new()

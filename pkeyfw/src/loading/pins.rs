@@ -160,21 +160,36 @@ impl Pins {
         self.notes().join(format!("{}.pid", self.iface))
     }
 
+    /// The event reader's lock file.
+    fn events_note(&self) -> PathBuf {
+        self.notes().join(format!("{}.events", self.iface))
+    }
+
     /// The right to read the attachment's `EVENTS` ring, which has one
     /// consumer position: whoever reads it takes each event from every
-    /// other reader. An exclusive lock on the pins directory, held as long
+    /// other reader. An exclusive lock on a root-only file among the notes
+    /// (no other user can open it, so none can hold the lock), held as long
     /// as the returned file is open (a process that dies lets go); `None`
     /// while another process holds it.
     pub fn events_reader(&self) -> Result<Option<fs::File>> {
-        let dir =
-            fs::File::open(&self.dir).with_context(|| format!("opening {}", self.dir.display()))?;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        fs::create_dir_all(self.notes())?;
+        let path = self.events_note();
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
         // SAFETY: a valid descriptor; flock has no other precondition.
-        if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            return Ok(Some(dir));
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(Some(file));
         }
         match std::io::Error::last_os_error() {
             e if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(None),
-            e => Err(e).with_context(|| format!("locking {}", self.dir.display())),
+            e => Err(e).with_context(|| format!("locking {}", path.display())),
         }
     }
 
@@ -291,7 +306,13 @@ impl Pins {
             .recursive(true)
             .mode(0o700)
             .create(&self.dir)
-            .with_context(|| format!("creating {}", self.dir.display()))
+            .with_context(|| format!("creating {}", self.dir.display()))?;
+        // Directories an earlier pkeyfw made 0755 become root's alone.
+        for dir in self.dir.ancestors().take_while(|d| d.starts_with(root())) {
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+                .with_context(|| format!("restricting {}", dir.display()))?;
+        }
+        Ok(())
     }
 
     /// Removes every pin and the directory. Removing `link` detaches a
@@ -315,6 +336,7 @@ impl Pins {
         }
         remove_files(&self.dir)?;
         let _ = fs::remove_file(self.policy_note());
+        let _ = fs::remove_file(self.events_note());
         let _ = fs::remove_file(self.owner_note());
         let _ = fs::remove_dir(self.notes());
         let removed = match fs::remove_dir(&self.dir) {
