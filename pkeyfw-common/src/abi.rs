@@ -115,17 +115,29 @@ pub const fn qp_key(generation: u32, qpn: u32) -> u32 {
 }
 
 /// `VIOLATIONS` key: what an InfiniBand port counts as P_KeyViolations or
-/// Q_KeyViolations, per partition of the frame's P_Key (`None` for every
-/// other reason). The value counts refused frames, dropped or monitored.
+/// Q_KeyViolations, per partition of the frame's P_Key when the port's
+/// table holds it, else under partition 0 ([`OTHER_PARTITION`]), so that a
+/// sender spraying made-up keys adds one counter, not 32,768 (`None` for
+/// every other reason). The value counts refused frames, dropped or
+/// monitored.
 #[inline(always)]
-pub const fn violation_key(reason: crate::Reason, pkey: u16) -> Option<u32> {
+pub const fn violation_key(reason: crate::Reason, pkey: u16, in_table: bool) -> Option<u32> {
     let kind = match reason {
         crate::Reason::PkeyViolation => 0,
         crate::Reason::QkeyViolation => 1,
         _ => return None,
     };
-    Some(kind << 15 | crate::pkey::key(pkey) as u32)
+    let partition = if in_table {
+        crate::pkey::key(pkey)
+    } else {
+        OTHER_PARTITION
+    };
+    Some(kind << 15 | partition as u32)
 }
+
+/// The `VIOLATIONS` partition of keys the port's table does not hold
+/// (partition 0 is never valid, so no real one shares it).
+pub const OTHER_PARTITION: u16 = 0;
 
 /// Slots of `VIOLATIONS`: both kinds, every partition.
 pub const VIOLATION_SLOTS: u32 = 2 * PARTITIONS;

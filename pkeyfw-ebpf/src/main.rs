@@ -31,7 +31,7 @@ use pkeyfw_common::{
     },
     capture::PeerKey,
     frame::MAX_OFFSET,
-    judge,
+    judge, pkey,
     reason::{REASON_SLOTS, reason_slot},
     stamp::{self, Action, Conns, Origin, Plan, UDP_CHECK},
 };
@@ -179,7 +179,11 @@ fn enforce<F: Frame>(frame: &F, rewrite: impl Fn(&Plan) -> Result<(), Stamp>) ->
     }
     if !outcome.allowed {
         if let Some(roce) = outcome.roce
-            && let Some(key) = violation_key(outcome.reason, roce.pkey)
+            && let Some(key) = violation_key(
+                outcome.reason,
+                roce.pkey,
+                live.port_flags(pkey::key(roce.pkey)) != 0,
+            )
         {
             count_violation(key);
         }

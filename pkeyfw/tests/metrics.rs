@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use pkeyfw_common::{Reason, abi::violation_key, judge};
+use pkeyfw_common::{Reason, abi::violation_key, judge, pkey};
 use pkeyfw_testkit::netns::{VethPair, send};
 use serde_json::Value;
 
@@ -79,7 +79,7 @@ fn prometheus_scrapes_what_the_kernel_counted() {
         .map(|c| c.frame)
         .collect();
     let mut want_frames: BTreeMap<(&str, &str), u64> = BTreeMap::new();
-    let mut want_partitions: BTreeMap<(Reason, u16), u64> = BTreeMap::new();
+    let mut want_partitions: BTreeMap<(Reason, String), u64> = BTreeMap::new();
     for f in &frames {
         let o = judge(&f[..], &policy, &policy.config());
         *want_frames
@@ -87,11 +87,15 @@ fn prometheus_scrapes_what_the_kernel_counted() {
             .or_default() += 1;
         if let Some(roce) = o.roce
             && !o.allowed
-            && violation_key(o.reason, roce.pkey).is_some()
+            && violation_key(o.reason, roce.pkey, true).is_some()
         {
-            *want_partitions
-                .entry((o.reason, roce.pkey & 0x7fff))
-                .or_default() += 1;
+            // Keys the port's table does not hold count as one "other".
+            let in_table = pkeyfw_common::Tables::port_flags(&policy, pkey::key(roce.pkey)) != 0;
+            let partition = match in_table {
+                true => format!("{:#06x}", pkey::key(roce.pkey)),
+                false => "other".to_string(),
+            };
+            *want_partitions.entry((o.reason, partition)).or_default() += 1;
         }
     }
     assert!(
@@ -102,6 +106,10 @@ fn prometheus_scrapes_what_the_kernel_counted() {
                 .keys()
                 .any(|(r, _)| *r == Reason::QkeyViolation),
         "the cases must refuse by P_Key and by Q_Key for this to mean anything"
+    );
+    assert!(
+        want_partitions.keys().any(|(_, p)| p == "other"),
+        "and with keys the port's table does not hold (one \"other\" series)"
     );
     send(&pair.ns_a, &pair.a, &frames).unwrap();
 
@@ -186,7 +194,7 @@ fn prometheus_scrapes_what_the_kernel_counted() {
             _ => "pkeyfw_qkey_violations_total",
         };
         checks.push((
-            format!("{metric}{{interface=\"{iface}\",partition=\"{partition:#06x}\"}}"),
+            format!("{metric}{{interface=\"{iface}\",partition=\"{partition}\"}}"),
             *n,
         ));
     }

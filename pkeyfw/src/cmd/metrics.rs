@@ -15,7 +15,7 @@ use tokio::{net::TcpListener, sync::Semaphore};
 
 use pkeyfw_common::{Capture, Reason, Stamp, Verdict};
 
-use crate::{cmd::stats, loading::pins};
+use crate::{cmd::stats, loading::pins, reporting::describe};
 
 /// Serve Prometheus metrics: frames per reason and verdict, P_Key and
 /// Q_Key violations per partition, stamping and probe outcomes, bound QPs.
@@ -131,7 +131,7 @@ pub fn exposition() -> Result<String> {
     )?;
     let pkey = f.counter(
         "pkeyfw_pkey_violations_total",
-        "Frames refused for their P_Key, per partition (an IB port's P_KeyViolations)",
+        "Frames refused for their P_Key, per partition of the port's table or other (an IB port's P_KeyViolations)",
         &[at[0], at[1], "partition"],
     )?;
     let qkey = f.counter(
@@ -180,7 +180,7 @@ pub fn exposition() -> Result<String> {
                 &qkey
             };
             family
-                .with_label_values(&[at[0], at[1], &format!("{partition:#06x}")])
+                .with_label_values(&[at[0], at[1], &describe::violation_partition(partition)])
                 .inc_by(n);
         }
         let outcomes = Stamp::ALL

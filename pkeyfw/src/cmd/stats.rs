@@ -4,7 +4,10 @@
 use std::{io::Write, time::Duration};
 
 use anyhow::{Result, bail};
-use pkeyfw_common::{Capture, Reason, Stamp, abi::QpStats};
+use pkeyfw_common::{
+    Capture, Reason, Stamp,
+    abi::{OTHER_PARTITION, QpStats},
+};
 use serde_json::json;
 
 use super::NetnsArg;
@@ -109,7 +112,11 @@ impl Snapshot {
         let violations: Vec<_> = self
             .violations
             .iter()
-            .map(|(r, p, n)| json!({"reason": r.name(), "partition": p, "frames": n}))
+            .map(|&(r, p, n)| {
+                // null: keys the port's table does not hold.
+                let partition = (p != OTHER_PARTITION).then_some(p);
+                json!({"reason": r.name(), "partition": partition, "frames": n})
+            })
             .collect();
         out["violations"] = violations.into();
         if self.shows_captures() {
@@ -167,7 +174,13 @@ impl Snapshot {
         if !self.violations.is_empty() {
             writeln!(out, "  violations by partition:")?;
             for (r, p, n) in &self.violations {
-                writeln!(out, "    {:<14} {:#06x} {:>12}", r.name(), p, n)?;
+                writeln!(
+                    out,
+                    "    {:<14} {:<6} {:>12}",
+                    r.name(),
+                    describe::violation_partition(*p),
+                    n
+                )?;
             }
         }
         if !self.qps.is_empty() {

@@ -23,7 +23,8 @@ use pkeyfw_common::{
     Capture, Reason, Stamp, Verdict,
     abi::{
         Config, ConnKey, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, LAYOUT_VERSION, MAPS,
-        MapKind, QPN_MASK, QpEntry, QpStats, name, port_key_index, qp_key, violation_key,
+        MapKind, OTHER_PARTITION, QPN_MASK, QpEntry, QpStats, name, port_key_index, qp_key,
+        violation_key,
     },
     reason::{REASON_SLOTS, reason_slot},
 };
@@ -232,9 +233,10 @@ impl Maps {
         summed(&self.captures, name::CAPTURES)
     }
 
-    /// P_Key and Q_Key violations per partition (15-bit key portion), as
-    /// an InfiniBand port counts them: (reason, partition, frames), those
-    /// that counted any, in key order.
+    /// P_Key and Q_Key violations per partition (15-bit key portion;
+    /// [`OTHER_PARTITION`] for keys the port's table does not hold), as an
+    /// InfiniBand port counts them: (reason, partition, frames), those that
+    /// counted any, in key order.
     pub fn violations(&self) -> Result<Vec<(Reason, u16, u64)>> {
         let mut out = Vec::new();
         for item in self.violations.iter() {
@@ -242,7 +244,7 @@ impl Maps {
             let partition = (key & 0x7fff) as u16;
             let reason = [Reason::PkeyViolation, Reason::QkeyViolation]
                 .into_iter()
-                .find(|&r| violation_key(r, partition) == Some(key))
+                .find(|&r| violation_key(r, partition, partition != OTHER_PARTITION) == Some(key))
                 .with_context(|| format!("VIOLATIONS has a key {key:#x} of no reason"))?;
             out.push((reason, partition, count));
         }

@@ -11,6 +11,16 @@ use serde_json::{Map, Value, json};
 use crate::{loading::maps::ReasonCounts, policy::BindRule};
 
 /// `0x8001 (full, partition 0x0001)`.
+/// A `VIOLATIONS` partition as the CLI and the metrics name it: `0x0001`,
+/// or `other` for keys the port's table does not hold.
+pub fn violation_partition(p: u16) -> String {
+    if p == pkeyfw_common::abi::OTHER_PARTITION {
+        "other".to_string()
+    } else {
+        format!("{p:#06x}")
+    }
+}
+
 pub fn pkey(p: u16) -> String {
     let membership = if pkey::is_full(p) { "full" } else { "limited" };
     format!("{p:#06x} ({membership}, partition {:#06x})", pkey::key(p))
