@@ -16,13 +16,10 @@ use std::{
 use anyhow::{Context as _, Result, anyhow};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap, MapData, RingBuf},
+    maps::{MapData, RingBuf},
     programs::KProbe,
 };
-use pkeyfw_common::{
-    abi::{MAPS, MapSize, QpLayout, name},
-    capture::PeerKey,
-};
+use pkeyfw_common::abi::{MAPS, MapSize, QpLayout};
 
 use crate::{control::rdma, loading::btf::Btf};
 
@@ -75,12 +72,6 @@ impl Probes {
             )
             .load(OBJECT)
             .context("loading the RDMA probes")?;
-        // What earlier probes recorded may be stale: a QP destroyed while
-        // none ran keeps its tag, and a new socket at the same address
-        // would pass for it. These probes know only what they see.
-        forget::<u64, u32>(&mut ebpf, name::SOCKETS)?;
-        forget::<PeerKey, u32>(&mut ebpf, name::PEERS)?;
-        forget::<u32, PeerKey>(&mut ebpf, name::OWNERS)?;
         let readers = layout.map_err(|e| format!("{e:#}")).and_then(|_| {
             READERS
                 .iter()
@@ -115,20 +106,6 @@ impl Probes {
         }
         any
     }
-}
-
-/// Empties the hash map `map` of the object.
-fn forget<K: aya::Pod, V: aya::Pod>(ebpf: &mut Ebpf, map: &str) -> Result<()> {
-    let mut table: HashMap<_, K, V> = HashMap::try_from(
-        ebpf.map_mut(map)
-            .ok_or_else(|| anyhow!("the probes object has no map {map}"))?,
-    )?;
-    let keys = table.keys().collect::<Result<Vec<K>, _>>()?;
-    for k in keys {
-        // Gone meanwhile (a destroy probe): as good.
-        let _ = table.remove(&k);
-    }
-    Ok(())
 }
 
 /// Loads program `name` of the object and attaches it to `function`.
