@@ -141,7 +141,9 @@ fn packet() -> impl Strategy<Value = Packet> {
         prop_oneof![8 => Just(4791u16), 1 => any::<u16>()],
         prop_oneof![8 => Just(0u8), 1 => 1u8..16],
     );
-    (vlans, net, l4, opcode, pkey(), dest_qp, qkey(), 0usize..64).prop_map(
+    // Now and then about the longest RoCE packet, on either side of it.
+    let payload = prop_oneof![16 => 0usize..64, 1 => 4100usize..4260];
+    (vlans, net, l4, opcode, pkey(), dest_qp, qkey(), payload).prop_map(
         |(vlans, net, (ip_proto, udp_dport, tver), opcode, pkey, dest_qp, qkey, payload)| Packet {
             vlans,
             net,
