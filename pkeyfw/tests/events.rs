@@ -7,7 +7,7 @@ mod common;
 
 use std::{
     io::{BufRead as _, BufReader},
-    process::{Child, Stdio},
+    process::Stdio,
     sync::mpsc,
     time::Duration,
 };
@@ -15,15 +15,6 @@ use std::{
 use pkeyfw_common::{Reason, judge};
 use pkeyfw_testkit::netns::{VethPair, send};
 use serde_json::Value;
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 #[test]
 fn events_streams_traps_from_a_pinned_attachment() {
@@ -60,7 +51,7 @@ fn events_streams_traps_from_a_pinned_attachment() {
         })
         .collect();
 
-    let mut reader = Killed(
+    let mut reader = common::Killed(
         common::pkeyfw_in(&pair.ns_b)
             .args(["events", &pair.b, "--json"])
             .stdout(Stdio::piped())

@@ -10,23 +10,13 @@ use std::{
     collections::BTreeMap,
     io::{Read as _, Write as _},
     net::{TcpListener, TcpStream},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use pkeyfw_common::{Reason, abi::violation_key, judge, pkey};
 use pkeyfw_testkit::netns::{VethPair, send};
 use serde_json::Value;
-
-/// A process killed when the test ends, however it ends.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A port nothing listens on now.
 fn free_port() -> u16 {
@@ -114,7 +104,7 @@ fn prometheus_scrapes_what_the_kernel_counted() {
     send(&pair.ns_a, &pair.a, &frames).unwrap();
 
     let metrics_port = free_port();
-    let _metrics = Killed(
+    let _metrics = common::Killed(
         Command::new(env!("CARGO_BIN_EXE_pkeyfw"))
             .args(["metrics", "--listen", &format!("127.0.0.1:{metrics_port}")])
             .stdout(Stdio::null())
@@ -162,7 +152,7 @@ fn prometheus_scrapes_what_the_kernel_counted() {
     )
     .unwrap();
     let prometheus_port = free_port();
-    let _prometheus = Killed(
+    let _prometheus = common::Killed(
         Command::new("prometheus")
             .arg(format!("--config.file={}", config.display()))
             .arg(format!(

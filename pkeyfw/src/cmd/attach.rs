@@ -401,10 +401,16 @@ fn reload(
     binder: &mut Binder,
     pins: &Pins,
 ) -> Result<(std::path::PathBuf, Vec<String>)> {
-    let path = pins.remembered_policy()?;
-    let policy = Policy::load_for(&path, Some(super::iface_guid(&pins.iface)?))?;
+    let (policy, path) = remembered(pins)?;
     let bound = binder.replace(policy, filter.maps_mut())?;
     Ok((path, bound))
+}
+
+/// The policy file the attachment runs, loaded for its port, and its path.
+fn remembered(pins: &Pins) -> Result<(Policy, std::path::PathBuf)> {
+    let path = pins.remembered_policy()?;
+    let policy = Policy::load_for(&path, Some(super::iface_guid(&pins.iface)?))?;
+    Ok((policy, path))
 }
 
 /// How often `--watch` reads the policy: a parse of a small file, and
@@ -421,11 +427,7 @@ fn follow_file(
     iface: &str,
     refused: &mut Option<String>,
 ) {
-    let loaded = pins.remembered_policy().and_then(|path| {
-        let guid = super::iface_guid(&pins.iface)?;
-        Ok((Policy::load_for(&path, Some(guid))?, path))
-    });
-    let result = match loaded {
+    let result = match remembered(pins) {
         Ok((policy, _)) if &policy == binder.policy() => {
             *refused = None;
             return;

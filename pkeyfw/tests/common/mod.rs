@@ -225,3 +225,13 @@ impl Drop for Foreground {
         }
     }
 }
+
+/// A process killed when the test ends, however it ends.
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -65,7 +65,7 @@ pub fn run(a: &VerbsArgs) -> Result<()> {
         println!("modifies: {ok} succeeded, {failed} failed");
     }
     if let (Some(n), Some(dev), Some(peer)) = (a.squat, &a.squat_device, a.peer) {
-        let probe = Lib::open()?.open_device(dev)?;
+        let probe = lib.open_device(dev)?;
         // SAFETY: reading a field of a live QP.
         let next = unsafe { (*probe.qp(QPT_RC)?).qp_num } + 1;
         let qps = (0..n)
@@ -227,7 +227,9 @@ const _: () = {
 
 type Ptr = *mut c_void;
 
-/// The libibverbs functions used.
+/// The libibverbs functions used (plain function pointers: copied into
+/// each open device).
+#[derive(Clone, Copy)]
 struct Lib {
     get_device_list: unsafe extern "C" fn(*mut c_int) -> *mut Ptr,
     get_device_name: unsafe extern "C" fn(Ptr) -> *const c_char,
