@@ -24,6 +24,11 @@ pub mod name {
     pub const CAPTURES: &str = "CAPTURES";
     pub const SOCKETS: &str = "SOCKETS";
     pub const VIOLATIONS: &str = "VIOLATIONS";
+    pub const BIND_RULES: &str = "BIND_RULES";
+    pub const KSLOTS: &str = "KSLOTS";
+    pub const FREE_SLOTS: &str = "FREE_SLOTS";
+    pub const QKEYS: &str = "QKEYS";
+    pub const NEXT_SLOT: &str = "NEXT_SLOT";
 }
 
 /// The layout of every map below, as one number: `ABI[0]` holds it, so a
@@ -36,7 +41,7 @@ pub const LAYOUT_VERSION: u32 = LAYOUT << 24
     | (crate::Stamp::COUNT as u32) << 8
     | crate::Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 6;
+const LAYOUT: u32 = 7;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -45,6 +50,7 @@ pub enum MapKind {
     HashMap,
     PerCpuArray,
     RingBuf,
+    Stack,
 }
 
 /// How many entries a map has.
@@ -54,6 +60,20 @@ pub enum MapSize {
     Fixed,
     /// This many entries per QP the filter is loaded for.
     PerQp(u32),
+    /// One per QP the filter is loaded for, plus [`KERNEL_SLOTS`].
+    Slots,
+}
+
+impl MapSize {
+    /// The entries of a map sized by the loader, for a filter loaded for
+    /// `capacity` QPs; None for a fixed size.
+    pub const fn entries(self, capacity: u32) -> Option<u32> {
+        match self {
+            MapSize::Fixed => None,
+            MapSize::PerQp(n) => Some(capacity * n),
+            MapSize::Slots => Some(capacity + KERNEL_SLOTS),
+        }
+    }
 }
 
 /// One map of the filter object.
@@ -66,7 +86,7 @@ pub struct MapSpec {
 
 /// Every map of the filter object: the loader takes, pins, opens and sizes
 /// the maps from this table, and refuses an object with a map it lacks.
-pub const MAPS: [MapSpec; 17] = {
+pub const MAPS: [MapSpec; 22] = {
     use MapKind::*;
     use MapSize::*;
     const fn spec(name: &'static str, kind: MapKind, size: MapSize) -> MapSpec {
@@ -80,7 +100,7 @@ pub const MAPS: [MapSpec; 17] = {
         spec(name::GROUPS, HashMap, Fixed),
         spec(name::PORT_KEYS, HashMap, Fixed),
         spec(name::REASONS, PerCpuArray, Fixed),
-        spec(name::QP_STATS, Array, PerQp(1)),
+        spec(name::QP_STATS, Array, Slots),
         spec(name::EVENTS, RingBuf, Fixed),
         spec(name::EVENT_BUDGET, PerCpuArray, Fixed),
         spec(name::CONNS, HashMap, PerQp(GENERATIONS)),
@@ -92,6 +112,11 @@ pub const MAPS: [MapSpec; 17] = {
         spec(name::CAPTURES, PerCpuArray, Fixed),
         spec(name::SOCKETS, HashMap, Fixed),
         spec(name::VIOLATIONS, HashMap, Fixed),
+        spec(name::BIND_RULES, Array, Fixed),
+        spec(name::KSLOTS, HashMap, Fixed),
+        spec(name::FREE_SLOTS, Stack, Fixed),
+        spec(name::QKEYS, HashMap, Fixed),
+        spec(name::NEXT_SLOT, Array, Fixed),
     ]
 };
 
@@ -102,6 +127,9 @@ pub const PARTITIONS: u32 = 1 << 15;
 /// Default capacity of the QP table (per generation) and of `QP_STATS`; the
 /// loader raises it to fit larger policies.
 pub const DEFAULT_QP_CAPACITY: u32 = 1 << 16;
+/// `QP_STATS` slots the QP-creation probe hands out, above those of the
+/// loader (one per QP of capacity): an rxe device has at most 65,536 QPs.
+pub const KERNEL_SLOTS: u32 = 1 << 16;
 /// Capacity of the multicast group table, both generations together.
 pub const GROUP_CAPACITY: u32 = 1 << 12;
 
@@ -210,7 +238,21 @@ pub struct QpEntry {
     pub pkey: u16,
     /// A [`QpType`] as u8.
     pub qp_type: u8,
-    pub _pad: u8,
+    /// [`qp_flags`] bits.
+    pub flags: u8,
+}
+
+/// [`QpEntry::flags`] bits.
+pub mod qp_flags {
+    /// A UD QP whose program has set no Q_Key yet: every UD frame for it is
+    /// refused (see [`crate::tenant`]).
+    pub const UNSET_QKEY: u8 = 1 << 0;
+    /// Bound by a `[[bind]]` rule (by the probe or the loader), not a
+    /// `[[qp]]` entry: the QP's destruction removes it, and the probe may
+    /// rebind its QPN.
+    pub const RULE: u8 = 1 << 1;
+    /// The Q_Key is the QP's own, captured when its program sets it.
+    pub const OWN_QKEY: u8 = 1 << 2;
 }
 
 /// `GROUPS` key: a multicast destination (IPv4 as v4-mapped IPv6) in a generation.
@@ -257,12 +299,28 @@ pub struct QpLayout {
     pub rxe_qp_sk: u32,
     /// `struct socket`: `sk`.
     pub socket_sk: u32,
+    /// `struct ib_qp`: `qp_type`, `res.kern_name`.
+    pub qp_type: u32,
+    pub qp_kern_name: u32,
+    /// `struct ib_qp_attr`: `qkey`.
+    pub attr_qkey: u32,
+    /// `struct task_struct`: `cred`, `nsproxy`; `struct cred`: `euid`,
+    /// `egid`; `struct nsproxy`: `net_ns`; `struct net`: `ns.inum`.
+    pub task_cred: u32,
+    pub task_nsproxy: u32,
+    pub cred_euid: u32,
+    pub cred_egid: u32,
+    pub nsproxy_net: u32,
+    pub net_inum: u32,
+    /// The first of the probe's `QP_STATS` slots (the filter's QP capacity).
+    pub first_slot: u32,
 }
 
 impl QpLayout {
     pub const DEVICES: usize = 4;
     pub const NO_DEVICE: u32 = u32::MAX;
     /// `enum ib_qp_attr_mask` bits (the same values as libibverbs').
+    pub const MASK_QKEY: u32 = 1 << 6;
     pub const MASK_AV: u32 = 1 << 7;
     pub const MASK_DEST_QPN: u32 = 1 << 20;
 }
@@ -320,6 +378,10 @@ crate::named_enum! {
         /// QP, `pkey` its P_Key (0 when unbound), `dst` the group, `qkey`
         /// the group's P_Key.
         ForeignJoin = 1 => "foreign_join",
+        /// A UD QP set a Q_Key other than the one the policy pins:
+        /// `dest_qp` is the QP, `pkey` its P_Key, `qkey` the Q_Key it set,
+        /// `src_qp` the policy's.
+        QkeyMismatch = 2 => "qkey_mismatch",
     }
 }
 
@@ -369,7 +431,8 @@ const _: () = {
     assert!(size_of::<QpStats>() == 16);
     assert!(size_of::<Event>() == 52);
     assert!(size_of::<EventBudget>() == 16);
-    assert!(size_of::<QpLayout>() == 32 + 4 * QpLayout::DEVICES);
+    assert!(size_of::<QpLayout>() == 72 + 4 * QpLayout::DEVICES);
+    assert!(size_of::<crate::tenant::BindSpec>() == 64);
 };
 
 #[cfg(feature = "user")]
@@ -385,4 +448,5 @@ mod pod {
     unsafe impl aya::Pod for super::QpLayout {}
     unsafe impl aya::Pod for super::GroupEntry {}
     unsafe impl aya::Pod for super::QpStats {}
+    unsafe impl aya::Pod for crate::tenant::BindSpec {}
 }

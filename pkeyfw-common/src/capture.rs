@@ -32,7 +32,8 @@ crate::named_enum! {
         /// cannot be connected to one remote QP.
         Taken = 3 => "taken",
         /// No room left: nothing recorded, the QP's frames are stamped as
-        /// unbound (the port's default P_Key).
+        /// unbound (the port's default P_Key); or no stats slot left for a
+        /// QP a rule binds at its creation: left to userspace's binding.
         Full = 4 => "full",
         /// A destroyed QP's peer, removed.
         Released = 5 => "released",
@@ -42,6 +43,14 @@ crate::named_enum! {
         /// A QP joined a group of a partition it is not in: it receives the
         /// group's frames. Reported; a probe cannot refuse the verb.
         ForeignJoin = 7 => "foreign_join",
+        /// A QP a `[[bind]]` rule matched was bound as it was created.
+        Bound = 8 => "bound",
+        /// A UD QP bound with its own Q_Key set it: its frames are checked
+        /// against it from now on.
+        QkeyCaptured = 9 => "qkey_captured",
+        /// A UD QP whose Q_Key the policy pins set another one: reported,
+        /// and its frames are still checked against the policy's.
+        QkeyMismatch = 10 => "qkey_mismatch",
     }
 }
 
@@ -164,7 +173,7 @@ mod tests {
             slot: 0,
             pkey,
             qp_type: QpType::Rc as u8,
-            _pad: 0,
+            flags: 0,
         }
     }
 

@@ -17,6 +17,7 @@ pub mod parse;
 pub mod pkey;
 pub mod reason;
 pub mod stamp;
+pub mod tenant;
 pub mod verdict;
 
 pub use capture::Capture;

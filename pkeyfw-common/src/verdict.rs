@@ -1,7 +1,7 @@
 //! The partition verdict (IBA 10.9 partitioning, 10.2.4 Q_Keys) for a classified frame.
 
 use crate::{
-    abi::{Config, GroupEntry, QpEntry, UnknownQp},
+    abi::{Config, GroupEntry, QpEntry, UnknownQp, qp_flags},
     frame::Frame,
     parse::{self, Parsed, Roce, Transport},
     pkey,
@@ -85,8 +85,9 @@ fn decide<F: Frame + ?Sized, T: Tables>(
                         None => true, // CNP: any QP type
                     },
                     pkey::matches(roce.pkey, qp.pkey),
-                    // A CNP carries no DETH: only UD frames have a Q_Key to check.
-                    !ud || roce.qkey == qp.qkey,
+                    // A CNP carries no DETH: only UD frames have a Q_Key to
+                    // check; a UD QP that has set none yet accepts no frame.
+                    !ud || (qp.flags & qp_flags::UNSET_QKEY == 0 && roce.qkey == qp.qkey),
                 );
                 return (reason, reason == Reason::Ok, Some(qp.slot));
             }

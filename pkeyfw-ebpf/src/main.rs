@@ -14,7 +14,7 @@ use aya_ebpf::{
         __sk_buff, BPF_F_MARK_MANGLED_0, BPF_F_NO_PREALLOC, BPF_NOEXIST, TC_ACT_SHOT,
         TC_ACT_UNSPEC, xdp_action, xdp_md,
     },
-    btf_maps::{Array, HashMap, PerCpuArray, RingBuf},
+    btf_maps::{Array, HashMap, PerCpuArray, RingBuf, Stack},
     helpers::{
         bpf_ktime_get_coarse_ns, bpf_sk_fullsock, bpf_xdp_get_buff_len, bpf_xdp_load_bytes,
         bpf_xdp_store_bytes,
@@ -26,14 +26,15 @@ use pkeyfw_common::{
     Capture, Frame, Outcome, Stamp, Tables,
     abi::{
         Config, ConnKey, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget, GENERATIONS,
-        GROUP_CAPACITY, GroupEntry, GroupKey, PARTITIONS, QpEntry, QpStats, VIOLATION_SLOTS,
-        port_key_index, qp_key, violation_key,
+        GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, PARTITIONS, QpEntry, QpStats,
+        VIOLATION_SLOTS, port_key_index, qp_key, violation_key,
     },
     capture::PeerKey,
     frame::MAX_OFFSET,
     judge, pkey,
     reason::{REASON_SLOTS, reason_slot},
     stamp::{self, Action, Conns, Origin, Plan, UDP_CHECK},
+    tenant::{BindSpec, MAX_RULES},
 };
 
 /// `LAYOUT_VERSION`, written by the loader: what a later pkeyfw checks
@@ -62,7 +63,7 @@ static PORT_KEYS: HashMap<u32, u8, { (GENERATIONS * PARTITIONS) as usize }> = Ha
 static REASONS: PerCpuArray<u64, REASON_SLOTS> = PerCpuArray::new();
 /// Frames passed and dropped per QP-table entry (indexed by its slot).
 #[btf_map]
-static QP_STATS: Array<QpStats, { DEFAULT_QP_CAPACITY as usize }> = Array::new();
+static QP_STATS: Array<QpStats, { (DEFAULT_QP_CAPACITY + KERNEL_SLOTS) as usize }> = Array::new();
 
 /// (generation, remote QPN, peer address) → the local QP connected to it:
 /// the sender of a connected frame, for stamping.
@@ -86,6 +87,22 @@ static CAPTURES: PerCpuArray<u64, { Capture::COUNT }> = PerCpuArray::new();
 /// probes when the QP is created, read here to know a frame's sender.
 #[btf_map]
 static SOCKETS: HashMap<u64, u32, { DEFAULT_QP_CAPACITY as usize }> = HashMap::new();
+
+/// The `[[bind]]` rules, per generation, that the QP-creation probe
+/// matches; the probe's stats slots (QPN → slot, the freed ones, the
+/// number ever handed out); the
+/// Q_Key each QP's program set: written by the probes and the loader,
+/// declared here so that they are pinned with the filter.
+#[btf_map]
+static BIND_RULES: Array<BindSpec, { (GENERATIONS * MAX_RULES) as usize }> = Array::new();
+#[btf_map]
+static KSLOTS: HashMap<u32, u32, { KERNEL_SLOTS as usize }> = HashMap::new();
+#[btf_map]
+static FREE_SLOTS: Stack<u32, { KERNEL_SLOTS as usize }> = Stack::new();
+#[btf_map]
+static NEXT_SLOT: Array<u64, 1> = Array::new();
+#[btf_map]
+static QKEYS: HashMap<u32, u32, { KERNEL_SLOTS as usize }> = HashMap::new();
 
 /// P_Key and Q_Key violations per partition (`violation_key`), as an IB
 /// port counts them; entries made on first use, updated atomically.

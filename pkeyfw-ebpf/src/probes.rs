@@ -2,11 +2,14 @@
 //! read the verbs' arguments and leave every decision to
 //! `pkeyfw_common::capture`.
 //!
-//! - `pkeyfw_qp_created` wakes the attachment the moment a QP is created,
-//!   so that `[[bind]]` rules bind it before its peer learns its number
-//!   (a return probe on ib_create_qp_user and ib_create_qp_kernel: when they
-//!   return, the QP is in the restrack table that RDMA netlink reads).
-//! - `pkeyfw_modify` / `pkeyfw_modified` record a bound QP's peer when a
+//! - `pkeyfw_qp_created` / `pkeyfw_kernel_qp_created` bind a QP the moment
+//!   it is created, by the first `[[bind]]` rule (`BIND_RULES`) that matches
+//!   the task that made it (`pkeyfw_common::tenant`), in both generations,
+//!   before the verb returns and so before any peer can learn its number;
+//!   then they wake a foreground attachment, which reconciles with RDMA
+//!   netlink (return probes on ib_create_qp_user and ib_create_qp_kernel).
+//! - `pkeyfw_modify` / `pkeyfw_modified` capture the Q_Key a QP's program
+//!   sets (`IB_QP_QKEY`), and record a bound QP's peer when a
 //!   modify that gives it one (ib_modify_qp_with_udata with a destination
 //!   QPN) succeeds, so the stamping program knows the QP's first frame: a
 //!   program sends right after that call returns, far sooner than userspace
@@ -15,17 +18,23 @@
 //! - `pkeyfw_qp_created` also tags an rdma_rxe QP's kernel socket with its
 //!   QPN (`SOCKETS`), so that stamping knows the sender of every frame of a
 //!   QP created while the probes run, whatever the frame names.
-//! - `pkeyfw_destroy` forgets a destroyed QP's peer and socket.
+//! - `pkeyfw_destroy` unbinds a destroyed QP bound by a rule, frees its
+//!   stats slot and forgets its Q_Key, peer and socket.
 //! - `pkeyfw_join` / `pkeyfw_joined` report a QP that joins a multicast
 //!   group of another partition (ib_attach_mcast).
 #![no_std]
 #![no_main]
+#![feature(asm_experimental_arch)]
 
 use aya_ebpf::{
     Global,
     bindings::BPF_RB_FORCE_WAKEUP,
-    btf_maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    btf_maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, Stack},
+    helpers::{
+        bpf_get_current_ancestor_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_probe_read_kernel_str_bytes,
+    },
     macros::{btf_map, kprobe, kretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
@@ -33,12 +42,14 @@ use pkeyfw_common::{
     Capture,
     abi::{
         DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget, EventKind, GENERATIONS,
-        GROUP_CAPACITY, GroupEntry, GroupKey, QPN_MASK, QpEntry, QpLayout, qp_key,
+        GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, QPN_MASK, QpEntry, QpLayout, QpStats,
+        QpType, qp_flags, qp_key,
     },
     capture::{self, PeerKey, Peers},
+    tenant::{self, BindSpec, Creator, MAX_RULES},
 };
 
-/// The creating process's PID, per QP created.
+/// A wake-up per QP created, for a foreground attachment.
 #[btf_map]
 static QP_CREATED: RingBuf<u32, 4096> = RingBuf::new();
 
@@ -65,6 +76,18 @@ static CAPTURES: PerCpuArray<u64, { Capture::COUNT }> = PerCpuArray::new();
 #[btf_map]
 static SOCKETS: HashMap<u64, u32, { DEFAULT_QP_CAPACITY as usize }> = HashMap::new();
 #[btf_map]
+static QP_STATS: Array<QpStats, { (DEFAULT_QP_CAPACITY + KERNEL_SLOTS) as usize }> = Array::new();
+#[btf_map]
+static BIND_RULES: Array<BindSpec, { (GENERATIONS * MAX_RULES) as usize }> = Array::new();
+#[btf_map]
+static KSLOTS: HashMap<u32, u32, { KERNEL_SLOTS as usize }> = HashMap::new();
+#[btf_map]
+static FREE_SLOTS: Stack<u32, { KERNEL_SLOTS as usize }> = Stack::new();
+#[btf_map]
+static NEXT_SLOT: Array<u64, 1> = Array::new();
+#[btf_map]
+static QKEYS: HashMap<u32, u32, { KERNEL_SLOTS as usize }> = HashMap::new();
+#[btf_map]
 static EVENTS: RingBuf<Event, { EVENTS_BYTES as usize }> = RingBuf::new();
 #[btf_map]
 static EVENT_BUDGET: PerCpuArray<EventBudget, 1> = PerCpuArray::new();
@@ -81,22 +104,34 @@ static LAYOUT: Global<QpLayout> = Global::new(QpLayout {
     rxe_devices: 0,
     rxe_qp_sk: 0,
     socket_sk: 0,
+    qp_type: 0,
+    qp_kern_name: 0,
+    attr_qkey: 0,
+    task_cred: 0,
+    task_nsproxy: 0,
+    cred_euid: 0,
+    cred_egid: 0,
+    nsproxy_net: 0,
+    net_inum: 0,
+    first_slot: 0,
 });
 
 /// What a verb's entry probe keeps for its return probe.
 #[repr(C)]
 #[derive(Copy, Clone)]
 struct Pending {
-    /// Which verb: [`CONNECT`] or [`JOIN`], so that a return never acts on
-    /// another verb's arguments.
+    /// What the call does: [`CONNECT`] and/or [`SET_QKEY`] (a modify), or
+    /// [`JOIN`], so that a return never acts on another verb's arguments.
     verb: u32,
     qpn: u32,
     /// The peer (connect), or the group's GID in `addr` (join).
     peer: PeerKey,
+    qkey: u32,
 }
 
 const CONNECT: u32 = 1;
 const JOIN: u32 = 2;
+const SET_QKEY: u32 = 4;
 
 /// ib_modify_qp_with_udata(qp, attr, attr_mask, udata): a destination QPN
 /// for a QP of ours is kept until the call returns. The GID of a RoCE v2
@@ -113,32 +148,81 @@ fn modify(ctx: &ProbeContext) -> Option<()> {
     // return probe missed) must not be taken for this one's.
     let _ = PENDING.remove(&bpf_get_current_pid_tgid());
     let mask: u32 = ctx.arg(2)?;
-    if mask & QpLayout::MASK_DEST_QPN == 0 {
+    if mask & (QpLayout::MASK_DEST_QPN | QpLayout::MASK_QKEY) == 0 {
         return None;
     }
     let layout = LAYOUT.load();
     let (qpn, _) = our_qp(&layout, ctx.arg(0)?)?;
     let attr: *const u8 = ctx.arg(1)?;
-    let remote: u32 = read(attr, layout.attr_dest_qp_num)?;
-    let addr = if mask & QpLayout::MASK_AV != 0 {
-        read(attr, layout.attr_dgid)?
-    } else {
-        [0; 16]
+    let mut p = Pending {
+        verb: 0,
+        qpn,
+        peer: PeerKey::default(),
+        qkey: 0,
     };
-    let peer = PeerKey {
-        remote_qpn: remote & QPN_MASK,
-        addr,
-    };
-    keep(CONNECT, qpn, peer)
+    if mask & QpLayout::MASK_DEST_QPN != 0 {
+        p.verb |= CONNECT;
+        let remote: u32 = read(attr, layout.attr_dest_qp_num)?;
+        p.peer.remote_qpn = remote & QPN_MASK;
+        if mask & QpLayout::MASK_AV != 0 {
+            p.peer.addr = read(attr, layout.attr_dgid)?;
+        }
+    }
+    if mask & QpLayout::MASK_QKEY != 0 && layout.attr_qkey != 0 {
+        p.verb |= SET_QKEY;
+        p.qkey = read(attr, layout.attr_qkey)?;
+    }
+    keep(p)
 }
 
 #[kretprobe]
 pub fn pkeyfw_modified(ctx: RetProbeContext) -> u32 {
-    if let Some(p) = take(CONNECT) {
-        let ok = ctx.ret::<i32>() == 0;
+    let Some(p) = take(CONNECT | SET_QKEY) else {
+        return 0;
+    };
+    let ok = ctx.ret::<i32>() == 0;
+    if p.verb & CONNECT != 0 {
         count(capture::connected(&mut Live::now(), p.qpn, &p.peer, ok));
     }
+    if ok && p.verb & SET_QKEY != 0 {
+        qkey_set(p.qpn, p.qkey);
+    }
     0
+}
+
+/// QP `qpn`'s program set its Q_Key: kept for later bindings (`QKEYS`),
+/// and applied to its rule bindings in both generations (counted and
+/// reported by the live one).
+fn qkey_set(qpn: u32, qkey: u32) {
+    let _ = QKEYS.insert(&qpn, &qkey, 0);
+    let live = Live::now().generation;
+    for g in [live, 1 - live] {
+        let key = qp_key(g, qpn);
+        // SAFETY: the value is copied out at once.
+        let Some(entry) = (unsafe { QPS.get(&key) }).copied() else {
+            continue;
+        };
+        let Some((new, outcome)) = tenant::qkey_set(entry, qkey) else {
+            continue;
+        };
+        // A whole new value: a frame sees the old entry or the new one.
+        if let Some(new) = new {
+            let _ = QPS.insert(&key, &new, 0);
+        }
+        if g == live {
+            count(outcome);
+            if outcome == Capture::QkeyMismatch {
+                report(Event {
+                    dest_qp: qpn,
+                    pkey: entry.pkey,
+                    qkey,
+                    src_qp: entry.qkey,
+                    kind: EventKind::QkeyMismatch as u8,
+                    ..Event::default()
+                });
+            }
+        }
+    }
 }
 
 /// ib_destroy_qp_user(qp, udata): the QP's peer and its socket's tag go
@@ -162,7 +246,30 @@ pub fn pkeyfw_destroy(ctx: ProbeContext) -> u32 {
     if let Some(outcome) = capture::destroyed(&mut Live::now(), qpn) {
         count(outcome);
     }
+    unbind(qpn);
     0
+}
+
+/// A destroyed QP's rule bindings go (a `[[qp]]` entry names a QPN, not a
+/// QP, and stays), with its Q_Key, and its stats slot is free again.
+fn unbind(qpn: u32) {
+    for g in 0..GENERATIONS {
+        let key = qp_key(g, qpn);
+        // SAFETY: the value is copied out at once.
+        if let Some(e) = unsafe { QPS.get(&key) }.copied()
+            && e.flags & qp_flags::RULE != 0
+        {
+            let _ = QPS.remove(&key);
+        }
+    }
+    let _ = QKEYS.remove(&qpn);
+    // SAFETY: the value is copied out at once.
+    if let Some(slot) = unsafe { KSLOTS.get(&qpn) }.copied()
+        // Whoever removes the entry frees the slot, once.
+        && KSLOTS.remove(&qpn).is_ok()
+    {
+        let _ = FREE_SLOTS.push(&slot, 0);
+    }
 }
 
 /// ib_attach_mcast(qp, gid, lid).
@@ -177,14 +284,15 @@ fn join(ctx: &ProbeContext) -> Option<()> {
     let layout = LAYOUT.load();
     let (qpn, _) = our_qp(&layout, ctx.arg(0)?)?;
     let addr: [u8; 16] = read(ctx.arg(1)?, 0)?;
-    keep(
-        JOIN,
+    keep(Pending {
+        verb: JOIN,
         qpn,
-        PeerKey {
+        peer: PeerKey {
             remote_qpn: 0,
             addr,
         },
-    )
+        qkey: 0,
+    })
 }
 
 #[kretprobe]
@@ -214,10 +322,23 @@ pub fn pkeyfw_joined(ctx: RetProbeContext) -> u32 {
     0
 }
 
-/// A foreign join as an event, within this CPU's budget (shared with the
-/// filter's refused frames).
+/// A foreign join as an event.
 #[inline(always)]
 fn report_join(qpn: u32, pkey: u16, group: &[u8; 16], group_pkey: u16) {
+    report(Event {
+        dst: *group,
+        dest_qp: qpn,
+        pkey,
+        qkey: group_pkey.into(),
+        kind: EventKind::ForeignJoin as u8,
+        ..Event::default()
+    });
+}
+
+/// An event, within this CPU's budget (shared with the filter's refused
+/// frames).
+#[inline(always)]
+fn report(event: Event) {
     let Some(budget) = EVENT_BUDGET.get_ptr_mut(0) else {
         return;
     };
@@ -226,14 +347,6 @@ fn report_join(qpn: u32, pkey: u16, group: &[u8; 16], group_pkey: u16) {
     if !unsafe { (*budget).spend(bpf_ktime_get_ns()) } {
         return;
     }
-    let event = Event {
-        dst: *group,
-        dest_qp: qpn,
-        pkey,
-        qkey: group_pkey.into(),
-        kind: EventKind::ForeignJoin as u8,
-        ..Event::default()
-    };
     let _ = EVENTS.output(&event, 0);
 }
 
@@ -259,17 +372,17 @@ fn qp_socket(layout: &QpLayout, qp: *const u8, slot: usize) -> Option<u64> {
     read(socket, layout.socket_sk)
 }
 
-fn keep(verb: u32, qpn: u32, peer: PeerKey) -> Option<()> {
-    let p = Pending { verb, qpn, peer };
+fn keep(p: Pending) -> Option<()> {
     PENDING.insert(&bpf_get_current_pid_tgid(), &p, 0).ok()
 }
 
-fn take(verb: u32) -> Option<Pending> {
+/// This thread's pending call, if it is one of `verbs`.
+fn take(verbs: u32) -> Option<Pending> {
     let id = bpf_get_current_pid_tgid();
     // SAFETY: the value is copied out at once.
     let p = unsafe { PENDING.get(&id) }.copied()?;
     let _ = PENDING.remove(&id);
-    (p.verb == verb).then_some(p)
+    (p.verb & verbs != 0 && p.verb & !verbs == 0).then_some(p)
 }
 
 fn count(outcome: Capture) {
@@ -334,25 +447,242 @@ fn read<T>(base: *const u8, offset: u32) -> Option<T> {
     unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize).cast::<T>()) }.ok()
 }
 
-/// ib_create_qp_user / ib_create_qp_kernel returned: an rxe QP's socket is
-/// tagged with its QPN before the QP can send, so that the egress program
-/// knows which QP sent a frame from the socket alone; then userspace is
-/// woken to bind the QP.
+/// ib_create_qp_user returned: the QP is bound by the task that made it.
 #[kretprobe]
 pub fn pkeyfw_qp_created(ctx: RetProbeContext) -> u32 {
     let layout = LAYOUT.load();
-    let qp: *const u8 = ctx.ret();
-    // An error pointer is no QP: reading through it fails.
-    if let Some((qpn, slot)) = our_qp(&layout, qp)
-        && let Some(sk) = qp_socket(&layout, qp, slot)
-    {
-        // Full: the QP's frames fall back to attribution by what they name.
-        let _ = SOCKETS.insert(&sk, &qpn, 0);
-    }
-    let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    // A full ring already holds a wake-up; losing this one changes nothing.
-    let _ = QP_CREATED.output(&pid, BPF_RB_FORCE_WAKEUP as u64);
+    created(&layout, ctx.ret(), &Task::current(&layout));
     0
+}
+
+/// ib_create_qp_kernel returned: a kernel user's QP (a ULP's, or ib_core's
+/// own QP0 and QP1), bound by the module that made it.
+#[kretprobe]
+pub fn pkeyfw_kernel_qp_created(ctx: RetProbeContext) -> u32 {
+    let layout = LAYOUT.load();
+    let qp: *const u8 = ctx.ret();
+    let mut comm = [0u8; 16];
+    if let Some(name) = read::<*const u8>(qp, layout.qp_kern_name) {
+        // SAFETY: bpf_probe_read_kernel_str checks the address.
+        let _ = unsafe { bpf_probe_read_kernel_str_bytes(name, &mut comm) };
+    }
+    created(&layout, qp, &KernelUser { comm });
+    0
+}
+
+/// A QP was created: an rxe QP's socket is tagged with its QPN before the
+/// QP can send, so that the egress program knows which QP sent a frame from
+/// the socket alone; the QP is bound; userspace is woken to reconcile.
+#[inline(always)]
+fn created<C: Creator>(layout: &QpLayout, qp: *const u8, creator: &C) {
+    // An error pointer is no QP: reading through it fails.
+    if let Some((qpn, slot)) = our_qp(layout, qp) {
+        if let Some(sk) = qp_socket(layout, qp, slot) {
+            // Full: the QP's frames fall back to attribution by what they name.
+            let _ = SOCKETS.insert(&sk, &qpn, 0);
+        }
+        if let Some(transport) = read::<u32>(qp, layout.qp_type).and_then(transport) {
+            bind(qpn, transport, creator);
+        }
+    }
+    // A full ring already holds a wake-up; losing this one changes nothing.
+    let _ = QP_CREATED.output(&0u32, BPF_RB_FORCE_WAKEUP as u64);
+}
+
+/// The RoCE transport of an `enum ib_qp_type`; None for QP0, QP1 and the
+/// raw and driver types, which no rule binds.
+#[inline(always)]
+fn transport(ib_qp_type: u32) -> Option<QpType> {
+    match ib_qp_type {
+        2 => Some(QpType::Rc),
+        3 => Some(QpType::Uc),
+        4 => Some(QpType::Ud),
+        9 | 10 => Some(QpType::Xrc),
+        _ => None,
+    }
+}
+
+/// Binds new QP `qpn` in the live generation by its first matching rule.
+/// A `[[qp]]` entry for the QPN wins; a rule binding left from an earlier
+/// QP with this number (its destruction unseen) goes. (A reload writes the
+/// idle generation from RDMA netlink and binds what it missed once live.)
+#[inline(always)]
+fn bind<C: Creator>(qpn: u32, transport: QpType, creator: &C) {
+    let g = Live::now().generation;
+    let key = qp_key(g, qpn);
+    // SAFETY: the value is copied out at once.
+    let old = unsafe { QPS.get(&key) }.copied();
+    if old.is_some_and(|e| e.flags & qp_flags::RULE == 0) {
+        return;
+    }
+    let Some(rule) = first_match(g, creator, qpn, transport) else {
+        if old.is_some() {
+            let _ = QPS.remove(&key);
+        }
+        return;
+    };
+    let Some(slot) = stats_slot(qpn) else {
+        count(Capture::Full);
+        return;
+    };
+    // SAFETY: the value is copied out at once.
+    let qkey = unsafe { QKEYS.get(&qpn) }.copied();
+    if QPS
+        .insert(&key, &rule.entry(transport, slot, qkey), 0)
+        .is_ok()
+    {
+        count(Capture::Bound);
+    }
+}
+
+/// Generation `g`'s first rule that matches.
+#[inline(always)]
+fn first_match<C: Creator>(g: u32, creator: &C, qpn: u32, transport: QpType) -> Option<BindSpec> {
+    // Unused slots match nothing: no branch on them, so that the verifier
+    // walks one short path per rule.
+    for i in 0..MAX_RULES {
+        let rule = BIND_RULES.get(g * MAX_RULES + i)?;
+        if rule.matches(creator, qpn, transport) {
+            return Some(*rule);
+        }
+    }
+    None
+}
+
+/// A zeroed `QP_STATS` slot for `qpn`: the one it holds (its last QP's
+/// destruction unseen), or a free one: one a destroyed QP gave back, else
+/// the next never used. O(1) either way.
+#[inline(always)]
+fn stats_slot(qpn: u32) -> Option<u32> {
+    // SAFETY: the value is copied out at once.
+    let slot = match unsafe { KSLOTS.get(&qpn) }.copied() {
+        Some(slot) => slot,
+        None => {
+            let slot = match FREE_SLOTS.pop().ok().flatten() {
+                Some(slot) => slot,
+                None => {
+                    let next = NEXT_SLOT.get_ptr_mut(0)?;
+                    // SAFETY: the map's only element, 8-byte aligned.
+                    let n = unsafe { fetch_add(next) };
+                    if n >= u64::from(KERNEL_SLOTS) {
+                        return None;
+                    }
+                    LAYOUT.load().first_slot + n as u32
+                }
+            };
+            if KSLOTS.insert(&qpn, &slot, 0).is_err() {
+                let _ = FREE_SLOTS.push(&slot, 0);
+                return None;
+            }
+            slot
+        }
+    };
+    let _ = QP_STATS.set(slot, &QpStats::default(), 0);
+    Some(slot)
+}
+
+/// `*counter += 1` as one BPF atomic; the old value. (core's atomics have
+/// no read-modify-write on the BPF target, though the instruction set has.)
+///
+/// # Safety
+/// `counter` must point to a live, 8-byte aligned u64 in map memory.
+#[inline(always)]
+unsafe fn fetch_add(counter: *mut u64) -> u64 {
+    let mut value: u64 = 1;
+    unsafe {
+        core::arch::asm!(
+            "{value} = atomic_fetch_add((u64 *)({counter} + 0), {value})",
+            counter = in(reg) counter,
+            value = inout(reg) value,
+            options(nostack),
+        )
+    };
+    value
+}
+
+/// The task that creates a user QP.
+struct Task {
+    pid: u32,
+    uid: u32,
+    gid: u32,
+    netns: u32,
+    comm: [u8; 16],
+}
+
+impl Task {
+    fn current(layout: &QpLayout) -> Task {
+        // SAFETY: no preconditions.
+        let task = unsafe { bpf_get_current_task() } as *const u8;
+        let cred: Option<*const u8> = read(task, layout.task_cred);
+        let net: Option<*const u8> = read::<*const u8>(task, layout.task_nsproxy)
+            .and_then(|ns| read(ns, layout.nsproxy_net));
+        Task {
+            pid: (bpf_get_current_pid_tgid() >> 32) as u32,
+            // Unreadable ids match no rule: u32::MAX is no uid or gid.
+            uid: cred
+                .and_then(|c| read(c, layout.cred_euid))
+                .unwrap_or(u32::MAX),
+            gid: cred
+                .and_then(|c| read(c, layout.cred_egid))
+                .unwrap_or(u32::MAX),
+            netns: net.and_then(|n| read(n, layout.net_inum)).unwrap_or(0),
+            comm: bpf_get_current_comm().unwrap_or([0; 16]),
+        }
+    }
+}
+
+impl Creator for Task {
+    fn kernel(&self) -> bool {
+        false
+    }
+    fn comm(&self) -> [u8; 16] {
+        self.comm
+    }
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+    fn uid(&self) -> u32 {
+        self.uid
+    }
+    fn gid(&self) -> u32 {
+        self.gid
+    }
+    fn netns(&self) -> u32 {
+        self.netns
+    }
+    fn cgroup_at(&self, level: u32) -> u64 {
+        // SAFETY: no preconditions; 0 when the task is not that deep.
+        unsafe { bpf_get_current_ancestor_cgroup_id(level as i32) }
+    }
+}
+
+/// A kernel user of ib_core, by its module's name.
+struct KernelUser {
+    comm: [u8; 16],
+}
+
+impl Creator for KernelUser {
+    fn kernel(&self) -> bool {
+        true
+    }
+    fn comm(&self) -> [u8; 16] {
+        self.comm
+    }
+    fn pid(&self) -> u32 {
+        0
+    }
+    fn uid(&self) -> u32 {
+        u32::MAX
+    }
+    fn gid(&self) -> u32 {
+        u32::MAX
+    }
+    fn netns(&self) -> u32 {
+        0
+    }
+    fn cgroup_at(&self, _level: u32) -> u64 {
+        0
+    }
 }
 
 #[cfg(not(test))]

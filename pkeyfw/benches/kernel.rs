@@ -200,6 +200,7 @@ fn policy(qps: u32, target: QpType) -> Policy {
         qp_type,
         pkey: PKEY,
         qkey: (qp_type == QpType::Ud).then_some(QKEY),
+        flags: 0,
     };
     let qps = (TARGET_QPN..TARGET_QPN + qps)
         .map(|qpn| {

@@ -8,7 +8,7 @@ use std::{collections::BTreeMap, net::IpAddr};
 
 use pkeyfw::policy::{Group, Policy, QpRule};
 use pkeyfw_common::{
-    abi::{QpType, UnknownQp},
+    abi::{QpType, UnknownQp, qp_flags},
     judge,
     verdict::{GSI_QKEY, MULTICAST_QPN},
 };
@@ -45,13 +45,22 @@ fn policy() -> impl Strategy<Value = Policy> {
                 .into_iter()
                 .map(|(qpn, (t, i, q))| {
                     let qp_type = QpType::ALL[t];
-                    let qkey = (qp_type == QpType::Ud).then_some(q);
+                    // Some UD QPs are bound with their own Q_Key and have
+                    // set none yet: they accept no UD frame.
+                    let unset = qp_type == QpType::Ud && q % 5 == 0;
+                    let qkey = (qp_type == QpType::Ud && !unset).then_some(q);
+                    let flags = if unset {
+                        qp_flags::RULE | qp_flags::OWN_QKEY
+                    } else {
+                        0
+                    };
                     (
                         qpn,
                         QpRule {
                             qp_type,
                             pkey: pkeys[i],
                             qkey,
+                            flags,
                         },
                     )
                 })

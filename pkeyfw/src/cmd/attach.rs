@@ -172,26 +172,29 @@ pub fn run(opts: &AttachArgs) -> Result<()> {
         }
     };
     let how = if opts.pin { "pinned" } else { "foreground" };
-    let (probes, unprobed) = match opts.pin {
-        true => (None, None),
-        false => {
-            let _entered = runtime.enter();
-            start_probes(&binder, &pins)
-        }
+    let (probes, unprobed) = {
+        let _entered = runtime.enter();
+        start_probes(&binder, &pins)
     };
+    // QPs made between the snapshot the attach bound and the probes' start
+    // are bound now.
+    let mut caught = Vec::new();
+    if probes.is_some() && binder.active() {
+        caught = binder.sync(filter.maps_mut())?;
+    }
     println!(
         "pkeyfw: attached to {} ({} mode, {how}): {}",
         opts.iface,
         mode.name(),
         summary(binder.policy(), &opts.policy)
     );
-    for line in bound.iter().chain(&unprobed) {
+    for line in bound.iter().chain(&unprobed).chain(&caught) {
         println!("{line}");
     }
     if opts.pin {
-        if binder.active() {
+        if binder.active() && probes.is_none() {
             eprintln!(
-                "pkeyfw: warning: [[bind]] rules bound the QPs that exist now; only a foreground attach follows new ones"
+                "pkeyfw: warning: [[bind]] rules bound the QPs that exist now; without the QP-creation probes nothing binds new ones"
             );
         }
         println!(
@@ -574,13 +577,14 @@ async fn foreground(
     }
 }
 
-/// The RDMA probes of a foreground attachment, when its policy needs them
-/// (it binds, stamps, or lists groups whose joins are watched); started
-/// before "attached" is said, so that nothing the verbs do from then on is
-/// missed; with what to say of those that could not start. Needs the
-/// runtime's context.
+/// The RDMA probes, pinned with the filter: wherever ib_core is loaded (a
+/// later reload may bring rules), and where the policy needs them (it
+/// binds, stamps, or lists groups whose joins are watched) with a word on
+/// what could not start. Started before "attached" is said, so that
+/// nothing the verbs do from then on is missed. Needs the runtime's context.
 fn start_probes(binder: &Binder, pins: &Pins) -> (Option<AsyncFd<Probes>>, Option<String>) {
-    if !binder.active() && binder.policy().groups.is_empty() {
+    let needed = binder.active() || !binder.policy().groups.is_empty();
+    if !needed && !Path::new("/sys/module/ib_core").exists() {
         return (None, None);
     }
     let mut said = None;
@@ -597,13 +601,15 @@ fn start_probes(binder: &Binder, pins: &Pins) -> (Option<AsyncFd<Probes>>, Optio
             .map_err(|e| e.into_parts().1.into())
     });
     match registered {
-        Ok(w) => (Some(w), said),
+        Ok(w) => (Some(w), said.filter(|_| needed)),
         Err(e) => (
             None,
-            Some(format!(
-                "pkeyfw: QP creation is not probed ({e:#}); new QPs are found every {} ms",
-                binder::POLL.as_millis()
-            )),
+            needed.then(|| {
+                format!(
+                    "pkeyfw: QP creation is not probed ({e:#}); a foreground attach finds new QPs every {} ms",
+                    binder::POLL.as_millis()
+                )
+            }),
         ),
     }
 }

@@ -10,7 +10,10 @@ use std::{
 };
 
 use anyhow::{Result, bail};
-use pkeyfw_common::{abi::QpStats, pkey};
+use pkeyfw_common::{
+    abi::{QpStats, qp_flags},
+    pkey,
+};
 use serde_json::{Value, json};
 
 use super::NetnsArg;
@@ -246,8 +249,10 @@ fn addr(a: Option<SocketAddr>) -> String {
 
 fn rule_text(r: &QpRule) -> String {
     let mut s = format!("P_Key {}", describe::pkey(r.pkey));
-    if let Some(q) = r.qkey {
-        s += &format!(", Q_Key {q:#010x}");
+    match r.qkey {
+        Some(q) => s += &format!(", Q_Key {q:#010x}"),
+        None if r.flags & qp_flags::OWN_QKEY != 0 => s += ", the Q_Key its program sets",
+        None => {}
     }
     s
 }
@@ -263,9 +268,6 @@ fn binding_text(policy: &Policy, qp: &Qp, binding: &Binding) -> String {
         Binding::Rule { rule, line, bound } => {
             format!("bind[{rule}] (line {line}): {}", rule_text(bound))
         }
-        Binding::NoQkey { rule, line } => {
-            format!("{unknown}: bind[{rule}] (line {line}) matches but has no qkey for this UD QP")
-        }
         Binding::Taken(r) => format!("QPN bound for another device's QP: {}", rule_text(r)),
         Binding::Unbound => unknown,
     }
@@ -276,7 +278,6 @@ fn binding_json(policy: &Policy, binding: &Binding) -> Value {
         Binding::Exempt => ("exempt", None, None, None),
         Binding::Entry(r) => ("qp", None, None, Some(r)),
         Binding::Rule { rule, line, bound } => ("bind", Some(rule), Some(line), Some(bound)),
-        Binding::NoQkey { rule, line } => ("unknown_qp", Some(rule), Some(line), None),
         Binding::Taken(r) => ("taken", None, None, Some(r)),
         Binding::Unbound => ("unknown_qp", None, None, None),
     };

@@ -66,10 +66,16 @@ pub fn run(args: &ReloadArgs) -> Result<()> {
     match holder {
         Holder::Foreground(pid) => ask(pid, &maps)?,
         Holder::Pinned | Holder::Gone(_) => {
-            let (effective, bound) =
-                Binder::new(netlink::if_index(iface)?, policy.clone()).effective()?;
+            let mut binder = Binder::new(netlink::if_index(iface)?, policy.clone());
+            let (effective, bound) = binder.effective()?;
             maps.apply(&effective)?;
-            bound.iter().for_each(|line| println!("{line}"));
+            // QPs the probe bound by the old rules while the new ones were
+            // written are bound by the new ones now.
+            let caught = binder.sync(&mut maps)?;
+            bound
+                .iter()
+                .chain(&caught)
+                .for_each(|line| println!("{line}"));
         }
     }
     println!(

@@ -1,10 +1,13 @@
-//! The RDMA-core probes of a foreground attachment (see pkeyfw-ebpf's
-//! probes.rs): a wake-up on every QP creation, so new QPs are bound at once
-//! rather than at the next poll; the connection probes, which record a
-//! bound QP's peer for stamping as the QP is given it; and the multicast
-//! probes, which report a QP that joins another partition's group. They
-//! share the filter's maps through its pins. Where the creation probe cannot
-//! attach (no ib_core, no kprobes), polling alone remains; where the others
+//! The RDMA-core probes of an attachment (see pkeyfw-ebpf's probes.rs): the
+//! QP-creation probes, which bind each new QP by the `[[bind]]` rules as it
+//! is created and wake a foreground attachment to reconcile; the modify
+//! probes, which capture the Q_Key a QP sets and record a bound QP's peer
+//! for stamping; the destroy probe, which unbinds; and the multicast probes,
+//! which report a QP that joins another partition's group. They share the
+//! filter's maps through its pins, and their links are pinned beside the
+//! filter's (`probe-NAME`), so they go on with no pkeyfw process and go
+//! with `pkeyfw detach`. Where the creation probes cannot attach (no
+//! ib_core, no kprobes), userspace binding alone remains; where the others
 //! cannot (no ib_core BTF), peers are learnt from RDMA netlink at the next
 //! poll and joins go unreported.
 
@@ -17,17 +20,21 @@ use anyhow::{Context as _, Result, anyhow};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{MapData, RingBuf},
-    programs::KProbe,
+    programs::{KProbe, links::FdLink},
 };
-use pkeyfw_common::abi::{MAPS, MapSize, QpLayout};
+use pkeyfw_common::abi::{KERNEL_SLOTS, MAPS, MapSize, QpLayout, name};
 
 use crate::{control::rdma, loading::btf::Btf};
 
 /// The probes object built from pkeyfw-ebpf's `pkeyfw-probes`.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pkeyfw-probes"));
 
-/// Functions every QP creation returns through (user and kernel QPs).
-const CREATORS: [&str; 2] = ["ib_create_qp_user", "ib_create_qp_kernel"];
+/// The probes on the functions every QP creation returns through (user
+/// and kernel QPs).
+const CREATORS: [(&str, &str); 2] = [
+    ("pkeyfw_qp_created", "ib_create_qp_user"),
+    ("pkeyfw_kernel_qp_created", "ib_create_qp_kernel"),
+];
 /// The probes that read the RDMA structures, and what they probe: the
 /// modify every user QP's goes through (uverbs), the destroy, the multicast
 /// attach (uverbs and kernel users alike).
@@ -52,22 +59,30 @@ impl Probes {
     /// Loads and attaches the probes for the filter pinned under `pins`,
     /// on interface `ifindex`.
     pub fn start(pins: &Path, ifindex: u32) -> Result<Probes> {
-        let layout = layout(ifindex);
+        let mut layout = layout(ifindex);
         let mut loader = EbpfLoader::new();
         for spec in MAPS {
             let pin = pins.join(spec.name);
-            if let MapSize::PerQp(_) = spec.size {
+            if spec.size != MapSize::Fixed {
                 let size = MapData::from_pin(&pin)
                     .and_then(|m| Ok(m.info()?.max_entries()))
                     .with_context(|| format!("opening {}", pin.display()))?;
                 loader.map_max_entries(spec.name, size);
+                if spec.name == name::QP_STATS
+                    && let Ok(l) = &mut layout
+                {
+                    l.first_slot = size - KERNEL_SLOTS;
+                }
             }
             loader.map_pin_path(spec.name, pin);
         }
         let mut ebpf = loader
             .override_global(
                 "LAYOUT",
-                layout.as_ref().unwrap_or(&QpLayout::default()),
+                layout.as_ref().unwrap_or(&QpLayout {
+                    devices: [QpLayout::NO_DEVICE; QpLayout::DEVICES],
+                    ..QpLayout::default()
+                }),
                 true,
             )
             .load(OBJECT)
@@ -75,17 +90,10 @@ impl Probes {
         let readers = layout.map_err(|e| format!("{e:#}")).and_then(|_| {
             READERS
                 .iter()
-                .try_for_each(|&(p, f)| attach(&mut ebpf, p, f))
+                .try_for_each(|&(p, f)| attach(&mut ebpf, p, f, pins))
         });
-        let program: &mut KProbe = ebpf
-            .program_mut("pkeyfw_qp_created")
-            .ok_or_else(|| anyhow!("the probes object has no program"))?
-            .try_into()?;
-        program.load().context("loading the QP-creation probe")?;
-        for f in CREATORS {
-            program
-                .attach(f, 0)
-                .with_context(|| format!("probing {f} (is ib_core loaded?)"))?;
+        for (p, f) in CREATORS {
+            attach(&mut ebpf, p, f, pins).map_err(|e| anyhow!("{e} (is ib_core loaded?)"))?;
         }
         let ring = RingBuf::try_from(
             ebpf.take_map("QP_CREATED")
@@ -108,18 +116,27 @@ impl Probes {
     }
 }
 
-/// Loads program `name` of the object and attaches it to `function`.
-fn attach(ebpf: &mut Ebpf, name: &str, function: &str) -> Result<(), String> {
+/// Loads program `name` of the object, attaches it to `function` and pins
+/// the link under `pins`.
+fn attach(ebpf: &mut Ebpf, name: &str, function: &str, pins: &Path) -> Result<(), String> {
     let program: &mut KProbe = ebpf
         .program_mut(name)
         .ok_or_else(|| format!("the probes object has no {name}"))?
         .try_into()
         .map_err(|e| format!("{e}"))?;
-    program.load().map_err(|e| format!("loading {name}: {e}"))?;
-    program
+    if program.fd().is_err() {
+        program.load().map_err(|e| format!("loading {name}: {e}"))?;
+    }
+    let id = program
         .attach(function, 0)
+        .map_err(|e| format!("probing {function}: {e}"))?;
+    let link = program.take_link(id).map_err(|e| format!("{e}"))?;
+    let pin = pins.join(format!("probe-{name}"));
+    FdLink::try_from(link)
+        .map_err(|e| format!("{name} has no BPF link to pin ({e}); Linux 5.15 or later is needed"))?
+        .pin(&pin)
         .map(drop)
-        .map_err(|e| format!("probing {function}: {e}"))
+        .map_err(|e| format!("pinning {}: {e}", pin.display()))
 }
 
 /// Where the probes find what it reads, and the RDMA devices on
@@ -160,6 +177,16 @@ fn layout(ifindex: u32) -> Result<QpLayout> {
         rxe_devices,
         rxe_qp_sk,
         socket_sk,
+        qp_type: btf.offset("ib_qp", &["qp_type"])?,
+        qp_kern_name: btf.offset("ib_qp", &["res", "kern_name"])?,
+        attr_qkey: btf.offset("ib_qp_attr", &["qkey"])?,
+        task_cred: btf.offset("task_struct", &["cred"])?,
+        task_nsproxy: btf.offset("task_struct", &["nsproxy"])?,
+        cred_euid: btf.offset("cred", &["euid"])?,
+        cred_egid: btf.offset("cred", &["egid"])?,
+        nsproxy_net: btf.offset("nsproxy", &["net_ns"])?,
+        net_inum: btf.offset("net", &["ns", "inum"])?,
+        first_slot: 0,
     })
 }
 

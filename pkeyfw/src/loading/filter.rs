@@ -17,7 +17,7 @@ use aya::{
 };
 use pkeyfw_common::{
     Reason, Verdict,
-    abi::{DEFAULT_QP_CAPACITY, MAPS, MapSize},
+    abi::{DEFAULT_QP_CAPACITY, MAPS},
 };
 
 use crate::{loading::maps::Maps, policy::Policy};
@@ -86,8 +86,8 @@ impl Filter {
         raise_memlock();
         let mut loader = EbpfLoader::new();
         for spec in &MAPS {
-            if let MapSize::PerQp(n) = spec.size {
-                loader.map_max_entries(spec.name, capacity * n);
+            if let Some(n) = spec.size.entries(capacity) {
+                loader.map_max_entries(spec.name, n);
             }
         }
         let mut ebpf = loader

@@ -22,11 +22,12 @@ use aya::{
 use pkeyfw_common::{
     Capture, Reason, Stamp, Verdict,
     abi::{
-        Config, ConnKey, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, LAYOUT_VERSION, MAPS,
-        MapKind, OTHER_PARTITION, QPN_MASK, QpEntry, QpStats, name, port_key_index, qp_key,
-        violation_key,
+        Config, ConnKey, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS,
+        LAYOUT_VERSION, MAPS, MapKind, OTHER_PARTITION, QPN_MASK, QpEntry, QpStats, name,
+        port_key_index, qp_flags, qp_key, violation_key,
     },
     reason::{REASON_SLOTS, reason_slot},
+    tenant::{BindSpec, MAX_RULES},
 };
 
 use crate::policy::{Conn, Policy, QpRule};
@@ -83,7 +84,8 @@ pub type CaptureCounts = [u64; Capture::COUNT];
 pub struct Maps {
     /// (name, kernel id) of every map, for memory accounting.
     ids: Vec<(&'static str, u32)>,
-    /// QPs a policy may bind: the size of `QP_STATS`.
+    /// QPs a policy may bind: the loader's slots of `QP_STATS` (the
+    /// QP-creation probe's, `KERNEL_SLOTS` more, follow them).
     capacity: u32,
     /// When this process last retired a generation (None: not known here).
     retired: Option<Instant>,
@@ -99,6 +101,8 @@ pub struct Maps {
     stamps: PerCpuArray<MapData, u64>,
     captures: PerCpuArray<MapData, u64>,
     violations: HashMap<MapData, u32, u64>,
+    bind_rules: Array<MapData, BindSpec>,
+    qkeys: HashMap<MapData, u32, u32>,
     /// The other maps, held open.
     _rest: Vec<Map>,
 }
@@ -133,6 +137,7 @@ impl Maps {
         Array::<_, u32>::try_from(abi)?
             .set(0, &LAYOUT_VERSION, 0)
             .context("writing ABI")?;
+
         if let Some(dir) = pin {
             for (name, map) in &maps {
                 map.pin(dir.join(name))
@@ -173,6 +178,7 @@ impl Maps {
                     MapKind::HashMap => Map::HashMap(data),
                     MapKind::PerCpuArray => Map::PerCpuArray(data),
                     MapKind::RingBuf => Map::RingBuf(data),
+                    MapKind::Stack => Map::Stack(data),
                 },
             );
         }
@@ -184,7 +190,7 @@ impl Maps {
             .iter()
             .map(|spec| Ok((spec.name, data(&maps[spec.name])?.info()?.id())))
             .collect::<Result<_>>()?;
-        let capacity = data(&maps[name::QP_STATS])?.info()?.max_entries();
+        let capacity = data(&maps[name::QP_STATS])?.info()?.max_entries() - KERNEL_SLOTS;
         let mut take = |name| maps.remove(name);
         Ok(Maps {
             ids,
@@ -202,6 +208,8 @@ impl Maps {
             stamps: typed(take(name::STAMPS), name::STAMPS)?,
             captures: typed(take(name::CAPTURES), name::CAPTURES)?,
             violations: typed(take(name::VIOLATIONS), name::VIOLATIONS)?,
+            bind_rules: typed(take(name::BIND_RULES), name::BIND_RULES)?,
+            qkeys: typed(take(name::QKEYS), name::QKEYS)?,
             // Maps only the probes use (OWNERS) live no longer than their
             // last handle when nothing pins them, as in a test run.
             _rest: maps.into_values().collect(),
@@ -327,6 +335,9 @@ impl Maps {
         }
         let active = self.active_generation()?;
         let idle = 1 - active;
+        // The probe binds new QPs in the idle generation too, by its rules:
+        // none until the new ones are written.
+        self.write_rules(idle, &[])?;
         self.clear(idle)?;
         let slots = self
             .held(active)?
@@ -345,12 +356,21 @@ impl Maps {
 
     /// Binds (or rebinds) one QP in the live generation, in place: one map
     /// entry, which a frame sees whole or not at all, and nothing else of the
-    /// policy changes. A new QP gets a zeroed stats slot.
+    /// policy changes. A new QP gets a zeroed stats slot. A rule binding the
+    /// QP-creation probe made stays: it saw the QP's creator, and may hold
+    /// the Q_Key the QP set since.
     pub fn bind_live(&mut self, qpn: u32, rule: &QpRule) -> Result<()> {
         let g = self.active_generation()?;
         let held = self.held(g)?.qps;
-        let slot = match held.iter().find(|(q, _)| *q == qpn) {
-            Some((_, e)) => e.slot,
+        let existing = held.iter().find(|(q, _)| *q == qpn).map(|(_, e)| *e);
+        if rule.flags & qp_flags::RULE != 0
+            && existing.is_some_and(|e| e.flags & qp_flags::RULE != 0)
+        {
+            return Ok(());
+        }
+        let rule = &self.with_qkey(qpn, rule);
+        let slot = match existing {
+            Some(e) => e.slot,
             None => {
                 let used: HashSet<u32> = held.iter().map(|(_, e)| e.slot).collect();
                 let slot = (0..self.capacity)
@@ -373,9 +393,33 @@ impl Maps {
         ignore_missing(self.qps.remove(&qp_key(g, qpn)))
     }
 
+    /// A rule that binds a UD QP with its own Q_Key, with the one it set if
+    /// the probe saw it.
+    fn with_qkey(&self, qpn: u32, rule: &QpRule) -> QpRule {
+        let mut rule = *rule;
+        if rule.flags & qp_flags::OWN_QKEY != 0 && rule.qkey.is_none() {
+            rule.qkey = self.qkeys.get(&qpn, 0).ok();
+        }
+        rule
+    }
+
+    /// Writes generation `g`'s `[[bind]]` rules for the QP-creation probe
+    /// (the rest of its slots emptied).
+    fn write_rules(&mut self, g: u32, rules: &[BindSpec]) -> Result<()> {
+        for i in 0..MAX_RULES {
+            let spec = rules.get(i as usize).copied().unwrap_or_default();
+            self.bind_rules
+                .set(g * MAX_RULES + i, &spec, 0)
+                .context("writing BIND_RULES")?;
+        }
+        Ok(())
+    }
+
     /// Writes `policy` into generation `g`, which no frame reads. QPs the
     /// active policy binds keep their stats slot; new ones get a zeroed one.
     fn write(&mut self, g: u32, policy: &Policy, mut slots: StdHashMap<u32, u32>) -> Result<()> {
+        let rules: Vec<BindSpec> = policy.binds.iter().map(|b| b.spec()).collect();
+        self.write_rules(g, &rules)?;
         self.config
             .set(g, &policy.config(), 0)
             .context("writing CONFIG")?;
@@ -398,8 +442,9 @@ impl Maps {
                     slot
                 }
             };
+            let rule = self.with_qkey(qpn, rule);
             self.qps
-                .insert(&qp_key(g, qpn), &Policy::qp_entry(rule, slot), 0)
+                .insert(&qp_key(g, qpn), &Policy::qp_entry(&rule, slot), 0)
                 .with_context(|| format!("writing QPS entry {qpn:#x}"))?;
         }
         for (addr, group) in &policy.groups {
@@ -518,7 +563,9 @@ fn typed<T: TryFrom<Map, Error = MapError>>(map: Option<Map>, name: &str) -> Res
 /// The map data behind the map kinds pkeyfw uses.
 fn data(map: &Map) -> Result<&MapData> {
     match map {
-        Map::Array(d) | Map::HashMap(d) | Map::PerCpuArray(d) | Map::RingBuf(d) => Ok(d),
+        Map::Array(d) | Map::HashMap(d) | Map::PerCpuArray(d) | Map::RingBuf(d) | Map::Stack(d) => {
+            Ok(d)
+        }
         _ => bail!("unexpected map kind"),
     }
 }

@@ -1,18 +1,22 @@
-//! `[[bind]]` rules: bind the QPs that RDMA netlink discovers — by owner
-//! command, PID, QPN range or type — to a partition, since the QPNs a
-//! program gets change with every run.
+//! `[[bind]]` rules: bind QPs to a partition by who creates them — cgroup,
+//! effective uid or gid, network namespace — or by owner command, PID, QPN
+//! range or type, since the QPNs a program gets change with every run.
 //!
+//! The QP-creation probe applies the rules in the kernel as each QP is
+//! created (`pkeyfw_common::tenant`); the same rules, applied here to what
+//! RDMA netlink and `/proc` report, bind the QPs that existed before.
 //! Rules apply in file order; the first that matches a QP decides it. A
 //! `[[qp]]` entry wins over every rule: the QPN it names is bound as it says.
-//! A UD QP needs a Q_Key: a `type = "ud"` rule must give `qkey`; a rule
-//! without `type` binds UD QPs with its `qkey`, and a UD QP whose first
-//! matching rule has none is left unbound (the unknown-QP rule judges its
-//! frames) and reported as such, rather than bound without a Q_Key check or
-//! handed to a later rule its author did not write for it.
+//! A UD QP bound by a rule with `qkey` accepts that Q_Key; by a rule
+//! without, the Q_Key its program sets.
 
-use std::{collections::btree_map::Entry, ops::RangeInclusive};
+use std::{collections::btree_map::Entry, ops::RangeInclusive, path::Path};
 
-use pkeyfw_common::{abi::QpType, verdict::MULTICAST_QPN};
+use pkeyfw_common::{
+    abi::{QpType, qp_flags},
+    tenant::{BindSpec, MAX_RULES, comm_bytes, matcher},
+    verdict::MULTICAST_QPN,
+};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -20,6 +24,7 @@ use super::{
     Conn, Policy, PolicyError, QpRule,
     error::position,
     file::{Ctx, MIN_QPN},
+    identity::{self, Cgroup, Netns},
 };
 use crate::control::rdma::Qp;
 
@@ -33,6 +38,10 @@ const MAX_PID: u32 = 1 << 22;
 pub(super) struct RawBind {
     comm: Option<Spanned<String>>,
     pid: Option<Spanned<i64>>,
+    cgroup: Option<Spanned<String>>,
+    uid: Option<Spanned<i64>>,
+    gid: Option<Spanned<i64>>,
+    netns: Option<Spanned<String>>,
     qpn: Option<Spanned<toml::Value>>,
     #[serde(rename = "type")]
     qp_type: Option<Spanned<String>>,
@@ -51,18 +60,71 @@ pub struct BindRule {
     /// module's name).
     pub comm: Option<String>,
     pub pid: Option<u32>,
+    /// The creator's cgroup: this directory or one below it.
+    pub cgroup: Option<Cgroup>,
+    /// The creator's effective ids.
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    /// The creator's network namespace.
+    pub netns: Option<Netns>,
     pub qpns: Option<RangeInclusive<u32>>,
     pub qp_type: Option<QpType>,
     pub pkey: u16,
-    /// The Q_Key of the UD QPs it binds.
+    /// The Q_Key of the UD QPs it binds; None: the Q_Key each sets.
     pub qkey: Option<u32>,
 }
 
 impl BindRule {
-    /// Whether the rule tells processes apart only by the command name they
-    /// choose themselves.
-    pub fn by_name_only(&self) -> bool {
-        self.comm.is_some() && self.pid.is_none()
+    /// Whether the rule tells tenants apart only by what a process chooses
+    /// or is given by chance (command name, PID, QPN, type), rather than by
+    /// what only the administrator sets (cgroup, ids, network namespace).
+    pub fn no_boundary(&self) -> bool {
+        self.cgroup.is_none() && self.uid.is_none() && self.gid.is_none() && self.netns.is_none()
+    }
+
+    /// The rule as the QP-creation probe reads it.
+    pub fn spec(&self) -> BindSpec {
+        let mut s = BindSpec {
+            matchers: matcher::IN_USE,
+            pkey: self.pkey,
+            ..BindSpec::default()
+        };
+        if let Some(c) = &self.comm {
+            s.matchers |= matcher::COMM;
+            s.comm = comm_bytes(c.as_bytes());
+        }
+        if let Some(p) = self.pid {
+            s.matchers |= matcher::PID;
+            s.pid = p;
+        }
+        if let Some(c) = &self.cgroup {
+            s.matchers |= matcher::CGROUP;
+            (s.cgroup, s.cgroup_level) = (c.id, c.level);
+        }
+        if let Some(u) = self.uid {
+            s.matchers |= matcher::UID;
+            s.uid = u;
+        }
+        if let Some(g) = self.gid {
+            s.matchers |= matcher::GID;
+            s.gid = g;
+        }
+        if let Some(n) = &self.netns {
+            s.matchers |= matcher::NETNS;
+            s.netns = n.inode;
+        }
+        if let Some(r) = &self.qpns {
+            s.matchers |= matcher::QPN;
+            (s.qpn_lo, s.qpn_hi) = (*r.start(), *r.end());
+        }
+        if let Some(t) = self.qp_type {
+            s.matchers |= matcher::TYPE;
+            s.qp_type = t as u8;
+        }
+        if let Some(q) = self.qkey {
+            (s.qkey, s.pinned_qkey) = (q, 1);
+        }
+        s
     }
 }
 
@@ -80,8 +142,6 @@ pub enum Binding {
         line: usize,
         bound: QpRule,
     },
-    /// A UD QP whose first matching rule gives no Q_Key: left unbound.
-    NoQkey { rule: usize, line: usize },
     /// A QP of another device with the same QPN was bound first; the filter
     /// keys QPs by QPN alone, so that binding judges this one's frames too.
     Taken(QpRule),
@@ -90,30 +150,57 @@ pub enum Binding {
 }
 
 impl BindRule {
+    /// Whether it matches `qp`, as RDMA netlink and its owner's `/proc`
+    /// entry describe it (the probe matches the creating task itself).
     pub fn matches(&self, qp: &Qp) -> bool {
+        let owner = qp.owner.as_ref();
+        let task = self.cgroup.is_some() || self.uid.is_some() || self.gid.is_some();
+        if task && owner.is_none() {
+            return false;
+        }
         self.comm
             .as_deref()
             .is_none_or(|c| qp.comm.as_deref() == Some(c))
             && self.pid.is_none_or(|p| qp.pid == Some(p))
+            && self.uid.is_none_or(|u| owner.is_some_and(|o| o.uid == u))
+            && self.gid.is_none_or(|g| owner.is_some_and(|o| o.gid == g))
+            && self
+                .netns
+                .as_ref()
+                .is_none_or(|n| owner.is_some_and(|o| o.netns == n.inode))
+            && self
+                .cgroup
+                .as_ref()
+                .is_none_or(|c| owner.is_some_and(|o| within(&o.cgroup, &c.name)))
             && self.qpns.as_ref().is_none_or(|r| r.contains(&qp.qpn))
             && self
                 .qp_type
                 .is_none_or(|t| qp.qp_type.transport() == Some(t))
     }
 
-    /// How it binds a QP of `transport`; None for a UD QP when it has no
-    /// Q_Key.
-    fn bind(&self, transport: QpType) -> Option<QpRule> {
-        let qkey = match transport {
-            QpType::Ud => Some(self.qkey?),
-            _ => None,
-        };
-        Some(QpRule {
+    /// How it binds a QP of `transport`: a UD QP without a Q_Key in the
+    /// rule gets the one its program sets (filled in by the loader).
+    fn bind(&self, transport: QpType) -> QpRule {
+        let own = transport == QpType::Ud && self.qkey.is_none();
+        QpRule {
             qp_type: transport,
             pkey: self.pkey,
-            qkey,
-        })
+            qkey: if transport == QpType::Ud {
+                self.qkey
+            } else {
+                None
+            },
+            flags: qp_flags::RULE | if own { qp_flags::OWN_QKEY } else { 0 },
+        }
     }
+}
+
+/// Whether cgroup `member` ("/a/b") is `dir` or below it.
+fn within(member: &str, dir: &str) -> bool {
+    dir == "/"
+        || member
+            .strip_prefix(dir)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 impl Policy {
@@ -137,9 +224,7 @@ impl Policy {
                 else {
                     return Binding::Unbound;
                 };
-                let Some(bound) = r.bind(transport) else {
-                    return Binding::NoQkey { rule, line: r.line };
-                };
+                let bound = r.bind(transport);
                 match effective.qps.entry(qp.qpn) {
                     Entry::Vacant(slot) => {
                         slot.insert(bound);
@@ -174,6 +259,13 @@ pub(super) fn rules(
     pkeys: &[u16],
     raw: &[Spanned<RawBind>],
 ) -> Result<Vec<BindRule>, PolicyError> {
+    if raw.len() > MAX_RULES as usize {
+        return Err(cx.err(
+            raw[MAX_RULES as usize].span(),
+            &format!("bind[{MAX_RULES}]"),
+            format!("one rule too many; the kernel matches at most {MAX_RULES} [[bind]] rules"),
+        ));
+    }
     raw.iter()
         .enumerate()
         .map(|(i, b)| rule(cx, pkeys, b, &format!("bind[{i}]")))
@@ -187,13 +279,57 @@ fn rule(
     field: &str,
 ) -> Result<BindRule, PolicyError> {
     let raw = b.get_ref();
-    if raw.comm.is_none() && raw.pid.is_none() && raw.qpn.is_none() && raw.qp_type.is_none() {
+    if raw.comm.is_none()
+        && raw.pid.is_none()
+        && raw.cgroup.is_none()
+        && raw.uid.is_none()
+        && raw.gid.is_none()
+        && raw.netns.is_none()
+        && raw.qpn.is_none()
+        && raw.qp_type.is_none()
+    {
         return Err(cx.err(
             b.span(),
             field,
-            "matches every QP; give at least one of comm, pid, qpn, type",
+            "matches every QP; give at least one of cgroup, uid, gid, netns, comm, pid, qpn, type",
         ));
     }
+    let cgroup = raw
+        .cgroup
+        .as_ref()
+        .map(|c| {
+            identity::cgroup(Path::new(c.get_ref())).map_err(|why| {
+                cx.err(
+                    c.span(),
+                    &format!("{field}.cgroup"),
+                    format!("`{}` {why}", c.get_ref()),
+                )
+            })
+        })
+        .transpose()?;
+    let netns = raw
+        .netns
+        .as_ref()
+        .map(|n| {
+            identity::netns(Path::new(n.get_ref())).map_err(|why| {
+                cx.err(
+                    n.span(),
+                    &format!("{field}.netns"),
+                    format!("`{}` {why}", n.get_ref()),
+                )
+            })
+        })
+        .transpose()?;
+    let uid = raw
+        .uid
+        .as_ref()
+        .map(|u| id(cx, u, &format!("{field}.uid"), "user"))
+        .transpose()?;
+    let gid = raw
+        .gid
+        .as_ref()
+        .map(|g| id(cx, g, &format!("{field}.gid"), "group"))
+        .transpose()?;
     let comm = raw
         .comm
         .as_ref()
@@ -230,13 +366,6 @@ fn rule(
     let qkey_field = format!("{field}.qkey");
     let qkey = match (&raw.qkey, qp_type) {
         (Some(k), None | Some(QpType::Ud)) => Some(cx.qkey(k, &qkey_field)?),
-        (None, Some(QpType::Ud)) => {
-            return Err(cx.err(
-                b.span(),
-                &qkey_field,
-                "missing; a rule for UD QPs needs the Q_Key they accept",
-            ));
-        }
         (Some(k), Some(other)) => {
             return Err(cx.err(
                 k.span(),
@@ -250,11 +379,32 @@ fn rule(
         line: position(cx.text, b.span().start).0,
         comm,
         pid,
+        cgroup,
+        uid,
+        gid,
+        netns,
         qpns,
         qp_type,
         pkey,
         qkey,
     })
+}
+
+/// A uid or gid: what the kernel's `(uid_t)-1` ("no id") is not.
+fn id(cx: &Ctx, v: &Spanned<i64>, field: &str, what: &str) -> Result<u32, PolicyError> {
+    u32::try_from(*v.get_ref())
+        .ok()
+        .filter(|&n| n != u32::MAX)
+        .ok_or_else(|| {
+            cx.err(
+                v.span(),
+                field,
+                format!(
+                    "{} is out of range; expected a {what} id in 0..=4294967294",
+                    v.get_ref()
+                ),
+            )
+        })
 }
 
 fn comm(cx: &Ctx, c: &Spanned<String>, field: &str) -> Result<String, PolicyError> {

@@ -250,9 +250,9 @@ pub(super) fn parse(
     let binds = bind::rules(&cx, &pkeys, &raw.bind)?;
     let mut warnings = table.warnings;
     if !monitor {
-        warnings.extend(binds.iter().filter(|b| b.by_name_only()).map(|b| {
+        warnings.extend(binds.iter().filter(|b| b.no_boundary()).map(|b| {
             format!(
-                "{}:{}: this [[bind]] rule matches by command name (and QPN or type) only: any process can take that name (prctl, exec through a link) and so this partition; it is no boundary between tenants",
+                "{}:{}: this [[bind]] rule matches by command name, PID, QPN or type only: a process chooses its name (prctl, exec through a link) and PIDs and QPNs come by chance, so any process may land in this partition; it is no boundary between tenants (add cgroup, uid, gid or netns)",
                 cx.path.display(),
                 b.line
             )
@@ -540,6 +540,7 @@ fn qp(
             qp_type,
             pkey,
             qkey,
+            flags: 0,
         },
     ))
 }

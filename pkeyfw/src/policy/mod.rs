@@ -5,13 +5,14 @@
 mod bind;
 mod error;
 mod file;
+pub mod identity;
 pub mod partitions;
 
 use std::{collections::BTreeMap, net::IpAddr, path::Path};
 
 use pkeyfw_common::{
     Tables,
-    abi::{Config, GroupEntry, QpEntry, QpType, UnknownQp},
+    abi::{Config, GroupEntry, QpEntry, QpType, UnknownQp, qp_flags},
     pkey,
     stamp::Conns,
     verdict::v4_mapped,
@@ -55,8 +56,11 @@ pub struct Policy {
 pub struct QpRule {
     pub qp_type: QpType,
     pub pkey: u16,
-    /// Required Q_Key; UD only.
+    /// Required Q_Key; UD only. None for a UD QP bound with its own Q_Key
+    /// (`qp_flags::OWN_QKEY`) that has not set one.
     pub qkey: Option<u32>,
+    /// `qp_flags::RULE` and `qp_flags::OWN_QKEY`, as the entry carries them.
+    pub flags: u8,
 }
 
 /// A connection of a local RC, UC or XRC QP: its peer's QPN and, when
@@ -138,12 +142,13 @@ impl Policy {
 
     /// The QP-table entry for a rule, with its counter slot.
     pub fn qp_entry(rule: &QpRule, slot: u32) -> QpEntry {
+        let unset = rule.qp_type == QpType::Ud && rule.qkey.is_none();
         QpEntry {
             qkey: rule.qkey.unwrap_or(0),
             slot,
             pkey: rule.pkey,
             qp_type: rule.qp_type as u8,
-            _pad: 0,
+            flags: rule.flags | if unset { qp_flags::UNSET_QKEY } else { 0 },
         }
     }
 }

@@ -84,7 +84,7 @@ veth0: 5 QPs on rxe0 port 1; policy /etc/pkeyfw/p.toml (unknown QPs: drop)
   rxe0/1 QP 0x000013 RC      RTS   pid 5151 rping
       [[qp]] entry: P_Key 0xffff (full, partition 0x7fff)
   rxe0/1 QP 0x000015 UD      RTS   pid 6000 loose
-      unbound → unknown_qp drop: bind[1] (line 14) matches but has no qkey for this UD QP
+      bind[1] (line 14): P_Key 0x8001 (full, partition 0x0001), the Q_Key its program sets
 warning: rxe0 has QPs bound to partitions 0x0001, 0x7fff: traffic between QPs of one rxe device stays inside the driver, where pkeyfw cannot judge it; give each tenant its own RDMA device
 "
     );

@@ -49,12 +49,26 @@ pub struct Qp {
     /// The owner's command (`/proc/PID/comm`), or for kernel QPs the name
     /// of the kernel module that made it.
     pub comm: Option<String>,
+    /// What `/proc/PID` says of the owning process (user QPs).
+    pub owner: Option<Owner>,
     /// Made by the kernel (a ULP or ib_core itself), not by a process.
     pub kernel: bool,
     /// For a QP made through rdma_cm: its local address and port.
     pub local: Option<SocketAddr>,
     /// For a QP made through rdma_cm: the peer's address and port.
     pub peer: Option<SocketAddr>,
+}
+
+/// What `[[bind]]` rules match of a QP's owning process, from `/proc/PID`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// Effective ids.
+    pub uid: u32,
+    pub gid: u32,
+    /// Network namespace inode number.
+    pub netns: u32,
+    /// Its cgroup v2, as `/proc/PID/cgroup` names it ("/a/b").
+    pub cgroup: String,
 }
 
 /// `enum ib_qp_type`.
@@ -230,7 +244,10 @@ pub fn qps_of(devices: &[Device]) -> Result<Vec<Qp>> {
             );
         }
         all.extend(assemble(device, qps, &cm_ids, &mut |pid| {
-            comms.entry(pid).or_insert_with(|| comm_of(pid)).clone()
+            comms
+                .entry(pid)
+                .or_insert_with(|| (comm_of(pid), owner_of(pid)))
+                .clone()
         }));
     }
     all.sort_by(|a, b| (&a.device, a.qpn).cmp(&(&b.device, b.qpn)));
@@ -264,14 +281,16 @@ fn assemble(
     device: &Device,
     qps: Vec<Qp>,
     cm_ids: &[CmId],
-    comm: &mut impl FnMut(u32) -> Option<String>,
+    owner: &mut impl FnMut(u32) -> (Option<String>, Option<Owner>),
 ) -> Vec<Qp> {
     let every_port = device.ports.len() as u32 == device.port_count;
     qps.into_iter()
         .filter(|qp| qp.port.map_or(every_port, |p| device.ports.contains(&p)))
         .map(|mut qp| {
-            if !qp.kernel {
-                qp.comm = qp.pid.and_then(&mut *comm);
+            if !qp.kernel
+                && let Some(pid) = qp.pid
+            {
+                (qp.comm, qp.owner) = owner(pid);
             }
             if let Some(id) = cm_ids.iter().find(|id| id.qpn == qp.qpn) {
                 qp.local = id.local;
@@ -288,6 +307,33 @@ fn comm_of(pid: u32) -> Option<String> {
     Some(comm.trim_end_matches('\n').to_string())
 }
 
+/// `/proc/PID`'s effective ids, network namespace and cgroup v2; None once
+/// the process is gone.
+fn owner_of(pid: u32) -> Option<Owner> {
+    use std::os::unix::fs::MetadataExt as _;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    // "Uid:\treal\teffective\tsaved\tfs"
+    let effective = |field: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    Some(Owner {
+        uid: effective("Uid:")?,
+        gid: effective("Gid:")?,
+        netns: std::fs::metadata(format!("/proc/{pid}/ns/net")).ok()?.ino() as u32,
+        cgroup: cgroups
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))?
+            .to_string(),
+    })
+}
+
 #[cfg(test)]
 impl Qp {
     /// A user QP on rxe0 port 1 in RTS, for tests.
@@ -301,6 +347,7 @@ impl Qp {
             state: QpState::Rts,
             pid: Some(pid),
             comm: Some(comm.into()),
+            owner: None,
             kernel: false,
             local: None,
             peer: None,

@@ -257,6 +257,7 @@ pub fn qps(attrs: &[u8]) -> Result<Vec<Qp>, DecodeError> {
                 pid: e.u32(attr::RES_PID)?.filter(|&p| p != 0),
                 kernel: kern_name.is_some(),
                 comm: kern_name,
+                owner: None,
                 local: None,
                 peer: None,
             })

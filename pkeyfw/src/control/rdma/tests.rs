@@ -237,6 +237,7 @@ fn user_qp(qpn: u32, qp_type: IbQpType, state: QpState, pid: u32) -> Qp {
         state,
         pid: Some(pid),
         comm: None,
+        owner: None,
         kernel: false,
         local: None,
         peer: None,
@@ -562,7 +563,7 @@ fn assembling_selects_bound_ports_and_fills_owners() {
         local: Some("10.0.0.1:18515".parse().unwrap()),
         peer: Some("10.0.0.2:41234".parse().unwrap()),
     }];
-    let mut comm = |pid: u32| (pid == 5151).then(|| "rping".to_string());
+    let mut comm = |pid: u32| ((pid == 5151).then(|| "rping".to_string()), None);
 
     // Port 1 of two: port 2's QP and the one on no port yet are left out.
     let two_ports = Device {

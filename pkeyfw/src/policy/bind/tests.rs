@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use pkeyfw_common::abi::QpType;
+use pkeyfw_common::abi::{QpType, qp_flags};
 
 use super::{BindRule, Binding};
 use crate::{
@@ -25,7 +25,7 @@ qkey = 0x11111111
 comm = "ibv_ud_pingpong"   # the owner's command, exactly as /proc/PID/comm
 type = "ud"                # rc | uc | ud | xrc
 pkey = 0x8001              # or pkey_index; it must be in [port].pkeys
-qkey = 0x22222222          # required with type = "ud"
+qkey = 0x22222222          # or the Q_Key each QP sets
 
 [[bind]]
 pid = 4242
@@ -56,11 +56,21 @@ fn refused(text: &str, line: usize, field: &str, says: &str) {
     assert!(e.to_string().starts_with(&format!("p.toml:{line}:")), "{e}");
 }
 
+/// A `[[qp]]` entry's binding.
 fn rule(qp_type: QpType, pkey: u16, qkey: Option<u32>) -> QpRule {
     QpRule {
         qp_type,
         pkey,
         qkey,
+        flags: 0,
+    }
+}
+
+/// A `[[bind]]` rule's binding.
+fn by_rule(qp_type: QpType, pkey: u16, qkey: Option<u32>) -> QpRule {
+    QpRule {
+        flags: qp_flags::RULE,
+        ..rule(qp_type, pkey, qkey)
     }
 }
 
@@ -74,6 +84,10 @@ fn the_documented_example() {
                 line: 11,
                 comm: Some("ibv_ud_pingpong".into()),
                 pid: None,
+                cgroup: None,
+                uid: None,
+                gid: None,
+                netns: None,
                 qpns: None,
                 qp_type: Some(QpType::Ud),
                 pkey: 0x8001,
@@ -83,6 +97,10 @@ fn the_documented_example() {
                 line: 17,
                 comm: None,
                 pid: Some(4242),
+                cgroup: None,
+                uid: None,
+                gid: None,
+                netns: None,
                 qpns: Some(0x100..=0x1ff),
                 qp_type: None,
                 pkey: 0x0002,
@@ -92,6 +110,10 @@ fn the_documented_example() {
                 line: 23,
                 comm: Some("rping".into()),
                 pid: None,
+                cgroup: None,
+                uid: None,
+                gid: None,
+                netns: None,
                 qpns: None,
                 qp_type: None,
                 pkey: 0x8001,
@@ -111,7 +133,7 @@ fn a_rule_must_match_something() {
         &bind("pkey = 0x8001\n"),
         3,
         "bind[0]",
-        "at least one of comm, pid, qpn, type",
+        "at least one of cgroup, uid, gid, netns, comm, pid, qpn, type",
     );
     refused(
         &format!(
@@ -204,12 +226,6 @@ fn partitions_and_qkeys() {
         "one of the two",
     );
     refused(
-        &bind("type = \"ud\"\npkey = 0xffff\n"),
-        3,
-        "bind[0].qkey",
-        "needs the Q_Key",
-    );
-    refused(
         &bind("type = \"rc\"\npkey = 0xffff\nqkey = 5\n"),
         6,
         "bind[0].qkey",
@@ -242,19 +258,19 @@ fn first_match_wins() {
             Binding::Rule {
                 rule: 0,
                 line: 3,
-                bound: rule(QpType::Rc, 0x8001, None),
+                bound: by_rule(QpType::Rc, 0x8001, None),
             },
             Binding::Rule {
                 rule: 1,
                 line: 7,
-                bound: rule(QpType::Ud, 0xffff, Some(7)),
+                bound: by_rule(QpType::Ud, 0xffff, Some(7)),
             },
             Binding::Unbound,
         ]
     );
     assert_eq!(effective.qps.len(), 2);
-    assert_eq!(effective.qps[&0x20], rule(QpType::Rc, 0x8001, None));
-    assert_eq!(effective.qps[&0x21], rule(QpType::Ud, 0xffff, Some(7)));
+    assert_eq!(effective.qps[&0x20], by_rule(QpType::Rc, 0x8001, None));
+    assert_eq!(effective.qps[&0x21], by_rule(QpType::Ud, 0xffff, Some(7)));
     // The rest of the policy is the file's.
     assert_eq!(
         Policy {
@@ -278,7 +294,7 @@ fn entries_win_over_rules() {
     assert_eq!(effective.qps[&0x11], entry);
     assert_eq!(
         effective.qps[&0x12],
-        rule(QpType::Ud, 0x8001, Some(0x22222222))
+        by_rule(QpType::Ud, 0x8001, Some(0x22222222))
     );
 }
 
@@ -335,7 +351,7 @@ fn types_map_to_transports() {
 }
 
 #[test]
-fn a_ud_qp_without_a_qkey_is_left_unbound() {
+fn a_ud_qp_without_a_qkey_in_its_rule_keeps_its_own() {
     let p = parse(&format!(
         "{PORT}[[bind]]\ncomm = \"app\"\npkey = 0x8001\n\
          [[bind]]\ntype = \"ud\"\npkey = 0xffff\nqkey = 7\n"
@@ -347,9 +363,22 @@ fn a_ud_qp_without_a_qkey_is_left_unbound() {
     ];
     let (effective, bindings) = p.with_discovered(&qps);
     // Not handed on to the second rule.
-    assert_eq!(bindings[0], Binding::NoQkey { rule: 0, line: 3 });
-    assert!(!effective.qps.contains_key(&0x40));
-    assert!(effective.qps.contains_key(&0x41));
+    let own = QpRule {
+        flags: qp_flags::RULE | qp_flags::OWN_QKEY,
+        ..rule(QpType::Ud, 0x8001, None)
+    };
+    assert_eq!(
+        bindings[0],
+        Binding::Rule {
+            rule: 0,
+            line: 3,
+            bound: own
+        }
+    );
+    // Until the loader knows the Q_Key it set, every UD frame is refused.
+    let entry = Policy::qp_entry(&effective.qps[&0x40], 0);
+    assert_ne!(entry.flags & qp_flags::UNSET_QKEY, 0);
+    assert_eq!(effective.qps[&0x41], by_rule(QpType::Rc, 0x8001, None));
 }
 
 #[test]
@@ -407,7 +436,10 @@ fn one_qpn_on_two_devices_is_bound_once() {
     };
     let (effective, bindings) = p.with_discovered(&[Qp::user(0x60, IbQpType::Rc, 1, "a"), other]);
     assert!(matches!(bindings[0], Binding::Rule { .. }));
-    assert_eq!(bindings[1], Binding::Taken(rule(QpType::Rc, 0x8001, None)));
+    assert_eq!(
+        bindings[1],
+        Binding::Taken(by_rule(QpType::Rc, 0x8001, None))
+    );
     assert_eq!(effective.qps.len(), 1);
 }
 

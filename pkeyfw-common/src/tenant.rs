@@ -1,0 +1,322 @@
+//! Binding a QP the moment it is created, by who created it.
+//!
+//! The loader compiles a policy's `[[bind]]` rules into `BIND_RULES` (one
+//! [`BindSpec`] each, in file order, per generation). The QP-creation probe
+//! matches them, first match wins, against the task that made the QP — its
+//! cgroup, effective ids and network namespace, which a process cannot
+//! choose, as well as its command name and PID, which it can — and writes
+//! the QP-table entry before the verb returns. The host runs the same match
+//! on what `/proc` says of the owners of QPs that existed before the probes.
+//!
+//! A UD rule without a Q_Key binds the QP with the Q_Key its program sets
+//! ([`qkey_set`]), as an HCA checks a UD QP's frames against its own Q_Key.
+//! Until the program sets one (it must, to move the QP to INIT), every UD
+//! frame for the QP is refused as a Q_Key violation: there is no Q_Key yet
+//! that a frame could match.
+
+use crate::{
+    Capture,
+    abi::{QpEntry, QpType, qp_flags},
+};
+
+/// Rules per generation.
+pub const MAX_RULES: u32 = 64;
+
+/// [`BindSpec::matchers`] bits: which fields a rule compares.
+pub mod matcher {
+    pub const COMM: u32 = 1 << 0;
+    pub const PID: u32 = 1 << 1;
+    pub const QPN: u32 = 1 << 2;
+    pub const TYPE: u32 = 1 << 3;
+    pub const CGROUP: u32 = 1 << 4;
+    pub const UID: u32 = 1 << 5;
+    pub const GID: u32 = 1 << 6;
+    pub const NETNS: u32 = 1 << 7;
+    /// Matchers that describe a task: a QP the kernel made (a ULP's) has none.
+    pub const TASK: u32 = PID | CGROUP | UID | GID | NETNS;
+    /// Set on every rule in use: an all-zero slot ends the list.
+    pub const IN_USE: u32 = 1 << 31;
+}
+
+/// `BIND_RULES[generation * MAX_RULES + i]`: one `[[bind]]` rule.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct BindSpec {
+    /// cgroup v2 id (the directory's inode) and its depth below the root.
+    pub cgroup: u64,
+    pub cgroup_level: u32,
+    /// [`matcher`] bits.
+    pub matchers: u32,
+    pub pid: u32,
+    pub qpn_lo: u32,
+    pub qpn_hi: u32,
+    /// Effective user and group ids, as the initial user namespace sees them.
+    pub uid: u32,
+    pub gid: u32,
+    /// Network namespace inode number.
+    pub netns: u32,
+    /// The Q_Key of the UD QPs it binds, when `pinned_qkey`.
+    pub qkey: u32,
+    pub pkey: u16,
+    /// A [`QpType`] as u8, with [`matcher::TYPE`].
+    pub qp_type: u8,
+    /// Non-zero: the policy gives the Q_Key; else the QP's program sets it.
+    pub pinned_qkey: u8,
+    /// Command name, NUL-padded, with [`matcher::COMM`].
+    pub comm: [u8; 16],
+}
+
+/// What the match knows of the task that created a QP.
+pub trait Creator {
+    /// A QP the kernel made for one of its own users (no task owns it).
+    fn kernel(&self) -> bool;
+    /// The creating thread's command name, or a kernel QP's module name.
+    fn comm(&self) -> [u8; 16];
+    fn pid(&self) -> u32;
+    fn uid(&self) -> u32;
+    fn gid(&self) -> u32;
+    fn netns(&self) -> u32;
+    /// The id of the task's cgroup's ancestor at `level` (itself at its
+    /// own level), 0 when it is not that deep.
+    fn cgroup_at(&self, level: u32) -> u64;
+}
+
+impl BindSpec {
+    /// Whether the rule matches a QP numbered `qpn` with RoCE transport
+    /// `transport`, made by `c`. Computed without a branch (each matcher's
+    /// difference masked by whether the rule gives it), so that the
+    /// kernel's verifier walks one path per rule, not one per combination.
+    #[inline(always)]
+    pub fn matches<C: Creator>(&self, c: &C, qpn: u32, transport: QpType) -> bool {
+        let m = self.matchers;
+        // All ones when a bit of `bits` is set in `m`, else zero.
+        let given = |bits: u32| (u64::from(m & bits).wrapping_neg() >> 63).wrapping_neg();
+        let differs = |a: u32, b: u32| u64::from(a ^ b);
+        // Bit 63 set when `a < b` (both below 2^32).
+        let below = |a: u32, b: u32| u64::from(a).wrapping_sub(u64::from(b)) >> 63;
+        // SAFETY: 16 bytes either way.
+        let [r0, r1]: [u64; 2] = unsafe { core::mem::transmute(self.comm) };
+        let [c0, c1]: [u64; 2] = unsafe { core::mem::transmute(c.comm()) };
+        let diff = (differs(self.pid, c.pid()) & given(matcher::PID))
+            | (differs(self.uid, c.uid()) & given(matcher::UID))
+            | (differs(self.gid, c.gid()) & given(matcher::GID))
+            | (differs(self.netns, c.netns()) & given(matcher::NETNS))
+            | (differs(self.qp_type.into(), transport as u32) & given(matcher::TYPE))
+            | (((r0 ^ c0) | (r1 ^ c1)) & given(matcher::COMM))
+            | ((self.cgroup ^ c.cgroup_at(self.cgroup_level)) & given(matcher::CGROUP))
+            | ((below(qpn, self.qpn_lo) | below(self.qpn_hi, qpn)) & given(matcher::QPN))
+            // A kernel QP has no task to match.
+            | (u64::from(c.kernel()) & given(matcher::TASK))
+            | (u64::from(m >> 31) ^ 1);
+        diff == 0
+    }
+
+    /// The QP-table entry it gives a QP of `transport` with stats slot
+    /// `slot`; `qkey` is the Q_Key the QP's program set, if known.
+    #[inline(always)]
+    pub const fn entry(&self, transport: QpType, slot: u32, qkey: Option<u32>) -> QpEntry {
+        let mut flags = qp_flags::RULE;
+        let qkey = match transport {
+            QpType::Ud if self.pinned_qkey != 0 => self.qkey,
+            QpType::Ud => {
+                flags |= qp_flags::OWN_QKEY;
+                match qkey {
+                    Some(q) => q,
+                    None => {
+                        flags |= qp_flags::UNSET_QKEY;
+                        0
+                    }
+                }
+            }
+            _ => 0,
+        };
+        QpEntry {
+            qkey,
+            slot,
+            pkey: self.pkey,
+            qp_type: transport as u8,
+            flags,
+        }
+    }
+}
+
+/// A bound QP's program set its Q_Key to `qkey` (a modify with
+/// `IB_QP_QKEY` that succeeded): for a UD QP bound with its own Q_Key, the
+/// entry to write instead of `entry` (`QkeyCaptured`); for one whose Q_Key
+/// the policy pins, `QkeyMismatch` when the program chose another; else
+/// nothing to do.
+#[inline(always)]
+pub const fn qkey_set(entry: QpEntry, qkey: u32) -> Option<(Option<QpEntry>, Capture)> {
+    if entry.qp_type != QpType::Ud as u8 {
+        return None;
+    }
+    if entry.flags & qp_flags::OWN_QKEY != 0 {
+        let mut e = entry;
+        e.qkey = qkey;
+        e.flags &= !qp_flags::UNSET_QKEY;
+        return Some((Some(e), Capture::QkeyCaptured));
+    }
+    if entry.qkey == qkey {
+        None
+    } else {
+        Some((None, Capture::QkeyMismatch))
+    }
+}
+
+/// `comm` as the kernel keeps it: at most 15 bytes, NUL-padded.
+pub fn comm_bytes(name: &[u8]) -> [u8; 16] {
+    let mut out = [0; 16];
+    let n = if name.len() < 15 { name.len() } else { 15 };
+    let mut i = 0;
+    while i < n {
+        out[i] = name[i];
+        i += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Task {
+        kernel: bool,
+        comm: [u8; 16],
+        pid: u32,
+        uid: u32,
+        gid: u32,
+        netns: u32,
+        /// Cgroup ids from the root down.
+        cgroups: [u64; 4],
+    }
+
+    impl Creator for Task {
+        fn kernel(&self) -> bool {
+            self.kernel
+        }
+        fn comm(&self) -> [u8; 16] {
+            self.comm
+        }
+        fn pid(&self) -> u32 {
+            self.pid
+        }
+        fn uid(&self) -> u32 {
+            self.uid
+        }
+        fn gid(&self) -> u32 {
+            self.gid
+        }
+        fn netns(&self) -> u32 {
+            self.netns
+        }
+        fn cgroup_at(&self, level: u32) -> u64 {
+            self.cgroups.get(level as usize).copied().unwrap_or(0)
+        }
+    }
+
+    fn tenant_a() -> Task {
+        Task {
+            comm: comm_bytes(b"ibv_ud_pingpong"),
+            pid: 100,
+            uid: 1001,
+            gid: 1001,
+            netns: 4026531840,
+            cgroups: [1, 50, 60, 0],
+            ..Task::default()
+        }
+    }
+
+    fn rule(matchers: u32) -> BindSpec {
+        BindSpec {
+            matchers: matchers | matcher::IN_USE,
+            pkey: 0x8001,
+            ..BindSpec::default()
+        }
+    }
+
+    #[test]
+    fn a_cgroup_rule_matches_the_directory_and_below() {
+        let mut r = rule(matcher::CGROUP);
+        r.cgroup = 50;
+        r.cgroup_level = 1;
+        assert!(r.matches(&tenant_a(), 0x11, QpType::Ud));
+        r.cgroup = 60;
+        r.cgroup_level = 2;
+        assert!(r.matches(&tenant_a(), 0x11, QpType::Ud));
+        // A sibling, and a level the task does not reach.
+        r.cgroup = 51;
+        r.cgroup_level = 1;
+        assert!(!r.matches(&tenant_a(), 0x11, QpType::Ud));
+        r.cgroup = 70;
+        r.cgroup_level = 3;
+        assert!(!r.matches(&tenant_a(), 0x11, QpType::Ud));
+    }
+
+    #[test]
+    fn every_matcher_given_must_match() {
+        let mut r = rule(matcher::UID | matcher::COMM | matcher::TYPE);
+        r.uid = 1001;
+        r.comm = comm_bytes(b"ibv_ud_pingpong");
+        r.qp_type = QpType::Ud as u8;
+        assert!(r.matches(&tenant_a(), 0x11, QpType::Ud));
+        assert!(!r.matches(&tenant_a(), 0x11, QpType::Rc));
+        let renamed = Task {
+            comm: comm_bytes(b"other"),
+            ..tenant_a()
+        };
+        assert!(!r.matches(&renamed, 0x11, QpType::Ud));
+        let other_user = Task {
+            uid: 1002,
+            ..tenant_a()
+        };
+        assert!(!r.matches(&other_user, 0x11, QpType::Ud));
+    }
+
+    #[test]
+    fn kernel_qps_match_no_task_matcher_and_unused_slots_nothing() {
+        let kernel = Task {
+            kernel: true,
+            comm: comm_bytes(b"rdma_cm"),
+            ..Task::default()
+        };
+        let mut by_name = rule(matcher::COMM);
+        by_name.comm = comm_bytes(b"rdma_cm");
+        assert!(by_name.matches(&kernel, 0x11, QpType::Rc));
+        // A uid rule for uid 0 is not a rule for the kernel's own QPs.
+        let root = rule(matcher::UID);
+        assert!(!root.matches(&kernel, 0x11, QpType::Rc));
+        assert!(!BindSpec::default().matches(&tenant_a(), 0x11, QpType::Rc));
+    }
+
+    #[test]
+    fn a_ud_qp_bound_with_its_own_qkey_refuses_until_it_sets_one() {
+        let r = rule(matcher::UID);
+        let e = r.entry(QpType::Ud, 7, None);
+        assert_eq!(e.slot, 7);
+        assert_eq!(
+            e.flags,
+            qp_flags::RULE | qp_flags::OWN_QKEY | qp_flags::UNSET_QKEY
+        );
+        let (set, outcome) = qkey_set(e, 0x1111_1111).expect("an outcome");
+        let set = set.expect("a captured Q_Key");
+        assert_eq!(outcome, Capture::QkeyCaptured);
+        assert_eq!(
+            (set.qkey, set.flags & qp_flags::UNSET_QKEY),
+            (0x1111_1111, 0)
+        );
+    }
+
+    #[test]
+    fn a_pinned_qkey_stays_and_another_is_reported() {
+        let mut r = rule(matcher::UID);
+        r.pinned_qkey = 1;
+        r.qkey = 0x2222;
+        let e = r.entry(QpType::Ud, 0, Some(0x1111));
+        assert_eq!((e.qkey, e.flags), (0x2222, qp_flags::RULE));
+        assert_eq!(qkey_set(e, 0x1111), Some((None, Capture::QkeyMismatch)));
+        assert_eq!(qkey_set(e, 0x2222), None);
+        let rc = r.entry(QpType::Rc, 0, None);
+        assert_eq!(qkey_set(rc, 0x1111), None);
+    }
+}
