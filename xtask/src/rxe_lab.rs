@@ -33,8 +33,13 @@ fn share(script: &str) -> Result<PathBuf> {
 pub fn explore(script: &Path) -> Result<()> {
     let text =
         fs::read_to_string(script).with_context(|| format!("reading {}", script.display()))?;
+    self::script(&text)
+}
+
+/// Runs `text` as the guest's script, with the release CLI beside it.
+pub fn script(text: &str) -> Result<()> {
     let guest = Guest::ensure()?;
-    let share = share(&text)?;
+    let share = share(text)?;
     let code = guest.run(&share, TIMEOUT)?;
     println!(
         "xtask: the script exited {code}; its folder is {}",

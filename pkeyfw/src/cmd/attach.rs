@@ -538,10 +538,11 @@ async fn foreground(
             guard = ready.readable(), if reader.is_some() => {
                 let mut guard = guard?;
                 while let Some(item) = filter.maps_mut().events().next() {
-                    // A join is one verb call, rare, and budgeted in the
-                    // kernel: always shown; refused frames by the limiter.
+                    // A verb's event (a join, a Q_Key) is one call, rare,
+                    // and budgeted in the kernel: always shown; refused
+                    // frames by the limiter.
                     if let Some(e) = events::decode(&item)
-                        && (e.kind == EventKind::ForeignJoin as u8 || limiter.allow())
+                        && (e.kind != EventKind::Frame as u8 || limiter.allow())
                     {
                         println!("{}", events::line(&e));
                     }

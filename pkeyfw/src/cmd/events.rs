@@ -248,6 +248,11 @@ fn trap_json(iface: &str, e: &Event) -> serde_json::Value {
             v["qkey"] = json!(e.qkey);
             v["src_qp"] = json!(e.src_qp);
         }
+    } else if e.kind == EventKind::QkeyMismatch as u8 {
+        v["qp"] = json!(e.dest_qp);
+        v["pkey"] = json!(e.pkey);
+        v["qkey"] = json!(e.qkey);
+        v["policy_qkey"] = json!(e.src_qp);
     } else {
         v["qp"] = json!(e.dest_qp);
         v["pkey"] = json!(e.pkey);

@@ -73,6 +73,10 @@ fn to_json(policy: &Policy) -> serde_json::Value {
         .map(|b| {
             json!({
                 "line": b.line,
+                "cgroup": b.cgroup.as_ref().map(|c| c.path.display().to_string()),
+                "uid": b.uid,
+                "gid": b.gid,
+                "netns": b.netns.as_ref().map(|n| n.path.display().to_string()),
                 "comm": b.comm,
                 "pid": b.pid,
                 "qpn": b.qpns.as_ref().map(|r| [r.start(), r.end()]),
@@ -170,17 +174,19 @@ mod tests {
         assert!(
             text.contains("bind rules: 2")
                 && text.contains(
-                    "  bind[0] (line 3): comm ibv_ud_pingpong, type ud → P_Key 0x8001, Q_Key 0x11111111\n"
+                    "  bind[0] (line 3): comm ibv_ud_pingpong, type ud → P_Key 0x8001, Q_Key 0x11111111 (isolates nothing: any process can match it)\n"
                 )
-                && text.contains("  bind[1] (line 8): pid 42, QPNs 0x100..=0x1ff → P_Key 0xffff\n"),
+                && text.contains("  bind[1] (line 8): pid 42, QPNs 0x100..=0x1ff → P_Key 0xffff, UD QPs their own Q_Key (isolates nothing: any process can match it)\n"),
             "{text}"
         );
         assert_eq!(
             super::to_json(&policy)["binds"],
             json!([
-                {"line": 3, "comm": "ibv_ud_pingpong", "pid": null, "qpn": null, "type": "ud",
+                {"line": 3, "cgroup": null, "uid": null, "gid": null, "netns": null,
+                 "comm": "ibv_ud_pingpong", "pid": null, "qpn": null, "type": "ud",
                  "pkey": 0x8001, "qkey": 0x11111111},
-                {"line": 8, "comm": null, "pid": 42, "qpn": [0x100, 0x1ff], "type": null,
+                {"line": 8, "cgroup": null, "uid": null, "gid": null, "netns": null,
+                 "comm": null, "pid": 42, "qpn": [0x100, 0x1ff], "type": null,
                  "pkey": 0xffff, "qkey": null},
             ])
         );

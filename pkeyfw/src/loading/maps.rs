@@ -571,9 +571,12 @@ fn data(map: &Map) -> Result<&MapData> {
 }
 
 /// `remove` of a key that is not there is not an error when clearing.
+/// (aya reports a delete's ENOENT as a failed syscall; the QP-creation
+/// and destroy probes may remove an entry first.)
 fn ignore_missing(r: Result<(), MapError>) -> Result<()> {
     match r {
         Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+        Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
         Err(e) => Err(e.into()),
     }
 }

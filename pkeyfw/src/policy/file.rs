@@ -252,7 +252,7 @@ pub(super) fn parse(
     if !monitor {
         warnings.extend(binds.iter().filter(|b| b.no_boundary()).map(|b| {
             format!(
-                "{}:{}: this [[bind]] rule matches by command name, PID, QPN or type only: a process chooses its name (prctl, exec through a link) and PIDs and QPNs come by chance, so any process may land in this partition; it is no boundary between tenants (add cgroup, uid, gid or netns)",
+                "{}:{}: this [[bind]] rule matches only by comm, pid, qpn or type, which a process chooses or gets by chance: no boundary between tenants (add cgroup, uid, gid or netns)",
                 cx.path.display(),
                 b.line
             )

@@ -3,6 +3,7 @@
 
 use pkeyfw_common::{
     Reason, Verdict,
+    abi::QpType,
     parse::{self, Parsed, Transport},
     pkey,
 };
@@ -26,10 +27,22 @@ pub fn pkey(p: u16) -> String {
     format!("{p:#06x} ({membership}, partition {:#06x})", pkey::key(p))
 }
 
-/// What a `[[bind]]` rule matches and what it binds to, e.g.
-/// `comm ibv_ud_pingpong, type ud → P_Key 0x8001, Q_Key 0x11111111`.
+/// What a `[[bind]]` rule matches, what it binds to and what it isolates,
+/// e.g. `cgroup /tenants/a → P_Key 0x8001, its own Q_Key (isolates: cgroup)`.
 pub fn bind_rule(b: &BindRule) -> String {
     let mut matchers = Vec::new();
+    if let Some(c) = &b.cgroup {
+        matchers.push(format!("cgroup {}", c.name));
+    }
+    if let Some(u) = b.uid {
+        matchers.push(format!("uid {u}"));
+    }
+    if let Some(g) = b.gid {
+        matchers.push(format!("gid {g}"));
+    }
+    if let Some(n) = &b.netns {
+        matchers.push(format!("netns {} (inode {})", n.path.display(), n.inode));
+    }
     if let Some(c) = &b.comm {
         matchers.push(format!("comm {c}"));
     }
@@ -47,8 +60,24 @@ pub fn bind_rule(b: &BindRule) -> String {
         matchers.push(format!("type {}", t.name()));
     }
     let mut s = format!("{} → P_Key {:#06x}", matchers.join(", "), b.pkey);
-    if let Some(q) = b.qkey {
-        s += &format!(", Q_Key {q:#010x}");
+    match (b.qkey, b.qp_type) {
+        (Some(q), _) => s += &format!(", Q_Key {q:#010x}"),
+        (None, None | Some(QpType::Ud)) => s += ", UD QPs their own Q_Key",
+        (None, _) => {}
+    }
+    let isolates: Vec<&str> = [
+        (b.cgroup.is_some(), "cgroup"),
+        (b.uid.is_some(), "user"),
+        (b.gid.is_some(), "group"),
+        (b.netns.is_some(), "network namespace"),
+    ]
+    .into_iter()
+    .filter_map(|(given, what)| given.then_some(what))
+    .collect();
+    if isolates.is_empty() {
+        s += " (isolates nothing: any process can match it)";
+    } else {
+        s += &format!(" (isolates by {})", isolates.join(", "));
     }
     s
 }

@@ -24,9 +24,18 @@ pub fn addr(a: [u8; 16]) -> IpAddr {
     v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
 }
 
-/// One line per event: a refused frame, or a QP that joined a group of
-/// another partition.
+/// One line per event: a refused frame, a QP that joined a group of
+/// another partition, or one that set a Q_Key the policy does not give it.
 pub fn line(e: &Event) -> String {
+    if e.kind == EventKind::QkeyMismatch as u8 {
+        return format!(
+            "violation qkey_mismatch: QP {:#08x} (P_Key {}) set Q_Key {:#010x}; the policy gives it {:#010x}, which its frames are checked against",
+            e.dest_qp,
+            describe::pkey(e.pkey),
+            e.qkey,
+            e.src_qp
+        );
+    }
     if e.kind == EventKind::ForeignJoin as u8 {
         let qp = match e.pkey {
             0 => "no partition".to_string(),

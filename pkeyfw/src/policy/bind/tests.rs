@@ -492,3 +492,104 @@ fn bound_connected_qps_give_their_connections() {
         ]
     );
 }
+
+/// The creator matchers: each path is checked for what it claims, every
+/// refusal names its line and column, and the rule compiles to what the
+/// QP-creation probe reads.
+#[test]
+fn creator_matchers_are_checked_and_compiled() {
+    refused(
+        &bind("cgroup = \"/nonexistent/tenant\"\npkey = 0x8001\n"),
+        4,
+        "bind[0].cgroup",
+        "cannot read it",
+    );
+    refused(
+        &bind("cgroup = \"/tmp\"\npkey = 0x8001\n"),
+        4,
+        "bind[0].cgroup",
+        "not a cgroup v2 directory",
+    );
+    refused(
+        &bind("netns = \"/proc/self/ns/uts\"\npkey = 0x8001\n"),
+        4,
+        "bind[0].netns",
+        "not a network namespace",
+    );
+    refused(
+        &bind("netns = \"/etc/hostname\"\npkey = 0x8001\n"),
+        4,
+        "bind[0].netns",
+        "not a namespace file",
+    );
+    refused(
+        &bind("uid = 4294967295\npkey = 0x8001\n"),
+        4,
+        "bind[0].uid",
+        "out of range",
+    );
+    refused(
+        &bind("gid = -1\npkey = 0x8001\n"),
+        4,
+        "bind[0].gid",
+        "out of range",
+    );
+    let rules: String = (0..65)
+        .map(|i| format!("[[bind]]\nuid = {i}\npkey = 0x8001\n"))
+        .collect();
+    refused(&format!("{PORT}{rules}"), 195, "bind[64]", "at most 64");
+
+    let p = parse(&bind(
+        "uid = 1001\ngid = 1002\nnetns = \"/proc/self/ns/net\"\npkey = 0x8001\n",
+    ))
+    .unwrap();
+    let b = &p.binds[0];
+    assert!(!b.no_boundary());
+    let spec = b.spec();
+    use pkeyfw_common::tenant::matcher;
+    assert_eq!(
+        spec.matchers,
+        matcher::IN_USE | matcher::UID | matcher::GID | matcher::NETNS
+    );
+    assert_eq!(
+        (spec.uid, spec.gid, spec.pkey, spec.pinned_qkey),
+        (1001, 1002, 0x8001, 0)
+    );
+    use std::os::unix::fs::MetadataExt as _;
+    let ino = std::fs::metadata("/proc/self/ns/net").unwrap().ino();
+    assert_eq!(u64::from(spec.netns), ino);
+}
+
+/// On the host side, creator matchers read the owner from /proc: a QP
+/// whose owner is unknown (gone, or a kernel QP) matches none of them.
+#[test]
+fn creator_matchers_match_the_owner() {
+    use crate::control::rdma::Owner;
+    let p = parse(&format!(
+        "{PORT}[[bind]]\ncgroup = \"{}\"\nuid = 1001\npkey = 0x8001\n",
+        cgroup2_root().display()
+    ))
+    .unwrap();
+    let mut qp = Qp::user(0x40, IbQpType::Rc, 1, "app");
+    let rule = &p.binds[0];
+    assert!(!rule.matches(&qp), "no owner, no match");
+    qp.owner = Some(Owner {
+        uid: 1001,
+        gid: 5,
+        netns: 1,
+        cgroup: "/tenants/a".into(),
+    });
+    assert!(rule.matches(&qp), "the root cgroup holds every cgroup");
+    qp.owner.as_mut().unwrap().uid = 1002;
+    assert!(!rule.matches(&qp));
+}
+
+/// Where cgroup2 is mounted (/sys/fs/cgroup/unified on a hybrid host).
+fn cgroup2_root() -> std::path::PathBuf {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let line = mounts
+        .lines()
+        .find(|l| l.split_whitespace().nth(2) == Some("cgroup2"))
+        .expect("cgroup2 is mounted");
+    line.split_whitespace().nth(1).unwrap().into()
+}

@@ -10,6 +10,7 @@
 
 mod run;
 pub mod scenario;
+mod tenants;
 mod topology;
 pub mod verbs;
 
@@ -64,6 +65,8 @@ pub fn run(opts: &RxeArgs) -> Result<bool> {
     if scenarios.is_empty() {
         bail!("no scenario matches {:?}", opts.only);
     }
+    // Until the table is judged: the policies name the tenants' cgroups.
+    let _tenants = tenants::Tenants::create()?;
     let work = std::env::temp_dir().join(format!("pkeyfw-rxe-lab-{}", std::process::id()));
     fs::create_dir_all(&work)?;
     if let Some(dir) = &opts.captures {
@@ -114,11 +117,18 @@ fn judge(sc: &Scenario, o: &Observed) -> bool {
             .into_iter()
             .all(|r| Some(r) == allowed || counts.refused_by(r) == 0)
     };
+    // A foreign Q_Key's datagrams are refused besides the verdict.
+    let foreign = matches!(sc.attack, Some(Attack::ForeignQkey(_)));
+    let refused_at_server = |counts: &ReasonCounts| {
+        Reason::ALL.into_iter().all(|r| {
+            r == sc.reason || (foreign && r == Reason::QkeyViolation) || counts.refused_by(r) == 0
+        })
+    };
     o.completes() == sc.completes
         && o.reasons.total(sc.reason) > 0
-        && refused_only(&o.reasons, Some(sc.reason))
+        && refused_at_server(&o.reasons)
         && o.client_reasons.is_none_or(|c| refused_only(&c, None))
-        && o.bad_icrc == 0
+        && o.bad_icrc <= if foreign { run::FOREIGN_DATAGRAMS } else { 0 }
         && (!policy.stamp || (o.stamped > 0 && o.rxe_rcvd == o.passed))
         && attack_failed(sc, o)
 }
@@ -139,6 +149,10 @@ fn attack_failed(sc: &Scenario, o: &Observed) -> bool {
         // Its claims were recorded, and took nothing: the programs
         // completed with every frame stamped with its own QP's key.
         Some(Attack::Squat) => client(Capture::Recorded) >= 4 && o.unbound == 0,
+        // The program's Q_Key was captured, the other one refused.
+        Some(Attack::ForeignQkey(_)) => {
+            server(Capture::QkeyCaptured) > 0 && o.reasons.refused_by(Reason::QkeyViolation) > 0
+        }
     }
 }
 

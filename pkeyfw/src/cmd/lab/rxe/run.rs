@@ -131,22 +131,31 @@ impl Drop for Proc {
 }
 
 /// Stopped as Ctrl-C would, also on an early return: a killed attach
-/// leaves its filter enforcing.
+/// leaves its filter enforcing; a pinned one is detached.
 impl Drop for Attach {
     fn drop(&mut self) {
         self.proc.signal(libc::SIGTERM);
         let _ = self.proc.wait(Duration::from_secs(5));
+        if let Some(iface) = &self.pinned {
+            let _ = Command::new(std::env::current_exe().unwrap_or_default())
+                .args(["detach", iface])
+                .stdout(Stdio::null())
+                .status();
+        }
     }
 }
 
-/// A foreground `pkeyfw attach`, its output collected as it comes.
+/// A `pkeyfw attach`, its output collected as it comes: foreground, or
+/// pinned (the process exits once attached).
 struct Attach {
     proc: Proc,
     lines: Arc<Mutex<Vec<String>>>,
+    /// The interface of a pinned attachment, to detach.
+    pinned: Option<String>,
 }
 
 impl Attach {
-    fn start(iface: &str, policy: &Path) -> Result<Attach> {
+    fn start(iface: &str, policy: &Path, pinned: bool) -> Result<Attach> {
         let mut child = Command::new(std::env::current_exe()?)
             .args([
                 "attach",
@@ -158,6 +167,7 @@ impl Attach {
                 "--policy",
             ])
             .arg(policy)
+            .args(pinned.then_some("--pin"))
             .stdout(Stdio::piped())
             .spawn()
             .context("starting pkeyfw attach")?;
@@ -165,6 +175,7 @@ impl Attach {
         let attach = Attach {
             proc: Proc(child),
             lines: Arc::default(),
+            pinned: pinned.then(|| iface.to_string()),
         };
         let lines = attach.lines.clone();
         std::thread::spawn(move || {
@@ -216,13 +227,17 @@ pub fn scenario(
     let policy = work.join(format!("{}.toml", sc.name));
     fs::write(&policy, sc.policy_text())?;
     let rules = sc.policy();
-    let attach = Attach::start(&server_end.iface, &policy)?;
+    let attach = Attach::start(&server_end.iface, &policy, sc.pinned)?;
     // Stamping needs the sender's end too: its egress stamps, its XDP
     // restores the replies.
     let client_attach = rules
         .stamp
-        .then(|| Attach::start(&client_end.iface, &policy))
+        .then(|| Attach::start(&client_end.iface, &policy, sc.pinned))
         .transpose()?;
+    if sc.pinned {
+        // Nothing of pkeyfw runs but the kernel's programs.
+        attach.wait_for(|l| l.contains("pinned under"), READY)?;
+    }
     let captures: Vec<PathBuf> = capture_dir.map_or_else(Vec::new, |dir| {
         ["server", "client"]
             .map(|role| dir.join(format!("{}.{role}.pcap", sc.name)))
@@ -237,14 +252,20 @@ pub fn scenario(
     let attacker = sc
         .attack
         .map(|a| attack(a, server_end, client_end, work))
-        .transpose()?;
+        .transpose()?
+        .flatten();
 
     let logs = capture_dir.unwrap_or(work);
     let log = |role: &str| fs::File::create(logs.join(format!("{}.{role}.log", sc.name)));
     let program = sc.program;
     let (server_comm, client_comm) = sc.comms();
+    let [server_tenant, client_tenant] = sc.tenants;
+    // No waiting for pkeyfw to bind the server's QP: the probe binds it as
+    // it is created, before any peer can learn its number.
+    let mut server = Command::new(named(program.name(), server_comm, work)?);
+    server_tenant.place(&mut server)?;
     let mut server = Proc(
-        Command::new(named(program.name(), server_comm, work)?)
+        server
             .args(program.server(server_end))
             .stdout(log("server")?)
             .stderr(log("server.err")?)
@@ -255,12 +276,13 @@ pub fn scenario(
         Ready::Tcp(port) => wait_listening(port)?,
         Ready::Millis(ms) => std::thread::sleep(Duration::from_millis(ms)),
     }
-    if program.qp_before_exchange() && !rules.binds.is_empty() {
-        let pid = format!("pid {} ", server.0.id());
-        attach.wait_for(|l| l.contains("bound QP") && l.contains(&pid), READY)?;
+    if let Some(Attack::ForeignQkey(qkey)) = sc.attack {
+        foreign_qkey(server_end, client_end, server.0.id(), qkey)?;
     }
+    let mut client = Command::new(named(program.name(), client_comm, work)?);
+    client_tenant.place(&mut client)?;
     let mut client = Proc(
-        Command::new(named(program.name(), client_comm, work)?)
+        client
             .args(program.client(client_end, server_end))
             .stdout(log("client")?)
             .stderr(log("client.err")?)
@@ -353,9 +375,33 @@ pub fn scenario(
     })
 }
 
+/// Datagrams a foreign Q_Key's sender sends. Their ICRC covers an IP
+/// header the kernel writes after them, so they count as bad ICRCs.
+pub const FOREIGN_DATAGRAMS: usize = 3;
+
+/// Sends the server's UD QP (of process `pid`) datagrams with Q_Key `qkey`
+/// from a UDP socket on the client's end (policy routing takes them over
+/// the veth).
+fn foreign_qkey(server: &End, client: &End, pid: u32, qkey: u32) -> Result<()> {
+    use crate::control::{netlink, rdma};
+    let devices = rdma::devices_on(netlink::if_index(&server.iface)?)?;
+    let qpn = rdma::qps_of(&devices)?
+        .into_iter()
+        .find(|q| q.pid == Some(pid) && q.qp_type == rdma::IbQpType::Ud)
+        .map(|q| q.qpn)
+        .context("the server has no UD QP")?;
+    let frame = wire::Packet::ud(0xffff, qpn, qkey);
+    let bytes = frame.bytes();
+    let socket = std::net::UdpSocket::bind((client.addr, 0))?;
+    for _ in 0..FOREIGN_DATAGRAMS {
+        socket.send_to(&bytes[frame.bth_at()..], (server.addr, 4791))?;
+    }
+    Ok(())
+}
+
 /// Starts `attack` as an unprivileged user (nobody), holding a QP no rule
-/// binds; it runs until dropped.
-fn attack(attack: Attack, server: &End, client: &End, work: &Path) -> Result<Proc> {
+/// binds; it runs until dropped. (A foreign Q_Key is sent from here.)
+fn attack(attack: Attack, server: &End, client: &End, work: &Path) -> Result<Option<Proc>> {
     use std::os::unix::process::CommandExt as _;
     let exe = std::env::current_exe()?;
     let mut cmd = match attack {
@@ -393,6 +439,7 @@ fn attack(attack: Attack, server: &End, client: &End, work: &Path) -> Result<Pro
                 .args(["--hold-ms", "600000"]);
             2500
         }
+        Attack::ForeignQkey(_) => return Ok(None),
     };
     let child = cmd
         .uid(NOBODY)
@@ -401,7 +448,7 @@ fn attack(attack: Attack, server: &End, client: &End, work: &Path) -> Result<Pro
         .spawn()
         .context("starting pkeyfw lab verbs as nobody")?;
     std::thread::sleep(Duration::from_millis(ready));
-    Ok(Proc(child))
+    Ok(Some(Proc(child)))
 }
 
 /// The unprivileged user the attacker runs as.

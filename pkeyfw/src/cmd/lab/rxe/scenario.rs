@@ -7,7 +7,10 @@ use std::{net::Ipv4Addr, path::Path};
 
 use pkeyfw_common::Reason;
 
-use super::topology::End;
+use super::{
+    tenants::{self, Tenant},
+    topology::End,
+};
 use crate::policy::Policy;
 
 /// A client/server program pair.
@@ -49,9 +52,8 @@ impl Program {
             }
             Program::SendBw => strings(&["-d", dev, "-x", &gid, "-n", "200"]),
             Program::Rping => strings(&["-s", "-a", &me, "-C", "10"]),
-            // Enough messages to outlast the moment between the server's QP
-            // appearing and pkeyfw binding it (see binder.rs).
-            Program::Udaddy => strings(&["-b", &me, "-C", "300"]),
+            // Its default message count: its QP is bound as it is created.
+            Program::Udaddy => strings(&["-b", &me]),
         }
     }
 
@@ -62,7 +64,7 @@ impl Program {
         match self {
             Program::UdPingpong | Program::RcPingpong | Program::SendBw => a.push(peer),
             Program::Rping => a = strings(&["-c", "-I", &me, "-a", &peer, "-C", "10"]),
-            Program::Udaddy => a = strings(&["-b", &me, "-s", &peer, "-C", "300"]),
+            Program::Udaddy => a = strings(&["-b", &me, "-s", &peer]),
         }
         a
     }
@@ -127,6 +129,10 @@ pub struct Scenario {
     pub why: &'static str,
     /// What an unprivileged local tenant does meanwhile.
     pub attack: Option<Attack>,
+    /// Where the server and the client run.
+    pub tenants: [Tenant; 2],
+    /// `attach --pin`: no pkeyfw process while the programs run.
+    pub pinned: bool,
 }
 
 /// A local tenant's move during a scenario: `pkeyfw lab verbs` as an
@@ -145,12 +151,15 @@ pub enum Attack {
     /// makes its QP: stamping by destination would give the client's
     /// frames to that QP the attacker's key.
     Squat,
+    /// Once the server's UD QP is up, a UDP socket on the client's end
+    /// sends it a datagram with this Q_Key (not the one its program set).
+    ForeignQkey(u32),
 }
 
 impl Scenario {
-    /// The policy file's text.
+    /// The policy file's text, the lab's cgroups and namespace in place.
     pub fn policy_text(&self) -> String {
-        format!("{PORT}{}", self.rules)
+        tenants::fill(&format!("{PORT}{}", self.rules))
     }
 
     /// The policy, as pkeyfw reads it.
@@ -203,6 +212,31 @@ const fn roles(server: &'static str, client: &'static str) -> Option<Roles> {
 const PP_QKEY: u32 = 0x1111_1111;
 const UDADDY_QKEY: u32 = 0x0123_4567;
 const GSI_QKEY: u32 = 0x8001_0000;
+/// What a sender that is not the program uses.
+const FOREIGN_QKEY: u32 = 0x2222_2222;
+
+/// Tenants told apart by cgroup, whatever their processes call themselves:
+/// `a` full member of 0x0001, `b` and `c` limited members; a process in
+/// none of them is bound by its name, the weaker rule, after them.
+const BY_CGROUP: &str = "[enforcement]\nstamp = true\n\
+    [[bind]]\ncgroup = \"@CGROUPS@/a\"\npkey = 0x8001\n\
+    [[bind]]\ncgroup = \"@CGROUPS@/b\"\npkey = 0x0001\n\
+    [[bind]]\ncgroup = \"@CGROUPS@/c\"\npkey = 0x0001\n\
+    [[bind]]\ncomm = \"pp-a-full\"\npkey = 0x8001\n";
+
+const fn in_cgroup(cgroup: &'static str) -> Tenant {
+    Tenant {
+        cgroup: Some(cgroup),
+        uid: None,
+    }
+}
+
+/// The user the uid scenarios run their programs as.
+const TENANT_UID: u32 = 1001;
+const AS_TENANT: Tenant = Tenant {
+    cgroup: None,
+    uid: Some(TENANT_UID),
+};
 
 pub fn all() -> Vec<Scenario> {
     vec![
@@ -217,6 +251,8 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0xffff],
             wire_qkeys: &[PP_QKEY],
             attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
             why: "DETH Q_Key equals the QP's",
         },
         Scenario {
@@ -230,6 +266,8 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0xffff],
             wire_qkeys: &[PP_QKEY],
             attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
             why: "DETH Q_Key differs from the QP's",
         },
         Scenario {
@@ -243,6 +281,8 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0xffff],
             wire_qkeys: &[],
             attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
             why: "0xffff matches 0xffff",
         },
         Scenario {
@@ -256,6 +296,8 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0xffff],
             wire_qkeys: &[],
             attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
             why: "partition 0x7fff is not 0x0001",
         },
         Scenario {
@@ -269,6 +311,8 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0xffff],
             wire_qkeys: &[],
             attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
             why: "0xffff matches 0xffff",
         },
         Scenario {
@@ -282,6 +326,8 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0xffff],
             wire_qkeys: &[],
             attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
             why: "partition 0x7fff is not 0x0001",
         },
         Scenario {
@@ -295,6 +341,8 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0xffff],
             wire_qkeys: &[GSI_QKEY],
             attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
             why: "CM to QP1 (Q_Key 0x80010000), RC data 0xffff",
         },
         Scenario {
@@ -308,6 +356,8 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0xffff],
             wire_qkeys: &[GSI_QKEY, UDADDY_QKEY],
             attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
             why: "CM to QP1, data Q_Key matches",
         },
         Scenario {
@@ -321,6 +371,8 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0xffff],
             wire_qkeys: &[GSI_QKEY, UDADDY_QKEY],
             attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
             why: "CM passes; data Q_Key differs",
         },
         Scenario {
@@ -334,6 +386,8 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0xffff],
             wire_qkeys: &[PP_QKEY],
             attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
             why: "no rule binds the QP",
         },
         Scenario {
@@ -347,6 +401,8 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0xffff],
             wire_qkeys: &[GSI_QKEY],
             attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
             why: "CM to QP1 passes; the RC QP is unbound",
         },
         Scenario {
@@ -360,6 +416,8 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0x0001, 0x8001],
             wire_qkeys: &[PP_QKEY],
             attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
             why: "full and limited member of 0x0001",
         },
         Scenario {
@@ -373,6 +431,8 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0x0001, 0x8001],
             wire_qkeys: &[],
             attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
             why: "full and limited member of 0x0001",
         },
         Scenario {
@@ -386,6 +446,8 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0x0001],
             wire_qkeys: &[PP_QKEY],
             attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
             why: "two limited members never match",
         },
         Scenario {
@@ -399,6 +461,8 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0x0001],
             wire_qkeys: &[],
             attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
             why: "two limited members never match",
         },
         Scenario {
@@ -412,6 +476,8 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0x8002],
             wire_qkeys: &[PP_QKEY],
             attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
             why: "partition 0x0002 is not 0x0001",
         },
         Scenario {
@@ -425,6 +491,8 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0xffff],
             wire_qkeys: &[PP_QKEY],
             attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
             why: "rxe sends 0xffff, which 0x8001 refuses",
         },
         Scenario {
@@ -438,6 +506,8 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0x0001, 0x8001],
             wire_qkeys: &[],
             attack: Some(Attack::ModifyFlood),
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
             why: "a tenant's modify flood records nothing",
         },
         Scenario {
@@ -451,6 +521,8 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0x0001, 0x8001],
             wire_qkeys: &[],
             attack: Some(Attack::Squat),
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
             why: "frames are the sending QP's, not the peer's",
         },
         // Not stamped, so that nothing but the join is at stake: the
@@ -470,7 +542,195 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0xffff],
             wire_qkeys: &[PP_QKEY],
             attack: Some(Attack::ForeignJoin(Ipv4Addr::new(239, 1, 1, 1))),
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
             why: "a join to 0x0002's group is reported",
+        },
+        Scenario {
+            name: "tenant-cgroup-a-b",
+            roles: None,
+            program: Program::UdPingpong,
+            rules: BY_CGROUP,
+            binding: "cgroup a 0x8001 ⟵ cgroup b 0x0001, stamped",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0x0001, 0x8001],
+            wire_qkeys: &[PP_QKEY],
+            attack: None,
+            tenants: [in_cgroup("a"), in_cgroup("b")],
+            pinned: false,
+            why: "same program, each its cgroup's partition",
+        },
+        Scenario {
+            name: "tenant-cgroup-renamed",
+            roles: roles(B, A),
+            program: Program::UdPingpong,
+            rules: BY_CGROUP,
+            binding: "cgroup b 0x0001 ⟵ cgroup c as pp-a-full",
+            completes: false,
+            reason: Reason::PkeyViolation,
+            wire_pkeys: &[0x0001],
+            wire_qkeys: &[PP_QKEY],
+            attack: None,
+            tenants: [in_cgroup("b"), in_cgroup("c")],
+            pinned: false,
+            why: "a name is no way out of a cgroup",
+        },
+        Scenario {
+            name: "pinned-a-b",
+            roles: roles(A, B),
+            program: Program::UdPingpong,
+            rules: STAMPING,
+            binding: "A 0x8001 ⟵ B 0x0001, pinned",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0x0001, 0x8001],
+            wire_qkeys: &[PP_QKEY],
+            attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: true,
+            why: "bound and stamped with no pkeyfw process",
+        },
+        Scenario {
+            name: "pinned-b-c",
+            roles: roles(B, C),
+            program: Program::RcPingpong,
+            rules: STAMPING,
+            binding: "B 0x0001 ⟵ C 0x0001, pinned",
+            completes: false,
+            reason: Reason::PkeyViolation,
+            wire_pkeys: &[0x0001],
+            wire_qkeys: &[],
+            attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: true,
+            why: "two limited members never match",
+        },
+        Scenario {
+            name: "pinned-d-b",
+            roles: roles(B, D),
+            program: Program::UdPingpong,
+            rules: STAMPING,
+            binding: "B 0x0001 ⟵ D 0x8002, pinned",
+            completes: false,
+            reason: Reason::PkeyViolation,
+            wire_pkeys: &[0x8002],
+            wire_qkeys: &[PP_QKEY],
+            attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: true,
+            why: "partition 0x0002 is not 0x0001",
+        },
+        Scenario {
+            name: "drop-bound-udaddy",
+            roles: None,
+            program: Program::Udaddy,
+            rules: "[enforcement]\nunknown_qp = \"drop\"\n\
+                    [[bind]]\ncomm = \"udaddy\"\npkey = 0xffff\nqkey = 0x01234567\n",
+            binding: "UD, P_Key 0xffff; unknown: drop",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[GSI_QKEY, UDADDY_QKEY],
+            attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
+            why: "bound as created: no frame is unknown",
+        },
+        Scenario {
+            name: "drop-bound-rping",
+            roles: None,
+            program: Program::Rping,
+            rules: "[enforcement]\nunknown_qp = \"drop\"\n\
+                    [[bind]]\ncomm = \"rping\"\npkey = 0xffff\n",
+            binding: "RC, P_Key 0xffff; unknown: drop",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[GSI_QKEY],
+            attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
+            why: "bound as created: no frame is unknown",
+        },
+        Scenario {
+            name: "ud-own-qkey",
+            roles: None,
+            program: Program::UdPingpong,
+            rules: "[[bind]]\ncomm = \"ibv_ud_pingpong\"\npkey = 0xffff\n",
+            binding: "UD, P_Key 0xffff, its own Q_Key",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[PP_QKEY, FOREIGN_QKEY],
+            attack: Some(Attack::ForeignQkey(FOREIGN_QKEY)),
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
+            why: "Q_Key 0x11111111 set by the program; 0x22222222 refused",
+        },
+        Scenario {
+            name: "uid-match",
+            roles: None,
+            program: Program::UdPingpong,
+            rules: "[enforcement]\nunknown_qp = \"drop\"\n\
+                    [[bind]]\nuid = 1001\npkey = 0xffff\n",
+            binding: "uid 1001: UD, P_Key 0xffff",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[PP_QKEY],
+            attack: None,
+            tenants: [AS_TENANT; 2],
+            pinned: false,
+            why: "the creator's effective uid is 1001",
+        },
+        Scenario {
+            name: "uid-other",
+            roles: None,
+            program: Program::UdPingpong,
+            rules: "[enforcement]\nunknown_qp = \"drop\"\n\
+                    [[bind]]\nuid = 1002\npkey = 0xffff\n",
+            binding: "none: uid 1002, program runs as 1001",
+            completes: false,
+            reason: Reason::UnknownQp,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[PP_QKEY],
+            attack: None,
+            tenants: [AS_TENANT; 2],
+            pinned: false,
+            why: "no rule binds uid 1001",
+        },
+        Scenario {
+            name: "netns-match",
+            roles: None,
+            program: Program::UdPingpong,
+            rules: "[enforcement]\nunknown_qp = \"drop\"\n\
+                    [[bind]]\nnetns = \"/proc/self/ns/net\"\npkey = 0xffff\n",
+            binding: "netns (pkeyfw's own): UD, 0xffff",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[PP_QKEY],
+            attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
+            why: "the creator's network namespace",
+        },
+        Scenario {
+            name: "netns-other",
+            roles: None,
+            program: Program::UdPingpong,
+            rules: "[enforcement]\nunknown_qp = \"drop\"\n\
+                    [[bind]]\nnetns = \"@OTHER_NETNS@\"\npkey = 0xffff\n",
+            binding: "none: another netns",
+            completes: false,
+            reason: Reason::UnknownQp,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[PP_QKEY],
+            attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
+            why: "no rule binds the programs' namespace",
         },
     ]
 }
@@ -484,11 +744,13 @@ mod tests {
     /// Every scenario's policy is valid, and says what its table row claims.
     #[test]
     fn scenario_policies_are_what_they_say() {
-        for sc in all() {
+        // The lab's cgroups and namespace exist while it runs only.
+        for sc in all().into_iter().filter(|s| !s.rules.contains('@')) {
             let p = sc.policy();
             let unbound = sc.binding.starts_with("none");
-            assert_eq!(p.binds.is_empty(), unbound, "{}", sc.name);
-            assert_eq!(p.unknown_qp == UnknownQp::Drop, unbound, "{}", sc.name);
+            if unbound {
+                assert_eq!(p.unknown_qp, UnknownQp::Drop, "{}", sc.name);
+            }
             // A stalled program's frames are refused under its reason.
             let refused = match sc.reason {
                 Reason::Ok | Reason::NotRoce | Reason::Smi => false,

@@ -45,6 +45,10 @@ pub struct VerbsArgs {
     pub join: Option<Ipv4Addr>,
     #[arg(long, default_value_t = 0)]
     pub hold_ms: u64,
+    /// Create this many UD QPs and say how long each `ibv_create_qp` took
+    /// (the bench: what pkeyfw's creation probe adds).
+    #[arg(long)]
+    pub create: Option<u32>,
 }
 
 pub fn run(a: &VerbsArgs) -> Result<()> {
@@ -98,6 +102,19 @@ pub fn run(a: &VerbsArgs) -> Result<()> {
         }
         // SAFETY: reading a field of a live QP.
         println!("joined {group} with QP {:#x}", unsafe { (*qp).qp_num });
+    }
+    if let Some(n) = a.create {
+        let mut total = std::time::Duration::ZERO;
+        for _ in 0..n {
+            let cq = ctx.cq()?;
+            let start = std::time::Instant::now();
+            ctx.qp_on(cq, QPT_UD)?;
+            total += start.elapsed();
+        }
+        println!(
+            "created {n} QPs: {:.1} µs per ibv_create_qp",
+            total.as_secs_f64() * 1e6 / f64::from(n.max(1))
+        );
     }
     std::thread::sleep(std::time::Duration::from_millis(a.hold_ms));
     Ok(())
@@ -322,11 +339,20 @@ struct Context {
 
 impl Context {
     fn qp(&self, qp_type: c_int) -> Result<*mut Qp> {
+        self.qp_on(self.cq()?, qp_type)
+    }
+
+    fn cq(&self) -> Result<Ptr> {
         // SAFETY: an open context; no completion channel.
         let cq = unsafe { (self.lib.create_cq)(self.ctx, 16, ptr::null_mut(), ptr::null_mut(), 0) };
         if cq.is_null() {
             bail!("ibv_create_cq: {}", std::io::Error::last_os_error());
         }
+        Ok(cq)
+    }
+
+    /// A QP whose send and receive completions go to `cq`.
+    fn qp_on(&self, cq: Ptr, qp_type: c_int) -> Result<*mut Qp> {
         let mut attr = QpInitAttr {
             qp_context: ptr::null_mut(),
             send_cq: cq,
