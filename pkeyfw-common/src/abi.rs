@@ -253,6 +253,9 @@ pub mod qp_flags {
     pub const RULE: u8 = 1 << 1;
     /// The Q_Key is the QP's own, captured when its program sets it.
     pub const OWN_QKEY: u8 = 1 << 2;
+    /// Bound by the QP-creation probe, which saw the creator: userspace
+    /// leaves it as it is while the rules stay.
+    pub const PROBE: u8 = 1 << 3;
 }
 
 /// `GROUPS` key: a multicast destination (IPv4 as v4-mapped IPv6) in a generation.
@@ -299,9 +302,13 @@ pub struct QpLayout {
     pub rxe_qp_sk: u32,
     /// `struct socket`: `sk`.
     pub socket_sk: u32,
-    /// `struct ib_qp`: `qp_type`, `res.kern_name`.
+    /// `struct ib_qp`: `qp_type`, `res`; `struct rdma_restrack_entry`:
+    /// `type`, `user`, `kern_name`.
     pub qp_type: u32,
-    pub qp_kern_name: u32,
+    pub qp_res: u32,
+    pub res_type: u32,
+    pub res_user: u32,
+    pub res_kern_name: u32,
     /// `struct ib_qp_attr`: `qkey`.
     pub attr_qkey: u32,
     /// `struct task_struct`: `cred`, `nsproxy`; `struct cred`: `euid`,
@@ -321,6 +328,8 @@ impl QpLayout {
     pub const NO_DEVICE: u32 = u32::MAX;
     /// `enum ib_qp_attr_mask` bits (the same values as libibverbs').
     pub const MASK_QKEY: u32 = 1 << 6;
+    /// `enum rdma_restrack_type`: `RDMA_RESTRACK_QP` (PD, CQ, QP, …).
+    pub const RESTRACK_QP: u32 = 2;
     pub const MASK_AV: u32 = 1 << 7;
     pub const MASK_DEST_QPN: u32 = 1 << 20;
 }
@@ -431,7 +440,7 @@ const _: () = {
     assert!(size_of::<QpStats>() == 16);
     assert!(size_of::<Event>() == 52);
     assert!(size_of::<EventBudget>() == 16);
-    assert!(size_of::<QpLayout>() == 72 + 4 * QpLayout::DEVICES);
+    assert!(size_of::<QpLayout>() == 84 + 4 * QpLayout::DEVICES);
     assert!(size_of::<crate::tenant::BindSpec>() == 64);
 };
 

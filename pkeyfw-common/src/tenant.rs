@@ -32,7 +32,10 @@ pub mod matcher {
     pub const UID: u32 = 1 << 5;
     pub const GID: u32 = 1 << 6;
     pub const NETNS: u32 = 1 << 7;
-    /// Matchers that describe a task: a QP the kernel made (a ULP's) has none.
+    /// The rule is for QPs the kernel makes (a ULP's), which no process
+    /// can make; without it, for user QPs only.
+    pub const KERNEL: u32 = 1 << 8;
+    /// Matchers that describe a task, which a kernel QP has none of.
     pub const TASK: u32 = PID | CGROUP | UID | GID | NETNS;
     /// Set on every rule in use: an all-zero slot ends the list.
     pub const IN_USE: u32 = 1 << 31;
@@ -105,8 +108,8 @@ impl BindSpec {
             | (((r0 ^ c0) | (r1 ^ c1)) & given(matcher::COMM))
             | ((self.cgroup ^ c.cgroup_at(self.cgroup_level)) & given(matcher::CGROUP))
             | ((below(qpn, self.qpn_lo) | below(self.qpn_hi, qpn)) & given(matcher::QPN))
-            // A kernel QP has no task to match.
-            | (u64::from(c.kernel()) & given(matcher::TASK))
+            // Kernel QPs for kernel rules, user QPs for the others.
+            | (u64::from(c.kernel()) ^ (given(matcher::KERNEL) & 1))
             | (u64::from(m >> 31) ^ 1);
         diff == 0
     }
@@ -115,7 +118,7 @@ impl BindSpec {
     /// `slot`; `qkey` is the Q_Key the QP's program set, if known.
     #[inline(always)]
     pub const fn entry(&self, transport: QpType, slot: u32, qkey: Option<u32>) -> QpEntry {
-        let mut flags = qp_flags::RULE;
+        let mut flags = qp_flags::RULE | qp_flags::PROBE;
         let qkey = match transport {
             QpType::Ud if self.pinned_qkey != 0 => self.qkey,
             QpType::Ud => {
@@ -274,18 +277,27 @@ mod tests {
     }
 
     #[test]
-    fn kernel_qps_match_no_task_matcher_and_unused_slots_nothing() {
+    fn kernel_rules_are_for_kernel_qps_only_and_unused_slots_match_nothing() {
         let kernel = Task {
             kernel: true,
             comm: comm_bytes(b"rdma_cm"),
             ..Task::default()
         };
+        let mut ulp = rule(matcher::KERNEL | matcher::COMM);
+        ulp.comm = comm_bytes(b"rdma_cm");
+        assert!(ulp.matches(&kernel, 0x11, QpType::Rc));
+        // A process that takes the module's name is no kernel user.
+        let posing = Task {
+            comm: comm_bytes(b"rdma_cm"),
+            ..tenant_a()
+        };
+        assert!(!ulp.matches(&posing, 0x11, QpType::Rc));
+        // Nor is a user rule one for the kernel's QPs, by name or by uid 0.
         let mut by_name = rule(matcher::COMM);
         by_name.comm = comm_bytes(b"rdma_cm");
-        assert!(by_name.matches(&kernel, 0x11, QpType::Rc));
-        // A uid rule for uid 0 is not a rule for the kernel's own QPs.
-        let root = rule(matcher::UID);
-        assert!(!root.matches(&kernel, 0x11, QpType::Rc));
+        assert!(!by_name.matches(&kernel, 0x11, QpType::Rc));
+        assert!(by_name.matches(&posing, 0x11, QpType::Rc));
+        assert!(!rule(matcher::UID).matches(&kernel, 0x11, QpType::Rc));
         assert!(!BindSpec::default().matches(&tenant_a(), 0x11, QpType::Rc));
     }
 
@@ -296,7 +308,7 @@ mod tests {
         assert_eq!(e.slot, 7);
         assert_eq!(
             e.flags,
-            qp_flags::RULE | qp_flags::OWN_QKEY | qp_flags::UNSET_QKEY
+            qp_flags::RULE | qp_flags::PROBE | qp_flags::OWN_QKEY | qp_flags::UNSET_QKEY
         );
         let (set, outcome) = qkey_set(e, 0x1111_1111).expect("an outcome");
         let set = set.expect("a captured Q_Key");
@@ -313,7 +325,10 @@ mod tests {
         r.pinned_qkey = 1;
         r.qkey = 0x2222;
         let e = r.entry(QpType::Ud, 0, Some(0x1111));
-        assert_eq!((e.qkey, e.flags), (0x2222, qp_flags::RULE));
+        assert_eq!(
+            (e.qkey, e.flags),
+            (0x2222, qp_flags::RULE | qp_flags::PROBE)
+        );
         assert_eq!(qkey_set(e, 0x1111), Some((None, Capture::QkeyMismatch)));
         assert_eq!(qkey_set(e, 0x2222), None);
         let rc = r.entry(QpType::Rc, 0, None);

@@ -2,12 +2,12 @@
 //! read the verbs' arguments and leave every decision to
 //! `pkeyfw_common::capture`.
 //!
-//! - `pkeyfw_qp_created` / `pkeyfw_kernel_qp_created` bind a QP the moment
-//!   it is created, by the first `[[bind]]` rule (`BIND_RULES`) that matches
-//!   the task that made it (`pkeyfw_common::tenant`), in both generations,
-//!   before the verb returns and so before any peer can learn its number;
-//!   then they wake a foreground attachment, which reconciles with RDMA
-//!   netlink (return probes on ib_create_qp_user and ib_create_qp_kernel).
+//! - `pkeyfw_resource_added` binds a QP the moment it is created, by the
+//!   first `[[bind]]` rule (`BIND_RULES`) of the live generation that
+//!   matches the task that made it (`pkeyfw_common::tenant`), before the
+//!   verb returns and so before any peer can learn its number; then it wakes
+//!   a foreground attachment, which reconciles with RDMA netlink (an entry
+//!   probe on rdma_restrack_add, where a new QP becomes visible).
 //! - `pkeyfw_modify` / `pkeyfw_modified` capture the Q_Key a QP's program
 //!   sets (`IB_QP_QKEY`), and record a bound QP's peer when a
 //!   modify that gives it one (ib_modify_qp_with_udata with a destination
@@ -15,11 +15,12 @@
 //!   program sends right after that call returns, far sooner than userspace
 //!   could read the connection from RDMA netlink. The entry probe keeps the
 //!   arguments per thread, the return probe acts on the result.
-//! - `pkeyfw_qp_created` also tags an rdma_rxe QP's kernel socket with its
+//! - `pkeyfw_resource_added` also tags an rdma_rxe QP's kernel socket with its
 //!   QPN (`SOCKETS`), so that stamping knows the sender of every frame of a
 //!   QP created while the probes run, whatever the frame names.
-//! - `pkeyfw_destroy` unbinds a destroyed QP bound by a rule, frees its
-//!   stats slot and forgets its Q_Key, peer and socket.
+//! - `pkeyfw_destroy` / `pkeyfw_destroyed` forget a destroyed QP's peer and
+//!   socket, and once the destroy succeeded unbind it if a rule bound it,
+//!   free its stats slot and forget its Q_Key.
 //! - `pkeyfw_join` / `pkeyfw_joined` report a QP that joins a multicast
 //!   group of another partition (ib_attach_mcast).
 #![no_std]
@@ -105,7 +106,10 @@ static LAYOUT: Global<QpLayout> = Global::new(QpLayout {
     rxe_qp_sk: 0,
     socket_sk: 0,
     qp_type: 0,
-    qp_kern_name: 0,
+    qp_res: 0,
+    res_type: 0,
+    res_user: 0,
+    res_kern_name: 0,
     attr_qkey: 0,
     task_cred: 0,
     task_nsproxy: 0,
@@ -120,8 +124,9 @@ static LAYOUT: Global<QpLayout> = Global::new(QpLayout {
 #[repr(C)]
 #[derive(Copy, Clone)]
 struct Pending {
-    /// What the call does: [`CONNECT`] and/or [`SET_QKEY`] (a modify), or
-    /// [`JOIN`], so that a return never acts on another verb's arguments.
+    /// What the call does: [`CONNECT`] and/or [`SET_QKEY`] (a modify),
+    /// [`JOIN`] or [`DESTROY`], so that a return never acts on another
+    /// verb's arguments.
     verb: u32,
     qpn: u32,
     /// The peer (connect), or the group's GID in `addr` (join).
@@ -132,6 +137,7 @@ struct Pending {
 const CONNECT: u32 = 1;
 const JOIN: u32 = 2;
 const SET_QKEY: u32 = 4;
+const DESTROY: u32 = 8;
 
 /// ib_modify_qp_with_udata(qp, attr, attr_mask, udata): a destination QPN
 /// for a QP of ours is kept until the call returns. The GID of a RoCE v2
@@ -227,7 +233,8 @@ fn qkey_set(qpn: u32, qkey: u32) {
 
 /// ib_destroy_qp_user(qp, udata): the QP's peer and its socket's tag go
 /// with it (on entry: a failed destroy only leaves the QP's frames
-/// unattributed, stamped with the port's default P_Key).
+/// unattributed, stamped with the port's default P_Key); its binding goes
+/// when the destroy succeeded.
 #[kprobe]
 pub fn pkeyfw_destroy(ctx: ProbeContext) -> u32 {
     let layout = LAYOUT.load();
@@ -246,7 +253,24 @@ pub fn pkeyfw_destroy(ctx: ProbeContext) -> u32 {
     if let Some(outcome) = capture::destroyed(&mut Live::now(), qpn) {
         count(outcome);
     }
-    unbind(qpn);
+    let _ = keep(Pending {
+        verb: DESTROY,
+        qpn,
+        peer: PeerKey::default(),
+        qkey: 0,
+    });
+    0
+}
+
+/// ib_destroy_qp_user returned: a QP destroyed is unbound; one whose
+/// destruction failed (in use, e.g. attached to a group) keeps its binding.
+#[kretprobe]
+pub fn pkeyfw_destroyed(ctx: RetProbeContext) -> u32 {
+    if let Some(p) = take(DESTROY)
+        && ctx.ret::<i32>() == 0
+    {
+        unbind(p.qpn);
+    }
     0
 }
 
@@ -447,26 +471,32 @@ fn read<T>(base: *const u8, offset: u32) -> Option<T> {
     unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize).cast::<T>()) }.ok()
 }
 
-/// ib_create_qp_user returned: the QP is bound by the task that made it.
-#[kretprobe]
-pub fn pkeyfw_qp_created(ctx: RetProbeContext) -> u32 {
+/// rdma_restrack_add(res): a resource of the RDMA core becomes visible in
+/// the table RDMA netlink reads. For a QP its driver has made it and given
+/// it its number, and the verb has not returned: nothing can have learnt
+/// the number yet. An entry probe, which no number of creations at once can
+/// make miss (a return probe's instances are limited). A user QP is bound
+/// by the task that made it, a kernel user's (a ULP's) by its module.
+#[kprobe]
+pub fn pkeyfw_resource_added(ctx: ProbeContext) -> u32 {
     let layout = LAYOUT.load();
-    created(&layout, ctx.ret(), &Task::current(&layout));
-    0
-}
-
-/// ib_create_qp_kernel returned: a kernel user's QP (a ULP's, or ib_core's
-/// own QP0 and QP1), bound by the module that made it.
-#[kretprobe]
-pub fn pkeyfw_kernel_qp_created(ctx: RetProbeContext) -> u32 {
-    let layout = LAYOUT.load();
-    let qp: *const u8 = ctx.ret();
-    let mut comm = [0u8; 16];
-    if let Some(name) = read::<*const u8>(qp, layout.qp_kern_name) {
-        // SAFETY: bpf_probe_read_kernel_str checks the address.
-        let _ = unsafe { bpf_probe_read_kernel_str_bytes(name, &mut comm) };
+    let Some(res) = ctx.arg::<*const u8>(0) else {
+        return 0;
+    };
+    if read::<u32>(res, layout.res_type) != Some(QpLayout::RESTRACK_QP) {
+        return 0;
     }
-    created(&layout, qp, &KernelUser { comm });
+    let qp = res.wrapping_sub(layout.qp_res as usize);
+    if read::<u8>(res, layout.res_user).unwrap_or(0) != 0 {
+        created(&layout, qp, &Task::current(&layout));
+    } else {
+        let mut comm = [0u8; 16];
+        if let Some(name) = read::<*const u8>(res, layout.res_kern_name) {
+            // SAFETY: bpf_probe_read_kernel_str checks the address.
+            let _ = unsafe { bpf_probe_read_kernel_str_bytes(name, &mut comm) };
+        }
+        created(&layout, qp, &KernelUser { comm });
+    }
     0
 }
 
@@ -515,38 +545,48 @@ fn bind<C: Creator>(qpn: u32, transport: QpType, creator: &C) {
     if old.is_some_and(|e| e.flags & qp_flags::RULE == 0) {
         return;
     }
-    let Some(rule) = first_match(g, creator, qpn, transport) else {
+    let i = first_match(g, creator, qpn, transport);
+    let rule = if i < MAX_RULES {
+        BIND_RULES.get(g * MAX_RULES + i).copied()
+    } else {
+        None
+    };
+    let Some(rule) = rule else {
         if old.is_some() {
             let _ = QPS.remove(&key);
         }
         return;
     };
-    let Some(slot) = stats_slot(qpn) else {
-        count(Capture::Full);
-        return;
-    };
     // SAFETY: the value is copied out at once.
     let qkey = unsafe { QKEYS.get(&qpn) }.copied();
-    if QPS
-        .insert(&key, &rule.entry(transport, slot, qkey), 0)
-        .is_ok()
-    {
+    let bound = stats_slot(qpn).is_some_and(|slot| {
+        QPS.insert(&key, &rule.entry(transport, slot, qkey), 0)
+            .is_ok()
+    });
+    if bound {
         count(Capture::Bound);
+    } else {
+        // No earlier QP's binding is this one's: left to userspace.
+        let _ = QPS.remove(&key);
+        count(Capture::Full);
     }
 }
 
-/// Generation `g`'s first rule that matches.
-#[inline(always)]
-fn first_match<C: Creator>(g: u32, creator: &C, qpn: u32, transport: QpType) -> Option<BindSpec> {
-    // Unused slots match nothing: no branch on them, so that the verifier
-    // walks one short path per rule.
+/// The index of generation `g`'s first rule that matches, `MAX_RULES` when
+/// none does. A function of its own (a BPF subprogram, so at most five
+/// arguments and a value returned in a register) whose loop the verifier
+/// walks once per call rather than once per way out of it.
+#[inline(never)]
+fn first_match<C: Creator>(g: u32, creator: &C, qpn: u32, transport: QpType) -> u32 {
+    // Unused slots match nothing: no branch on them.
     for i in 0..MAX_RULES {
-        let rule = BIND_RULES.get(g * MAX_RULES + i)?;
-        if rule.matches(creator, qpn, transport) {
-            return Some(*rule);
+        match BIND_RULES.get(g * MAX_RULES + i) {
+            Some(rule) if rule.matches(creator, qpn, transport) => return i,
+            Some(_) => {}
+            None => break,
         }
     }
-    None
+    MAX_RULES
 }
 
 /// A zeroed `QP_STATS` slot for `qpn`: the one it holds (its last QP's

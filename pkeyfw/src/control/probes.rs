@@ -29,19 +29,16 @@ use crate::{control::rdma, loading::btf::Btf};
 /// The probes object built from pkeyfw-ebpf's `pkeyfw-probes`.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pkeyfw-probes"));
 
-/// The probes on the functions every QP creation returns through (user
-/// and kernel QPs).
-const CREATORS: [(&str, &str); 2] = [
-    ("pkeyfw_qp_created", "ib_create_qp_user"),
-    ("pkeyfw_kernel_qp_created", "ib_create_qp_kernel"),
-];
+/// The probe on where every new QP becomes visible (user and kernel QPs).
+const CREATION: (&str, &str) = ("pkeyfw_resource_added", "rdma_restrack_add");
 /// The probes that read the RDMA structures, and what they probe: the
 /// modify every user QP's goes through (uverbs), the destroy, the multicast
 /// attach (uverbs and kernel users alike).
-const READERS: [(&str, &str); 5] = [
+const READERS: [(&str, &str); 6] = [
     ("pkeyfw_modify", "ib_modify_qp_with_udata"),
     ("pkeyfw_modified", "ib_modify_qp_with_udata"),
     ("pkeyfw_destroy", "ib_destroy_qp_user"),
+    ("pkeyfw_destroyed", "ib_destroy_qp_user"),
     ("pkeyfw_join", "ib_attach_mcast"),
     ("pkeyfw_joined", "ib_attach_mcast"),
 ];
@@ -92,9 +89,8 @@ impl Probes {
                 .iter()
                 .try_for_each(|&(p, f)| attach(&mut ebpf, p, f, pins))
         });
-        for (p, f) in CREATORS {
-            attach(&mut ebpf, p, f, pins).map_err(|e| anyhow!("{e} (is ib_core loaded?)"))?;
-        }
+        let (p, f) = CREATION;
+        attach(&mut ebpf, p, f, pins).map_err(|e| anyhow!("{e} (is ib_core loaded?)"))?;
         let ring = RingBuf::try_from(
             ebpf.take_map("QP_CREATED")
                 .ok_or_else(|| anyhow!("the probes object has no ring buffer"))?,
@@ -178,7 +174,10 @@ fn layout(ifindex: u32) -> Result<QpLayout> {
         rxe_qp_sk,
         socket_sk,
         qp_type: btf.offset("ib_qp", &["qp_type"])?,
-        qp_kern_name: btf.offset("ib_qp", &["res", "kern_name"])?,
+        qp_res: btf.offset("ib_qp", &["res"])?,
+        res_type: btf.offset("rdma_restrack_entry", &["type"])?,
+        res_user: btf.offset("rdma_restrack_entry", &["user"])?,
+        res_kern_name: btf.offset("rdma_restrack_entry", &["kern_name"])?,
         attr_qkey: btf.offset("ib_qp_attr", &["qkey"])?,
         task_cred: btf.offset("task_struct", &["cred"])?,
         task_nsproxy: btf.offset("task_struct", &["nsproxy"])?,

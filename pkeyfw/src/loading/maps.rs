@@ -335,23 +335,69 @@ impl Maps {
         }
         let active = self.active_generation()?;
         let idle = 1 - active;
-        // The probe binds new QPs in the idle generation too, by its rules:
-        // none until the new ones are written.
-        self.write_rules(idle, &[])?;
+        let rules: Vec<BindSpec> = policy.binds.iter().map(|b| b.spec()).collect();
+        // While the rules stay, what the probe bound at creation stays: it
+        // saw the creator, which /proc no longer may (a thread gone, a
+        // setuid exec since).
+        let keep = self.rules(active)? == rules;
         self.clear(idle)?;
-        let slots = self
-            .held(active)?
-            .qps
-            .into_iter()
-            .map(|(q, e)| (q, e.slot))
-            .collect();
-        if let Err(e) = self.write(idle, policy, slots) {
+        let held = self.held(active)?.qps;
+        let slots = held.iter().map(|(q, e)| (*q, e.slot)).collect();
+        // ([[qp]] entries still win.)
+        let entry = |q: &u32| {
+            policy
+                .qps
+                .get(q)
+                .is_some_and(|r| r.flags & qp_flags::RULE == 0)
+        };
+        let probed = |qps: Vec<(u32, QpEntry)>| {
+            qps.into_iter()
+                .filter(|(q, e)| keep && e.flags & qp_flags::PROBE != 0 && !entry(q))
+                .collect::<Vec<_>>()
+        };
+        let written = self
+            .write(idle, policy, &rules, slots)
+            .and_then(|()| self.put(idle, &probed(held)));
+        if let Err(e) = written {
             let _ = self.clear(idle);
             return Err(e.context("the running policy is unchanged"));
         }
         self.active.set(0, &idle, 0).context("switching ACTIVE")?;
         self.retired = Some(Instant::now());
+        // Bound by the probe in the retired generation while this one was
+        // written: carried over.
+        let late: Vec<_> = probed(self.held(active)?.qps)
+            .into_iter()
+            .filter(|(q, _)| self.qps.get(&qp_key(idle, *q), 0).is_err())
+            .collect();
+        self.put(idle, &late)
+    }
+
+    /// Writes QP-table entries into generation `g` as they are.
+    fn put(&mut self, g: u32, entries: &[(u32, QpEntry)]) -> Result<()> {
+        for (qpn, e) in entries {
+            self.qps
+                .insert(&qp_key(g, *qpn), e, 0)
+                .with_context(|| format!("writing QPS entry {qpn:#x}"))?;
+        }
         Ok(())
+    }
+
+    /// Generation `g`'s rules as the probe reads them (the unused slots
+    /// left out).
+    fn rules(&self, g: u32) -> Result<Vec<BindSpec>> {
+        let mut rules = Vec::new();
+        for i in 0..MAX_RULES {
+            let spec = self
+                .bind_rules
+                .get(&(g * MAX_RULES + i), 0)
+                .context("reading BIND_RULES")?;
+            if spec == BindSpec::default() {
+                break;
+            }
+            rules.push(spec);
+        }
+        Ok(rules)
     }
 
     /// Binds (or rebinds) one QP in the live generation, in place: one map
@@ -363,9 +409,7 @@ impl Maps {
         let g = self.active_generation()?;
         let held = self.held(g)?.qps;
         let existing = held.iter().find(|(q, _)| *q == qpn).map(|(_, e)| *e);
-        if rule.flags & qp_flags::RULE != 0
-            && existing.is_some_and(|e| e.flags & qp_flags::RULE != 0)
-        {
+        if existing.is_some_and(|e| e.flags & qp_flags::PROBE != 0) {
             return Ok(());
         }
         let rule = &self.with_qkey(qpn, rule);
@@ -388,9 +432,19 @@ impl Maps {
     }
 
     /// Removes one QP from the live generation, in place.
+    /// The probe's bindings stay: it removes them when their QP is
+    /// destroyed.
     pub fn unbind_live(&mut self, qpn: u32) -> Result<()> {
         let g = self.active_generation()?;
-        ignore_missing(self.qps.remove(&qp_key(g, qpn)))
+        let key = qp_key(g, qpn);
+        if self
+            .qps
+            .get(&key, 0)
+            .is_ok_and(|e| e.flags & qp_flags::PROBE != 0)
+        {
+            return Ok(());
+        }
+        ignore_missing(self.qps.remove(&key))
     }
 
     /// A rule that binds a UD QP with its own Q_Key, with the one it set if
@@ -417,9 +471,14 @@ impl Maps {
 
     /// Writes `policy` into generation `g`, which no frame reads. QPs the
     /// active policy binds keep their stats slot; new ones get a zeroed one.
-    fn write(&mut self, g: u32, policy: &Policy, mut slots: StdHashMap<u32, u32>) -> Result<()> {
-        let rules: Vec<BindSpec> = policy.binds.iter().map(|b| b.spec()).collect();
-        self.write_rules(g, &rules)?;
+    fn write(
+        &mut self,
+        g: u32,
+        policy: &Policy,
+        rules: &[BindSpec],
+        mut slots: StdHashMap<u32, u32>,
+    ) -> Result<()> {
+        self.write_rules(g, rules)?;
         self.config
             .set(g, &policy.config(), 0)
             .context("writing CONFIG")?;

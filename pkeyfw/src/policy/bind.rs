@@ -42,6 +42,7 @@ pub(super) struct RawBind {
     uid: Option<Spanned<i64>>,
     gid: Option<Spanned<i64>>,
     netns: Option<Spanned<String>>,
+    kernel: Option<Spanned<bool>>,
     qpn: Option<Spanned<toml::Value>>,
     #[serde(rename = "type")]
     qp_type: Option<Spanned<String>>,
@@ -67,6 +68,9 @@ pub struct BindRule {
     pub gid: Option<u32>,
     /// The creator's network namespace.
     pub netns: Option<Netns>,
+    /// For the QPs kernel users make (ULPs), matched by module name (`comm`),
+    /// QPN and type; else for user QPs only.
+    pub kernel: bool,
     pub qpns: Option<RangeInclusive<u32>>,
     pub qp_type: Option<QpType>,
     pub pkey: u16,
@@ -79,7 +83,11 @@ impl BindRule {
     /// or is given by chance (command name, PID, QPN, type), rather than by
     /// what only the administrator sets (cgroup, ids, network namespace).
     pub fn no_boundary(&self) -> bool {
-        self.cgroup.is_none() && self.uid.is_none() && self.gid.is_none() && self.netns.is_none()
+        !self.kernel
+            && self.cgroup.is_none()
+            && self.uid.is_none()
+            && self.gid.is_none()
+            && self.netns.is_none()
     }
 
     /// The rule as the QP-creation probe reads it.
@@ -121,6 +129,9 @@ impl BindRule {
             s.matchers |= matcher::TYPE;
             s.qp_type = t as u8;
         }
+        if self.kernel {
+            s.matchers |= matcher::KERNEL;
+        }
         if let Some(q) = self.qkey {
             (s.qkey, s.pinned_qkey) = (q, 1);
         }
@@ -155,7 +166,7 @@ impl BindRule {
     pub fn matches(&self, qp: &Qp) -> bool {
         let owner = qp.owner.as_ref();
         let task = self.cgroup.is_some() || self.uid.is_some() || self.gid.is_some();
-        if task && owner.is_none() {
+        if qp.kernel != self.kernel || (task && owner.is_none()) {
             return false;
         }
         self.comm
@@ -285,13 +296,14 @@ fn rule(
         && raw.uid.is_none()
         && raw.gid.is_none()
         && raw.netns.is_none()
+        && raw.kernel.is_none()
         && raw.qpn.is_none()
         && raw.qp_type.is_none()
     {
         return Err(cx.err(
             b.span(),
             field,
-            "matches every QP; give at least one of cgroup, uid, gid, netns, comm, pid, qpn, type",
+            "matches every QP; give at least one of cgroup, uid, gid, netns, kernel, comm, pid, qpn, type",
         ));
     }
     let cgroup = raw
@@ -320,6 +332,21 @@ fn rule(
             })
         })
         .transpose()?;
+    let kernel = raw.kernel.as_ref().is_some_and(|k| *k.get_ref());
+    if let Some(k) = &raw.kernel
+        && *k.get_ref()
+        && (raw.cgroup.is_some()
+            || raw.uid.is_some()
+            || raw.gid.is_some()
+            || raw.netns.is_some()
+            || raw.pid.is_some())
+    {
+        return Err(cx.err(
+            k.span(),
+            &format!("{field}.kernel"),
+            "a kernel user's QPs have no process: give comm (the module's name), qpn or type, not cgroup, uid, gid, netns or pid",
+        ));
+    }
     let uid = raw
         .uid
         .as_ref()
@@ -383,6 +410,7 @@ fn rule(
         uid,
         gid,
         netns,
+        kernel,
         qpns,
         qp_type,
         pkey,

@@ -43,6 +43,9 @@ pub fn bind_rule(b: &BindRule) -> String {
     if let Some(n) = &b.netns {
         matchers.push(format!("netns {} (inode {})", n.path.display(), n.inode));
     }
+    if b.kernel {
+        matchers.push("kernel QPs".to_string());
+    }
     if let Some(c) = &b.comm {
         matchers.push(format!("comm {c}"));
     }
@@ -70,6 +73,7 @@ pub fn bind_rule(b: &BindRule) -> String {
         (b.uid.is_some(), "user"),
         (b.gid.is_some(), "group"),
         (b.netns.is_some(), "network namespace"),
+        (b.kernel, "kernel user (no process can match it)"),
     ]
     .into_iter()
     .filter_map(|(given, what)| given.then_some(what))

@@ -88,6 +88,7 @@ fn the_documented_example() {
                 uid: None,
                 gid: None,
                 netns: None,
+                kernel: false,
                 qpns: None,
                 qp_type: Some(QpType::Ud),
                 pkey: 0x8001,
@@ -101,6 +102,7 @@ fn the_documented_example() {
                 uid: None,
                 gid: None,
                 netns: None,
+                kernel: false,
                 qpns: Some(0x100..=0x1ff),
                 qp_type: None,
                 pkey: 0x0002,
@@ -114,6 +116,7 @@ fn the_documented_example() {
                 uid: None,
                 gid: None,
                 netns: None,
+                kernel: false,
                 qpns: None,
                 qp_type: None,
                 pkey: 0x8001,
@@ -133,7 +136,7 @@ fn a_rule_must_match_something() {
         &bind("pkey = 0x8001\n"),
         3,
         "bind[0]",
-        "at least one of cgroup, uid, gid, netns, comm, pid, qpn, type",
+        "at least one of cgroup, uid, gid, netns, kernel, comm, pid, qpn, type",
     );
     refused(
         &format!(
@@ -417,14 +420,26 @@ fn matchers_combine() {
     ] {
         assert!(!p.binds[0].matches(&no), "{no:?}");
     }
-    // A kernel QP matches by its kernel module's name.
-    let kernel = parse(&bind("comm = \"rdma_cm\"\npkey = 0xffff\n")).unwrap();
+    // A kernel QP matches a kernel rule by its kernel module's name; a
+    // process of that name does not, nor does a user rule match the ULP.
+    let kernel = parse(&bind("kernel = true\ncomm = \"rdma_cm\"\npkey = 0xffff\n")).unwrap();
+    let user = parse(&bind("comm = \"rdma_cm\"\npkey = 0xffff\n")).unwrap();
     let ulp = Qp {
         pid: None,
         kernel: true,
         ..Qp::user(0x50, IbQpType::Rc, 0, "rdma_cm")
     };
+    let posing = Qp::user(0x51, IbQpType::Rc, 7, "rdma_cm");
     assert!(kernel.binds[0].matches(&ulp));
+    assert!(!kernel.binds[0].matches(&posing));
+    assert!(!user.binds[0].matches(&ulp));
+    assert!(!kernel.binds[0].no_boundary());
+    refused(
+        &bind("kernel = true\nuid = 0\npkey = 0xffff\n"),
+        4,
+        "bind[0].kernel",
+        "have no process",
+    );
 }
 
 #[test]
