@@ -58,7 +58,7 @@ fn prometheus_scrapes_what_the_kernel_counted() {
     common::require_root();
     let pair = VethPair::create(&common::tag("pm")).unwrap();
     pair.set_mtu(9000).unwrap();
-    let (_dir, policy_path) = common::policy_file(common::cases::BASE);
+    let (dir, policy_path) = common::policy_file(common::cases::BASE);
     let policy = common::policy(common::cases::BASE);
     let _fg = common::Foreground::start(&pair, &policy_path, "native");
 
@@ -102,6 +102,20 @@ fn prometheus_scrapes_what_the_kernel_counted() {
         "and with keys the port's table does not hold (one \"other\" series)"
     );
     send(&pair.ns_a, &pair.a, &frames).unwrap();
+    // One reload refused (an invalid file), one applied: counted by result.
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[port]\npkeys = [0x10000]\n").unwrap();
+    let refused = common::pkeyfw_in(&pair.ns_b)
+        .args(["reload", &pair.b, "--policy", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    common::succeed(common::pkeyfw_in(&pair.ns_b).args([
+        "reload",
+        &pair.b,
+        "--policy",
+        policy_path.to_str().unwrap(),
+    ]));
 
     let metrics_port = free_port();
     let _metrics = common::Killed(
@@ -188,6 +202,27 @@ fn prometheus_scrapes_what_the_kernel_counted() {
             *n,
         ));
     }
+    checks.extend([
+        (
+            format!("pkeyfw_policy_reloads_total{{interface=\"{iface}\",result=\"applied\"}}"),
+            1,
+        ),
+        (
+            format!("pkeyfw_policy_reloads_total{{interface=\"{iface}\",result=\"refused\"}}"),
+            1,
+        ),
+        (
+            format!(
+                "pkeyfw_policy_info{{interface=\"{iface}\",file=\"{}\"}}",
+                std::path::absolute(&policy_path).unwrap().display()
+            ),
+            1,
+        ),
+        (
+            format!("pkeyfw_qps_bound{{interface=\"{iface}\",by=\"entry\"}}"),
+            policy.qps.len() as u64,
+        ),
+    ]);
     // Prometheus needs a start-up and a scrape or two.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

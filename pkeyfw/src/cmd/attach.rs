@@ -30,7 +30,7 @@ use crate::{
     control::netlink::{self, XdpMode},
     control::probes::Probes,
     loading::filter::{Egress, Filter},
-    loading::pins::{self, Aside, Holder, Pins, State},
+    loading::pins::{self, Aside, Holder, Pins, PolicyEvent, State},
     policy::Policy,
     reporting::describe,
     reporting::events,
@@ -162,7 +162,10 @@ pub fn run(opts: &AttachArgs) -> Result<()> {
         })
         .and_then(|()| attach(&pins, &mut binder, opts, old.as_ref()));
     let (mut filter, mode, bound) = match attached {
-        Ok(done) => done,
+        Ok(done) => {
+            pins.note_policy(PolicyEvent::Attached);
+            done
+        }
         Err(e) => {
             let _ = pins.remove();
             if let Some(old) = &old {
@@ -404,9 +407,15 @@ fn reload(
     binder: &mut Binder,
     pins: &Pins,
 ) -> Result<(std::path::PathBuf, Vec<String>)> {
-    let (policy, path) = remembered(pins)?;
-    let bound = binder.replace(policy, filter.maps_mut())?;
-    Ok((path, bound))
+    let result = remembered(pins).and_then(|(policy, path)| {
+        let bound = binder.replace(policy, filter.maps_mut())?;
+        Ok((path, bound))
+    });
+    pins.note_policy(match result {
+        Ok(_) => PolicyEvent::Reloaded,
+        Err(_) => PolicyEvent::Refused,
+    });
+    result
 }
 
 /// The policy file the attachment runs, loaded for its port, and its path.
@@ -442,6 +451,7 @@ fn follow_file(
     };
     match result {
         Ok((path, bound)) => {
+            pins.note_policy(PolicyEvent::Reloaded);
             *refused = None;
             println!(
                 "pkeyfw: {} changed, reloaded {iface}: {}",
@@ -453,6 +463,8 @@ fn follow_file(
         Err(e) => {
             let e = format!("{e:#}");
             if refused.as_ref() != Some(&e) {
+                // Counted once, as it is said once.
+                pins.note_policy(PolicyEvent::Refused);
                 println!(
                     "pkeyfw: the policy file changed but is refused, the running policy stays: {e}"
                 );

@@ -151,8 +151,23 @@ pub fn exposition() -> Result<String> {
     )?;
     let bound = f.gauge(
         "pkeyfw_qps_bound",
-        "QPs the policy in force binds, per attachment",
-        &[at[0], at[1], "mode", "held"],
+        "QPs the policy in force binds, by what bound them: a [[qp]] entry, a rule applied by pkeyfw, or by the QP-creation probe",
+        &[at[0], at[1], "mode", "held", "by"],
+    )?;
+    let reloads = f.counter(
+        "pkeyfw_policy_reloads_total",
+        "Policy reloads, applied or refused (an invalid file, or the kernel refused it)",
+        &[at[0], at[1], "result"],
+    )?;
+    let policy = f.gauge(
+        "pkeyfw_policy_info",
+        "The policy in force: its file and the map generation it lives in (always 1)",
+        &[at[0], at[1], "file", "generation"],
+    )?;
+    let applied = f.gauge(
+        "pkeyfw_policy_applied_timestamp_seconds",
+        "When the policy in force was applied (Unix time)",
+        &[at[0], at[1]],
     )?;
     let build = f.gauge(
         "pkeyfw_build_info",
@@ -194,9 +209,30 @@ pub fn exposition() -> Result<String> {
         for (family, outcome, n) in outcomes.filter(|&(_, _, n)| n > 0) {
             family.with_label_values(&[at[0], at[1], outcome]).inc_by(n);
         }
-        bound
-            .with_label_values(&[at[0], at[1], snap.mode.name(), &snap.held()])
-            .set(snap.qps.len() as i64);
+        for (by, n) in snap.bound_by {
+            bound
+                .with_label_values(&[at[0], at[1], snap.mode.name(), &snap.held(), by])
+                .set(n as i64);
+        }
+        for (result, n) in [
+            ("applied", snap.record.reloaded),
+            ("refused", snap.record.refused),
+        ] {
+            // A counter that exists from the start, at 0.
+            reloads.with_label_values(&[at[0], at[1], result]).inc_by(n);
+        }
+        let file = snap
+            .policy_file
+            .as_ref()
+            .map_or(String::new(), |p| p.display().to_string());
+        policy
+            .with_label_values(&[at[0], at[1], &file, &snap.generation.to_string()])
+            .set(1);
+        if snap.record.applied_at > 0 {
+            applied
+                .with_label_values(&[at[0], at[1]])
+                .set(snap.record.applied_at as i64);
+        }
     }
     Ok(TextEncoder::new().encode_to_string(&f.registry.gather())?)
 }

@@ -77,6 +77,7 @@ fn to_json(policy: &Policy) -> serde_json::Value {
                 "uid": b.uid,
                 "gid": b.gid,
                 "netns": b.netns.as_ref().map(|n| n.path.display().to_string()),
+                "kernel": b.kernel,
                 "comm": b.comm,
                 "pid": b.pid,
                 "qpn": b.qpns.as_ref().map(|r| [r.start(), r.end()]),
@@ -183,10 +184,10 @@ mod tests {
             super::to_json(&policy)["binds"],
             json!([
                 {"line": 3, "cgroup": null, "uid": null, "gid": null, "netns": null,
-                 "comm": "ibv_ud_pingpong", "pid": null, "qpn": null, "type": "ud",
+                 "kernel": false, "comm": "ibv_ud_pingpong", "pid": null, "qpn": null, "type": "ud",
                  "pkey": 0x8001, "qkey": 0x11111111},
                 {"line": 8, "cgroup": null, "uid": null, "gid": null, "netns": null,
-                 "comm": null, "pid": 42, "qpn": [0x100, 0x1ff], "type": null,
+                 "kernel": false, "comm": null, "pid": 42, "qpn": [0x100, 0x1ff], "type": null,
                  "pkey": 0xffff, "qkey": null},
             ])
         );

@@ -17,7 +17,7 @@ use crate::{
     control::binder::Binder,
     control::netlink,
     loading::maps::Maps,
-    loading::pins::{self, Holder, Pins, State},
+    loading::pins::{self, Holder, Pins, PolicyEvent, State},
     policy::Policy,
 };
 
@@ -60,15 +60,29 @@ pub fn run(args: &ReloadArgs) -> Result<()> {
         Some(p) => p.to_path_buf(),
         None => pins.remembered_policy()?,
     };
-    let policy = Policy::load_for(&path, Some(super::iface_guid(iface)?))?;
+    let policy = match Policy::load_for(&path, Some(super::iface_guid(iface)?)) {
+        Ok(p) => p,
+        Err(e) => {
+            pins.note_policy(PolicyEvent::Refused);
+            return Err(e.into());
+        }
+    };
     let mut maps = Maps::from_pins(&pins.dir)?;
     pins.remember_policy(&path)?;
     match holder {
+        // It notes the outcome itself.
         Holder::Foreground(pid) => ask(pid, &maps)?,
         Holder::Pinned | Holder::Gone(_) => {
             let mut binder = Binder::new(netlink::if_index(iface)?, policy.clone());
-            let (effective, bound) = binder.effective()?;
-            maps.apply(&effective)?;
+            let applied = binder.effective().and_then(|(effective, bound)| {
+                maps.apply(&effective)?;
+                Ok(bound)
+            });
+            pins.note_policy(match applied {
+                Ok(_) => PolicyEvent::Reloaded,
+                Err(_) => PolicyEvent::Refused,
+            });
+            let bound = applied?;
             // QPs the probe bound by the old rules while the new ones were
             // written are bound by the new ones now.
             let caught = binder.sync(&mut maps)?;

@@ -16,7 +16,7 @@ use crate::{
     control::netlink::XdpMode,
     control::netns::{self, NetnsId},
     loading::maps::{CaptureCounts, Maps, ReasonCounts, StampCounts},
-    loading::pins::{self, Holder, Pins, State},
+    loading::pins::{self, Holder, Pins, PolicyRecord, State},
     reporting::describe,
 };
 
@@ -38,6 +38,13 @@ pub struct Snapshot {
     pub holder: Option<Holder>,
     /// The network namespace to show, when not the host's.
     pub netns: Option<String>,
+    /// QPs the live policy binds by what binds them: `[[qp]]` entries,
+    /// rules applied by pkeyfw, rules applied by the QP-creation probe.
+    pub bound_by: [(&'static str, u64); 3],
+    /// The live generation, the policy file and its history, when known.
+    pub generation: u32,
+    pub policy_file: Option<std::path::PathBuf>,
+    pub record: PolicyRecord,
 }
 
 impl Snapshot {
@@ -54,7 +61,18 @@ impl Snapshot {
             violations: maps.violations()?,
             holder: None,
             netns: None,
+            bound_by: maps.bound_by()?,
+            generation: maps.active_generation()?,
+            policy_file: None,
+            record: PolicyRecord::default(),
         })
+    }
+
+    /// With the policy file and history its pins' notes keep.
+    pub fn noted(mut self, pins: &Pins) -> Snapshot {
+        self.policy_file = pins.remembered_policy().ok();
+        self.record = pins.record();
+        self
     }
 
     /// With who holds it and, unless the host's, its network namespace.
@@ -131,6 +149,18 @@ impl Snapshot {
                 .collect();
             out["probes"] = counts.into();
         }
+        out["bound_by"] = self
+            .bound_by
+            .iter()
+            .map(|&(by, n)| (by.to_string(), json!(n)))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+        out["policy"] = json!({
+            "file": self.policy_file,
+            "generation": self.generation,
+            "applied_at": (self.record.applied_at > 0).then_some(self.record.applied_at),
+            "reloads": {"applied": self.record.reloaded, "refused": self.record.refused},
+        });
         out
     }
 
@@ -209,7 +239,8 @@ impl Live {
             self.holder == Holder::Pinned,
             &self.maps,
         )?
-        .placed(self.holder, self.pins.netns))
+        .placed(self.holder, self.pins.netns)
+        .noted(&self.pins))
     }
 }
 

@@ -287,6 +287,22 @@ impl Maps {
         Ok(out)
     }
 
+    /// QPs of the live policy by what bound them: `[[qp]]` entries
+    /// ("entry"), rules applied by pkeyfw ("rule"), rules applied by the
+    /// QP-creation probe ("probe").
+    pub fn bound_by(&self) -> Result<[(&'static str, u64); 3]> {
+        let mut by = [("entry", 0), ("rule", 0), ("probe", 0)];
+        for (_, e) in self.held(self.active_generation()?)?.qps {
+            let i = match (e.flags & qp_flags::RULE, e.flags & qp_flags::PROBE) {
+                (0, _) => 0,
+                (_, 0) => 1,
+                _ => 2,
+            };
+            by[i].1 += 1;
+        }
+        Ok(by)
+    }
+
     /// Kernel memory of each map (its fdinfo `memlock`), in bytes.
     pub fn memory(&self) -> Result<Vec<(&'static str, u64)>> {
         self.ids

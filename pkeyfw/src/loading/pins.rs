@@ -41,6 +41,24 @@ pub struct Pins {
     pub dir: PathBuf,
 }
 
+/// An attachment's policy history (`Pins::record`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PolicyRecord {
+    /// When the policy in force was applied (Unix seconds; 0: unknown).
+    pub applied_at: u64,
+    /// Reloads applied, and refused (an invalid file, or the kernel said no).
+    pub reloaded: u64,
+    pub refused: u64,
+}
+
+/// What happened to a policy.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum PolicyEvent {
+    Attached,
+    Reloaded,
+    Refused,
+}
+
 /// What the kernel says of an interface's pins.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum State {
@@ -145,6 +163,41 @@ impl Pins {
         self.notes().join(format!("{}.policy", self.iface))
     }
 
+    /// Where an attachment's policy history is noted: when the policy in
+    /// force was applied, and reloads by result (JSON), whichever process
+    /// applied or refused them.
+    fn record_note(&self) -> PathBuf {
+        self.notes().join(format!("{}.record", self.iface))
+    }
+
+    /// The attachment's policy history.
+    pub fn record(&self) -> PolicyRecord {
+        fs::read(self.record_note())
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+
+    /// Notes a policy applied (at attach or a reload) or refused. Written
+    /// whole by rename; a failure to note changes nothing that enforces.
+    pub fn note_policy(&self, what: PolicyEvent) {
+        let mut r = self.record();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        match what {
+            PolicyEvent::Attached => r.applied_at = now,
+            PolicyEvent::Reloaded => (r.applied_at, r.reloaded) = (now, r.reloaded + 1),
+            PolicyEvent::Refused => r.refused += 1,
+        }
+        let tmp = self
+            .notes()
+            .join(format!("{}.record.{}", self.iface, std::process::id()));
+        let _ = fs::create_dir_all(self.notes())
+            .and_then(|()| fs::write(&tmp, serde_json::to_vec(&r).unwrap_or_default()))
+            .and_then(|()| fs::rename(&tmp, self.record_note()));
+    }
+
     /// Remembers the attachment's policy file.
     pub fn remember_policy(&self, policy: &Path) -> Result<()> {
         let path = std::path::absolute(policy)?;
@@ -205,6 +258,7 @@ impl Pins {
     /// Forgets a former owner (a pinned attachment has none).
     pub fn forget_owner(&self) {
         let _ = fs::remove_file(self.owner_note());
+        let _ = fs::remove_file(self.record_note());
     }
 
     /// Who holds the attachment: a pinned one has no owner note.
@@ -338,6 +392,7 @@ impl Pins {
         let _ = fs::remove_file(self.policy_note());
         let _ = fs::remove_file(self.events_note());
         let _ = fs::remove_file(self.owner_note());
+        let _ = fs::remove_file(self.record_note());
         let _ = fs::remove_dir(self.notes());
         let removed = match fs::remove_dir(&self.dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
