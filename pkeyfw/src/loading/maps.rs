@@ -103,6 +103,7 @@ pub struct Maps {
     violations: HashMap<MapData, u32, u64>,
     bind_rules: Array<MapData, BindSpec>,
     qkeys: HashMap<MapData, u32, u32>,
+    kslots: HashMap<MapData, u32, u32>,
     /// The other maps, held open.
     _rest: Vec<Map>,
 }
@@ -210,6 +211,7 @@ impl Maps {
             violations: typed(take(name::VIOLATIONS), name::VIOLATIONS)?,
             bind_rules: typed(take(name::BIND_RULES), name::BIND_RULES)?,
             qkeys: typed(take(name::QKEYS), name::QKEYS)?,
+            kslots: typed(take(name::KSLOTS), name::KSLOTS)?,
             // Maps only the probes use (OWNERS) live no longer than their
             // last handle when nothing pins them, as in a test run.
             _rest: maps.into_values().collect(),
@@ -381,11 +383,21 @@ impl Maps {
         self.active.set(0, &idle, 0).context("switching ACTIVE")?;
         self.retired = Some(Instant::now());
         // Bound by the probe in the retired generation while this one was
-        // written: carried over.
-        let late: Vec<_> = probed(self.held(active)?.qps)
-            .into_iter()
-            .filter(|(q, _)| self.qps.get(&qp_key(idle, *q), 0).is_err())
-            .collect();
+        // written: carried over. (The probe's QPs are those holding one of
+        // its slots: few, where the whole table may hold millions.)
+        let mut late = Vec::new();
+        if keep {
+            for qpn in self.kslots.keys() {
+                let qpn = qpn.context("reading KSLOTS")?;
+                if let Ok(e) = self.qps.get(&qp_key(active, qpn), 0)
+                    && e.flags & qp_flags::PROBE != 0
+                    && !entry(&qpn)
+                    && self.qps.get(&qp_key(idle, qpn), 0).is_err()
+                {
+                    late.push((qpn, e));
+                }
+            }
+        }
         self.put(idle, &late)
     }
 
