@@ -60,16 +60,21 @@ fn main() -> Result<()> {
     let sized: Vec<Path> = paths.iter().filter(|p| p.sized).cloned().collect();
     let baseline = Baseline::load(BASELINE)?;
 
-    eprintln!("bench: every path at {PATH_QPS} QPs");
+    // Every path, each table size, stamping: a bar on a terminal only.
+    let progress = pkeyfw::reporting::progress::bar(SIZES.len() as u64 + 2, "bench");
+    progress.set_message(format!("bench: every path at {PATH_QPS} QPs"));
     let per_path = bench_at(PATH_QPS, &paths, &baseline)?;
+    progress.inc(1);
     let mut runs = Vec::new();
     for qps in SIZES {
-        eprintln!("bench: {qps} QPs");
+        progress.set_message(format!("bench: {qps} QPs"));
         runs.push(bench_at(qps, &sized, &baseline)?);
+        progress.inc(1);
     }
 
-    eprintln!("bench: stamping");
+    progress.set_message("bench: stamping");
     let stamping = stamping_table()?;
+    progress.finish_and_clear();
     let tables = [
         cost_table(&paths, &per_path),
         scaling_table(&sized, &runs),

@@ -106,7 +106,9 @@ pub fn replay(policy: &Policy, capture: &Path, json: bool, out: &mut impl Write)
         )?;
     }
     let mut runts = Vec::new();
+    let progress = crate::reporting::progress::bar(frames.len() as u64, "replaying");
     for frame in &frames {
+        progress.inc(1);
         // No driver hands XDP a frame shorter than its Ethernet header, and
         // BPF_PROG_TEST_RUN refuses one.
         if frame.data.len() < ETH_HLEN {
@@ -140,6 +142,7 @@ pub fn replay(policy: &Policy, capture: &Path, json: bool, out: &mut impl Write)
             )?;
         }
     }
+    progress.finish_and_clear();
     if json {
         writeln!(out, "{}", totals.json())?;
     } else {

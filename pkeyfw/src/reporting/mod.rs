@@ -3,3 +3,4 @@
 
 pub mod describe;
 pub mod events;
+pub mod progress;
