@@ -51,9 +51,15 @@ fn events_streams_traps_from_a_pinned_attachment() {
         })
         .collect();
 
+    // A syslog socket of the test's own: each trap goes there too.
+    let log_dir = tempfile::tempdir().unwrap();
+    let log_path = log_dir.path().join("log");
+    let log = std::os::unix::net::UnixDatagram::bind(&log_path).unwrap();
+    log.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut reader = common::Killed(
         common::pkeyfw_in(&pair.ns_b)
-            .args(["events", &pair.b, "--json"])
+            .args(["events", &pair.b, "--json", "--syslog"])
+            .arg(&log_path)
             .stdout(Stdio::piped())
             .spawn()
             .unwrap(),
@@ -99,5 +105,22 @@ fn events_streams_traps_from_a_pinned_attachment() {
     for v in [pkey, qkey] {
         assert_eq!(v["src"], "192.0.2.1", "{v}");
         assert_eq!(v["dst"], "192.0.2.2", "{v}");
+    }
+    // The same two traps in syslog's format: facility daemon, warning.
+    let mut logged = Vec::new();
+    let mut buf = [0u8; 2048];
+    while logged.len() < 2 {
+        let n = log.recv(&mut buf).expect("pkeyfw events logged the traps");
+        logged.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    for (line, trap) in logged
+        .iter()
+        .zip(["trap 257 (Bad P_Key)", "trap 258 (Bad Q_Key)"])
+    {
+        assert!(line.starts_with("<28>pkeyfw["), "{line}");
+        assert!(
+            line.contains(&format!("]: {} {trap} drop", pair.b)),
+            "{line}"
+        );
     }
 }

@@ -8,7 +8,11 @@
 use std::{
     collections::BTreeMap,
     net::IpAddr,
-    os::fd::{AsRawFd, RawFd},
+    os::{
+        fd::{AsRawFd, RawFd},
+        unix::net::UnixDatagram,
+    },
+    path::{Path, PathBuf},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
@@ -54,6 +58,38 @@ pub struct EventsArgs {
     /// The window, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     pub window: u64,
+    /// Also send each trap and summary line to syslog (the journal, under
+    /// systemd): a datagram socket, /dev/log unless given.
+    #[arg(long, value_name = "SOCKET", num_args = 0..=1, default_missing_value = "/dev/log")]
+    pub syslog: Option<PathBuf>,
+}
+
+/// Lines to syslog, RFC 3164 style (`<PRI>TAG[PID]: MSG`, facility daemon,
+/// severity warning: each is a refused frame or a count of them).
+struct Syslog {
+    socket: UnixDatagram,
+    tag: String,
+}
+
+impl Syslog {
+    fn open(path: &Path) -> Result<Syslog> {
+        let socket = UnixDatagram::unbound()?;
+        socket
+            .connect(path)
+            .with_context(|| format!("connecting to syslog at {}", path.display()))?;
+        Ok(Syslog {
+            socket,
+            tag: format!("pkeyfw[{}]", std::process::id()),
+        })
+    }
+
+    fn send(&self, line: &str) {
+        const DAEMON_WARNING: u8 = 3 * 8 + 4;
+        // A full or gone log loses the line; stdout still has it.
+        let _ = self
+            .socket
+            .send(format!("<{DAEMON_WARNING}>{}: {line}", self.tag).as_bytes());
+    }
 }
 
 /// One attachment's ring, for readiness.
@@ -73,6 +109,8 @@ impl AsRawFd for Ring {
 pub fn run(args: &EventsArgs) -> Result<()> {
     let netns = args.netns.enter()?;
     pins::host_bpffs("events")?;
+    // Before anything is read: a log that cannot be reached is said now.
+    let syslog = args.syslog.as_deref().map(Syslog::open).transpose()?;
     let live = if args.ifaces.is_empty() {
         stats::attachments(None, netns)?
     } else {
@@ -110,10 +148,10 @@ pub fn run(args: &EventsArgs) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(stream(rings, args))
+    runtime.block_on(stream(rings, args, syslog))
 }
 
-async fn stream(rings: Vec<Ring>, args: &EventsArgs) -> Result<()> {
+async fn stream(rings: Vec<Ring>, args: &EventsArgs, syslog: Option<Syslog>) -> Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     for ring in rings {
         let tx = tx.clone();
@@ -148,6 +186,9 @@ async fn stream(rings: Vec<Ring>, args: &EventsArgs) -> Result<()> {
                 if budget.allow(source(&e)) {
                     use std::io::Write as _;
                     writeln!(out, "{}", if args.json { trap_json(&iface, &e).to_string() } else { trap_line(&iface, &e) })?;
+                    if let Some(log) = &syslog {
+                        log.send(&format!("{iface} {}", trap_text(&e)));
+                    }
                 }
             }
             _ = window.tick() => {
@@ -157,6 +198,9 @@ async fn stream(rings: Vec<Ring>, args: &EventsArgs) -> Result<()> {
                         writeln!(out, "{}", json!({"suppressed": hidden, "src": src.to_string()}))?;
                     } else {
                         writeln!(out, "… and {hidden} more from {src}")?;
+                    }
+                    if let Some(log) = &syslog {
+                        log.send(&format!("… and {hidden} more from {src}"));
                     }
                 }
             }
@@ -216,15 +260,16 @@ fn trap(e: &Event) -> Option<(u16, &'static str)> {
 }
 
 fn trap_line(iface: &str, e: &Event) -> String {
+    format!("{} {iface} {}", rfc3339(SystemTime::now()), trap_text(e))
+}
+
+/// `trap 257 (Bad P_Key) drop pkey_violation: …`.
+fn trap_text(e: &Event) -> String {
     let head = match trap(e) {
         Some((n, what)) => format!("trap {n} ({what}) "),
         None => String::new(),
     };
-    format!(
-        "{} {iface} {head}{}",
-        rfc3339(SystemTime::now()),
-        events::line(e)
-    )
+    format!("{head}{}", events::line(e))
 }
 
 fn trap_json(iface: &str, e: &Event) -> serde_json::Value {
