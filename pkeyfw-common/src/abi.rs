@@ -41,7 +41,7 @@ pub const LAYOUT_VERSION: u32 = LAYOUT << 24
     | (crate::Stamp::COUNT as u32) << 8
     | crate::Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 7;
+const LAYOUT: u32 = 8;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -343,6 +343,17 @@ pub struct GroupEntry {
     pub _pad: u16,
 }
 
+/// `KSLOTS` value: the stats slot the QP-creation probe gave a QPN, and
+/// the QP (its `struct ib_qp`'s address) it gave it to, so that only that
+/// QP's destruction frees it.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub struct KernelSlot {
+    pub slot: u32,
+    pub _pad: u32,
+    pub qp: u64,
+}
+
 /// `QP_STATS[slot]`: frames judged by one QP-table entry. Updated atomically
 /// (not per-CPU) so that a million QPs cost 16 bytes each, not 16 per CPU.
 #[repr(C)]
@@ -438,6 +449,7 @@ const _: () = {
     assert!(size_of::<ConnKey>() == 24);
     assert!(size_of::<crate::capture::PeerKey>() == 20);
     assert!(size_of::<QpStats>() == 16);
+    assert!(size_of::<KernelSlot>() == 16);
     assert!(size_of::<Event>() == 52);
     assert!(size_of::<EventBudget>() == 16);
     assert!(size_of::<QpLayout>() == 84 + 4 * QpLayout::DEVICES);
@@ -457,5 +469,6 @@ mod pod {
     unsafe impl aya::Pod for super::QpLayout {}
     unsafe impl aya::Pod for super::GroupEntry {}
     unsafe impl aya::Pod for super::QpStats {}
+    unsafe impl aya::Pod for super::KernelSlot {}
     unsafe impl aya::Pod for crate::tenant::BindSpec {}
 }

@@ -26,8 +26,8 @@ use pkeyfw_common::{
     Capture, Frame, Outcome, Stamp, Tables,
     abi::{
         Config, ConnKey, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget, GENERATIONS,
-        GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, PARTITIONS, QpEntry, QpStats,
-        VIOLATION_SLOTS, port_key_index, qp_key, violation_key,
+        GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot, PARTITIONS, QpEntry,
+        QpStats, VIOLATION_SLOTS, port_key_index, qp_key, violation_key,
     },
     capture::PeerKey,
     frame::MAX_OFFSET,
@@ -96,7 +96,7 @@ static SOCKETS: HashMap<u64, u32, { DEFAULT_QP_CAPACITY as usize }> = HashMap::n
 #[btf_map]
 static BIND_RULES: Array<BindSpec, { (GENERATIONS * MAX_RULES) as usize }> = Array::new();
 #[btf_map]
-static KSLOTS: HashMap<u32, u32, { KERNEL_SLOTS as usize }> = HashMap::new();
+static KSLOTS: HashMap<u32, KernelSlot, { KERNEL_SLOTS as usize }> = HashMap::new();
 #[btf_map]
 static FREE_SLOTS: Stack<u32, { KERNEL_SLOTS as usize }> = Stack::new();
 #[btf_map]

@@ -18,23 +18,25 @@
 //! - `pkeyfw_resource_added` also tags an rdma_rxe QP's kernel socket with its
 //!   QPN (`SOCKETS`), so that stamping knows the sender of every frame of a
 //!   QP created while the probes run, whatever the frame names.
-//! - `pkeyfw_destroy` / `pkeyfw_destroyed` forget a destroyed QP's peer and
-//!   socket, and once the destroy succeeded unbind it if a rule bound it,
-//!   free its stats slot and forget its Q_Key.
+//! - `pkeyfw_destroy` forgets a destroyed QP's peer and socket;
+//!   `pkeyfw_resource_removed` (rdma_restrack_finish_del, or
+//!   rdma_restrack_del, reached once a destroy succeeded) unbinds it if a rule bound it, frees its stats slot and
+//!   forgets its Q_Key.
 //! - `pkeyfw_join` / `pkeyfw_joined` report a QP that joins a multicast
 //!   group of another partition (ib_attach_mcast).
 #![no_std]
 #![no_main]
 #![feature(asm_experimental_arch)]
 
+use core::ptr;
+
 use aya_ebpf::{
     Global,
     bindings::BPF_RB_FORCE_WAKEUP,
     btf_maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, Stack},
     helpers::{
-        bpf_get_current_ancestor_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
-        bpf_probe_read_kernel_str_bytes,
+        bpf_get_current_ancestor_cgroup_id, bpf_get_current_pid_tgid, bpf_get_current_task,
+        bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes, generated,
     },
     macros::{btf_map, kprobe, kretprobe},
     programs::{ProbeContext, RetProbeContext},
@@ -43,8 +45,8 @@ use pkeyfw_common::{
     Capture,
     abi::{
         DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget, EventKind, GENERATIONS,
-        GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, QPN_MASK, QpEntry, QpLayout, QpStats,
-        QpType, qp_flags, qp_key,
+        GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot, QPN_MASK, QpEntry,
+        QpLayout, QpStats, QpType, qp_flags, qp_key,
     },
     capture::{self, PeerKey, Peers},
     tenant::{self, BindSpec, Creator, MAX_RULES},
@@ -81,7 +83,7 @@ static QP_STATS: Array<QpStats, { (DEFAULT_QP_CAPACITY + KERNEL_SLOTS) as usize 
 #[btf_map]
 static BIND_RULES: Array<BindSpec, { (GENERATIONS * MAX_RULES) as usize }> = Array::new();
 #[btf_map]
-static KSLOTS: HashMap<u32, u32, { KERNEL_SLOTS as usize }> = HashMap::new();
+static KSLOTS: HashMap<u32, KernelSlot, { KERNEL_SLOTS as usize }> = HashMap::new();
 #[btf_map]
 static FREE_SLOTS: Stack<u32, { KERNEL_SLOTS as usize }> = Stack::new();
 #[btf_map]
@@ -124,9 +126,8 @@ static LAYOUT: Global<QpLayout> = Global::new(QpLayout {
 #[repr(C)]
 #[derive(Copy, Clone)]
 struct Pending {
-    /// What the call does: [`CONNECT`] and/or [`SET_QKEY`] (a modify),
-    /// [`JOIN`] or [`DESTROY`], so that a return never acts on another
-    /// verb's arguments.
+    /// What the call does: [`CONNECT`] and/or [`SET_QKEY`] (a modify), or
+    /// [`JOIN`], so that a return never acts on another verb's arguments.
     verb: u32,
     qpn: u32,
     /// The peer (connect), or the group's GID in `addr` (join).
@@ -137,7 +138,6 @@ struct Pending {
 const CONNECT: u32 = 1;
 const JOIN: u32 = 2;
 const SET_QKEY: u32 = 4;
-const DESTROY: u32 = 8;
 
 /// ib_modify_qp_with_udata(qp, attr, attr_mask, udata): a destination QPN
 /// for a QP of ours is kept until the call returns. The GID of a RoCE v2
@@ -233,8 +233,8 @@ fn qkey_set(qpn: u32, qkey: u32) {
 
 /// ib_destroy_qp_user(qp, udata): the QP's peer and its socket's tag go
 /// with it (on entry: a failed destroy only leaves the QP's frames
-/// unattributed, stamped with the port's default P_Key); its binding goes
-/// when the destroy succeeded.
+/// unattributed, stamped with the port's default P_Key). Its binding goes
+/// at `pkeyfw_resource_removed`, reached only by a destroy that succeeded.
 #[kprobe]
 pub fn pkeyfw_destroy(ctx: ProbeContext) -> u32 {
     let layout = LAYOUT.load();
@@ -253,30 +253,43 @@ pub fn pkeyfw_destroy(ctx: ProbeContext) -> u32 {
     if let Some(outcome) = capture::destroyed(&mut Live::now(), qpn) {
         count(outcome);
     }
-    let _ = keep(Pending {
-        verb: DESTROY,
-        qpn,
-        peer: PeerKey::default(),
-        qkey: 0,
-    });
     0
 }
 
-/// ib_destroy_qp_user returned: a QP destroyed is unbound; one whose
-/// destruction failed (in use, e.g. attached to a group) keeps its binding.
-#[kretprobe]
-pub fn pkeyfw_destroyed(ctx: RetProbeContext) -> u32 {
-    if let Some(p) = take(DESTROY)
-        && ctx.ret::<i32>() == 0
-    {
-        unbind(p.qpn);
+/// rdma_restrack_finish_del(res) (or rdma_restrack_del on kernels without
+/// the two-step delete): a resource leaves the RDMA core's table; for a QP,
+/// after its driver destroyed it. An entry probe, so none is missed.
+/// The QP's bindings go only if the probe's slot for its QPN is still this
+/// QP's: rxe may hand the number to a new QP before the old one's
+/// destruction gets here, and the new QP's binding must stay.
+#[kprobe]
+pub fn pkeyfw_resource_removed(ctx: ProbeContext) -> u32 {
+    let layout = LAYOUT.load();
+    let Some(res) = ctx.arg::<*const u8>(0) else {
+        return 0;
+    };
+    if read::<u32>(res, layout.res_type) != Some(QpLayout::RESTRACK_QP) {
+        return 0;
+    }
+    let qp = res.wrapping_sub(layout.qp_res as usize);
+    let Some((qpn, _)) = our_qp(&layout, qp) else {
+        return 0;
+    };
+    // SAFETY: the value is copied out at once.
+    match unsafe { KSLOTS.get(&qpn) }.copied() {
+        Some(k) if k.qp == qp as u64 => unbind(qpn, Some(k.slot)),
+        // Another QP's now.
+        Some(_) => {}
+        // Bound by userspace, if at all.
+        None => unbind(qpn, None),
     }
     0
 }
 
 /// A destroyed QP's rule bindings go (a `[[qp]]` entry names a QPN, not a
-/// QP, and stays), with its Q_Key, and its stats slot is free again.
-fn unbind(qpn: u32) {
+/// QP, and stays), with its Q_Key, and the probe's stats slot it held is
+/// free again.
+fn unbind(qpn: u32, slot: Option<u32>) {
     for g in 0..GENERATIONS {
         let key = qp_key(g, qpn);
         // SAFETY: the value is copied out at once.
@@ -287,9 +300,8 @@ fn unbind(qpn: u32) {
         }
     }
     let _ = QKEYS.remove(&qpn);
-    // SAFETY: the value is copied out at once.
-    if let Some(slot) = unsafe { KSLOTS.get(&qpn) }.copied()
-        // Whoever removes the entry frees the slot, once.
+    // Whoever removes the entry frees the slot, once.
+    if let Some(slot) = slot
         && KSLOTS.remove(&qpn).is_ok()
     {
         let _ = FREE_SLOTS.push(&slot, 0);
@@ -487,18 +499,28 @@ pub fn pkeyfw_resource_added(ctx: ProbeContext) -> u32 {
         return 0;
     }
     let qp = res.wrapping_sub(layout.qp_res as usize);
-    if read::<u8>(res, layout.res_user).unwrap_or(0) != 0 {
+    let mut comm = [0u8; 16];
+    if read::<u8>(res, layout.res_user).unwrap_or(0) == 0
+        && let Some(name) = read::<*const u8>(res, layout.res_kern_name)
+    {
+        // SAFETY: bpf_probe_read_kernel_str checks the address.
+        let _ = unsafe { bpf_probe_read_kernel_str_bytes(name, &mut comm) };
+    }
+    // uverbs makes a process's XRC target QPs as a kernel user would: they
+    // are the process's. (Compared as words: one branch.)
+    // SAFETY: 16 bytes either way.
+    let [c0, c1]: [u64; 2] = unsafe { core::mem::transmute(comm) };
+    let [u0, u1]: [u64; 2] = unsafe { core::mem::transmute(UVERBS) };
+    if (c0 | c1) == 0 || ((c0 ^ u0) | (c1 ^ u1)) == 0 {
         created(&layout, qp, &Task::current(&layout));
     } else {
-        let mut comm = [0u8; 16];
-        if let Some(name) = read::<*const u8>(res, layout.res_kern_name) {
-            // SAFETY: bpf_probe_read_kernel_str checks the address.
-            let _ = unsafe { bpf_probe_read_kernel_str_bytes(name, &mut comm) };
-        }
         created(&layout, qp, &KernelUser { comm });
     }
     0
 }
+
+/// The module name uverbs gives the QPs it makes for a process.
+const UVERBS: [u8; 16] = *b"ib_uverbs\0\0\0\0\0\0\0";
 
 /// A QP was created: an rxe QP's socket is tagged with its QPN before the
 /// QP can send, so that the egress program knows which QP sent a frame from
@@ -512,7 +534,7 @@ fn created<C: Creator>(layout: &QpLayout, qp: *const u8, creator: &C) {
             let _ = SOCKETS.insert(&sk, &qpn, 0);
         }
         if let Some(transport) = read::<u32>(qp, layout.qp_type).and_then(transport) {
-            bind(qpn, transport, creator);
+            bind(qp, qpn, transport, creator);
         }
     }
     // A full ring already holds a wake-up; losing this one changes nothing.
@@ -537,7 +559,7 @@ fn transport(ib_qp_type: u32) -> Option<QpType> {
 /// QP with this number (its destruction unseen) goes. (A reload writes the
 /// idle generation from RDMA netlink and binds what it missed once live.)
 #[inline(always)]
-fn bind<C: Creator>(qpn: u32, transport: QpType, creator: &C) {
+fn bind<C: Creator>(qp: *const u8, qpn: u32, transport: QpType, creator: &C) {
     let g = Live::now().generation;
     let key = qp_key(g, qpn);
     // SAFETY: the value is copied out at once.
@@ -559,7 +581,7 @@ fn bind<C: Creator>(qpn: u32, transport: QpType, creator: &C) {
     };
     // SAFETY: the value is copied out at once.
     let qkey = unsafe { QKEYS.get(&qpn) }.copied();
-    let bound = stats_slot(qpn).is_some_and(|slot| {
+    let bound = stats_slot(qpn, qp).is_some_and(|slot| {
         QPS.insert(&key, &rule.entry(transport, slot, qkey), 0)
             .is_ok()
     });
@@ -589,34 +611,36 @@ fn first_match<C: Creator>(g: u32, creator: &C, qpn: u32, transport: QpType) -> 
     MAX_RULES
 }
 
-/// A zeroed `QP_STATS` slot for `qpn`: the one it holds (its last QP's
-/// destruction unseen), or a free one: one a destroyed QP gave back, else
-/// the next never used. O(1) either way.
+/// A zeroed `QP_STATS` slot for QP `qp` numbered `qpn`: the one its QPN
+/// holds (an earlier QP's destruction unseen), or a free one: one a
+/// destroyed QP gave back, else the next never used. O(1) either way.
 #[inline(always)]
-fn stats_slot(qpn: u32) -> Option<u32> {
+fn stats_slot(qpn: u32, qp: *const u8) -> Option<u32> {
     // SAFETY: the value is copied out at once.
     let slot = match unsafe { KSLOTS.get(&qpn) }.copied() {
-        Some(slot) => slot,
-        None => {
-            let slot = match FREE_SLOTS.pop().ok().flatten() {
-                Some(slot) => slot,
-                None => {
-                    let next = NEXT_SLOT.get_ptr_mut(0)?;
-                    // SAFETY: the map's only element, 8-byte aligned.
-                    let n = unsafe { fetch_add(next) };
-                    if n >= u64::from(KERNEL_SLOTS) {
-                        return None;
-                    }
-                    LAYOUT.load().first_slot + n as u32
+        Some(k) => k.slot,
+        None => match FREE_SLOTS.pop().ok().flatten() {
+            Some(slot) => slot,
+            None => {
+                let next = NEXT_SLOT.get_ptr_mut(0)?;
+                // SAFETY: the map's only element, 8-byte aligned.
+                let n = unsafe { fetch_add(next) };
+                if n >= u64::from(KERNEL_SLOTS) {
+                    return None;
                 }
-            };
-            if KSLOTS.insert(&qpn, &slot, 0).is_err() {
-                let _ = FREE_SLOTS.push(&slot, 0);
-                return None;
+                LAYOUT.load().first_slot + n as u32
             }
-            slot
-        }
+        },
     };
+    let owned = KernelSlot {
+        slot,
+        _pad: 0,
+        qp: qp as u64,
+    };
+    if KSLOTS.insert(&qpn, &owned, 0).is_err() {
+        let _ = FREE_SLOTS.push(&slot, 0);
+        return None;
+    }
     let _ = QP_STATS.set(slot, &QpStats::default(), 0);
     Some(slot)
 }
@@ -650,25 +674,45 @@ struct Task {
 }
 
 impl Task {
+    /// Read without a branch on whether each read worked (an unreadable
+    /// field keeps its "matches nothing" value: u32::MAX is no uid or gid),
+    /// so that every creation reaches the rules in one verifier state.
     fn current(layout: &QpLayout) -> Task {
         // SAFETY: no preconditions.
         let task = unsafe { bpf_get_current_task() } as *const u8;
-        let cred: Option<*const u8> = read(task, layout.task_cred);
-        let net: Option<*const u8> = read::<*const u8>(task, layout.task_nsproxy)
-            .and_then(|ns| read(ns, layout.nsproxy_net));
+        let cred: *const u8 = read_or(task, layout.task_cred, ptr::null());
+        let nsproxy: *const u8 = read_or(task, layout.task_nsproxy, ptr::null());
+        let net: *const u8 = read_or(nsproxy, layout.nsproxy_net, ptr::null());
+        let mut comm = [0u8; 16];
+        // SAFETY: a buffer of the size given.
+        unsafe {
+            generated::bpf_get_current_comm(comm.as_mut_ptr().cast(), comm.len() as u32);
+        }
         Task {
             pid: (bpf_get_current_pid_tgid() >> 32) as u32,
-            // Unreadable ids match no rule: u32::MAX is no uid or gid.
-            uid: cred
-                .and_then(|c| read(c, layout.cred_euid))
-                .unwrap_or(u32::MAX),
-            gid: cred
-                .and_then(|c| read(c, layout.cred_egid))
-                .unwrap_or(u32::MAX),
-            netns: net.and_then(|n| read(n, layout.net_inum)).unwrap_or(0),
-            comm: bpf_get_current_comm().unwrap_or([0; 16]),
+            uid: read_or(cred, layout.cred_euid, u32::MAX),
+            gid: read_or(cred, layout.cred_egid, u32::MAX),
+            netns: read_or(net, layout.net_inum, 0),
+            comm,
         }
     }
+}
+
+/// A `T` at `base + offset` in kernel memory, `or` if unreadable, with no
+/// branch on which.
+#[inline(always)]
+fn read_or<T: Copy>(base: *const u8, offset: u32, or: T) -> T {
+    let mut v = or;
+    // SAFETY: bpf_probe_read_kernel checks the address and leaves `v` as it
+    // was (zeroed, in fact: so `or` only names the intent) on failure.
+    unsafe {
+        generated::bpf_probe_read_kernel(
+            (&mut v as *mut T).cast(),
+            size_of::<T>() as u32,
+            base.wrapping_add(offset as usize).cast(),
+        );
+    }
+    v
 }
 
 impl Creator for Task {

@@ -16,7 +16,7 @@ use std::{
     path::Path,
 };
 
-use anyhow::{Context as _, Result, anyhow};
+use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{MapData, RingBuf},
@@ -29,16 +29,27 @@ use crate::{control::rdma, loading::btf::Btf};
 /// The probes object built from pkeyfw-ebpf's `pkeyfw-probes`.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pkeyfw-probes"));
 
-/// The probe on where every new QP becomes visible (user and kernel QPs).
-const CREATION: (&str, &str) = ("pkeyfw_resource_added", "rdma_restrack_add");
+/// The probe on where every QP becomes visible (user and kernel QPs).
+const BINDER: (&str, &str) = ("pkeyfw_resource_added", "rdma_restrack_add");
+/// The probe on where a QP leaves the table once destroyed, and the
+/// functions that are that place, newest kernels first: a destroy that
+/// succeeds ends in rdma_restrack_finish_del where the kernel deletes in
+/// two steps (Debian's 6.1 among them), else in rdma_restrack_del.
+const UNBINDER: (&str, [&str; 3]) = (
+    "pkeyfw_resource_removed",
+    [
+        "rdma_restrack_finish_del",
+        "rdma_restrack_commit_del",
+        "rdma_restrack_del",
+    ],
+);
 /// The probes that read the RDMA structures, and what they probe: the
 /// modify every user QP's goes through (uverbs), the destroy, the multicast
 /// attach (uverbs and kernel users alike).
-const READERS: [(&str, &str); 6] = [
+const READERS: [(&str, &str); 5] = [
     ("pkeyfw_modify", "ib_modify_qp_with_udata"),
     ("pkeyfw_modified", "ib_modify_qp_with_udata"),
     ("pkeyfw_destroy", "ib_destroy_qp_user"),
-    ("pkeyfw_destroyed", "ib_destroy_qp_user"),
     ("pkeyfw_join", "ib_attach_mcast"),
     ("pkeyfw_joined", "ib_attach_mcast"),
 ];
@@ -89,8 +100,19 @@ impl Probes {
                 .iter()
                 .try_for_each(|&(p, f)| attach(&mut ebpf, p, f, pins))
         });
-        let (p, f) = CREATION;
+        let (p, f) = BINDER;
         attach(&mut ebpf, p, f, pins).map_err(|e| anyhow!("{e} (is ib_core loaded?)"))?;
+        let (p, places) = UNBINDER;
+        let mut tried = Vec::new();
+        if !places.iter().any(|f| match attach(&mut ebpf, p, f, pins) {
+            Ok(()) => true,
+            Err(e) => {
+                tried.push(e);
+                false
+            }
+        }) {
+            bail!("no place to see a QP destroyed: {}", tried.join("; "));
+        }
         let ring = RingBuf::try_from(
             ebpf.take_map("QP_CREATED")
                 .ok_or_else(|| anyhow!("the probes object has no ring buffer"))?,

@@ -23,8 +23,8 @@ use pkeyfw_common::{
     Capture, Reason, Stamp, Verdict,
     abi::{
         Config, ConnKey, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS,
-        LAYOUT_VERSION, MAPS, MapKind, OTHER_PARTITION, QPN_MASK, QpEntry, QpStats, name,
-        port_key_index, qp_flags, qp_key, violation_key,
+        KernelSlot, LAYOUT_VERSION, MAPS, MapKind, OTHER_PARTITION, QPN_MASK, QpEntry, QpStats,
+        name, port_key_index, qp_flags, qp_key, violation_key,
     },
     reason::{REASON_SLOTS, reason_slot},
     tenant::{BindSpec, MAX_RULES},
@@ -103,7 +103,7 @@ pub struct Maps {
     violations: HashMap<MapData, u32, u64>,
     bind_rules: Array<MapData, BindSpec>,
     qkeys: HashMap<MapData, u32, u32>,
-    kslots: HashMap<MapData, u32, u32>,
+    kslots: HashMap<MapData, u32, KernelSlot>,
     /// The other maps, held open.
     _rest: Vec<Map>,
 }
@@ -373,32 +373,66 @@ impl Maps {
                 .filter(|(q, e)| keep && e.flags & qp_flags::PROBE != 0 && !entry(q))
                 .collect::<Vec<_>>()
         };
+        let carried = probed(held);
         let written = self
             .write(idle, policy, &rules, slots)
-            .and_then(|()| self.put(idle, &probed(held)));
+            .and_then(|()| self.put(idle, &carried));
         if let Err(e) = written {
             let _ = self.clear(idle);
             return Err(e.context("the running policy is unchanged"));
         }
         self.active.set(0, &idle, 0).context("switching ACTIVE")?;
         self.retired = Some(Instant::now());
-        // Bound by the probe in the retired generation while this one was
-        // written: carried over. (The probe's QPs are those holding one of
-        // its slots: few, where the whole table may hold millions.)
-        let mut late = Vec::new();
         if keep {
-            for qpn in self.kslots.keys() {
-                let qpn = qpn.context("reading KSLOTS")?;
-                if let Ok(e) = self.qps.get(&qp_key(active, qpn), 0)
-                    && e.flags & qp_flags::PROBE != 0
-                    && !entry(&qpn)
-                    && self.qps.get(&qp_key(idle, qpn), 0).is_err()
-                {
-                    late.push((qpn, e));
-                }
+            // The probe wrote the retired generation until now (a run of it
+            // that read ACTIVE before the switch is over within this).
+            std::thread::sleep(Duration::from_millis(1));
+            self.settle(active, idle, &carried, &entry)?;
+        }
+        Ok(())
+    }
+
+    /// After a switch with the rules kept: the probe's bindings in the new
+    /// generation `new` made as in the retired one `old`, which the probe
+    /// kept current while `new` was written. What was carried over and not
+    /// touched since follows `old` (a QP destroyed meanwhile goes, one
+    /// created anew with the number is rebound); a QP the probe bound only
+    /// in `old` meanwhile is added (its QPN holds one of the probe's slots:
+    /// few, where the table may hold millions). An entry the probe wrote
+    /// into `new` since the switch is left alone.
+    fn settle(
+        &mut self,
+        old: u32,
+        new: u32,
+        carried: &[(u32, QpEntry)],
+        entry: &impl Fn(&u32) -> bool,
+    ) -> Result<()> {
+        let probe_bound = |qps: &HashMap<MapData, u32, QpEntry>, g: u32, qpn: u32| {
+            qps.get(&qp_key(g, qpn), 0)
+                .ok()
+                .filter(|e| e.flags & qp_flags::PROBE != 0)
+        };
+        for &(qpn, put) in carried {
+            if self.qps.get(&qp_key(new, qpn), 0).ok() != Some(put) {
+                continue;
+            }
+            match probe_bound(&self.qps, old, qpn) {
+                Some(e) if e == put => {}
+                Some(e) => self.put(new, &[(qpn, e)])?,
+                None => ignore_missing(self.qps.remove(&qp_key(new, qpn)))?,
             }
         }
-        self.put(idle, &late)
+        let mut late = Vec::new();
+        for qpn in self.kslots.keys() {
+            let qpn = qpn.context("reading KSLOTS")?;
+            if let Some(e) = probe_bound(&self.qps, old, qpn)
+                && !entry(&qpn)
+                && self.qps.get(&qp_key(new, qpn), 0).is_err()
+            {
+                late.push((qpn, e));
+            }
+        }
+        self.put(new, &late)
     }
 
     /// Writes QP-table entries into generation `g` as they are.

@@ -347,6 +347,16 @@ fn rule(
             "a kernel user's QPs have no process: give comm (the module's name), qpn or type, not cgroup, uid, gid, netns or pid",
         ));
     }
+    if kernel
+        && let Some(c) = &raw.comm
+        && c.get_ref() == "ib_uverbs"
+    {
+        return Err(cx.err(
+            c.span(),
+            &format!("{field}.comm"),
+            "ib_uverbs makes QPs for processes, which are bound as the process's, never by a kernel rule",
+        ));
+    }
     let uid = raw
         .uid
         .as_ref()

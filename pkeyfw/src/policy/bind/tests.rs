@@ -440,6 +440,12 @@ fn matchers_combine() {
         "bind[0].kernel",
         "have no process",
     );
+    refused(
+        &bind("kernel = true\ncomm = \"ib_uverbs\"\npkey = 0xffff\n"),
+        5,
+        "bind[0].comm",
+        "QPs for processes",
+    );
 }
 
 #[test]

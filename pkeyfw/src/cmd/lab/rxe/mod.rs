@@ -129,6 +129,7 @@ fn judge(sc: &Scenario, o: &Observed) -> bool {
         && refused_at_server(&o.reasons)
         && o.client_reasons.is_none_or(|c| refused_only(&c, None))
         && o.bad_icrc <= if foreign { run::FOREIGN_DATAGRAMS } else { 0 }
+        && o.leftover == 0
         && (!policy.stamp || (o.stamped > 0 && o.rxe_rcvd == o.passed))
         && attack_failed(sc, o)
 }
@@ -245,6 +246,7 @@ fn results(scenarios: &[Scenario], rows: &[Observed]) -> serde_json::Value {
                 "client_reasons": o.client_reasons.as_ref().map(crate::reporting::describe::reasons_json),
                 "stamped": o.stamped,
                 "unbound": o.unbound,
+                "leftover_bindings": o.leftover,
                 "probes": {
                     "server": probes_json(&o.probes[0]),
                     "client": probes_json(&o.probes[1]),

@@ -59,6 +59,9 @@ pub struct Observed {
     pub unbound: u64,
     /// What each end's RDMA probes counted: [server, client].
     pub probes: [CaptureCounts; 2],
+    /// QPs the probe bound and still binds once every program is gone
+    /// (their destruction must have unbound them): both ends.
+    pub leftover: u64,
     /// Whether an attachment printed a foreign-join violation.
     pub join_reported: bool,
     /// Frames each end's rxe device took in (`rcvd_pkts`, counted once a
@@ -300,6 +303,16 @@ pub fn scenario(
         stop(t);
     }
     let rcvd_after = [server_end, client_end].map(rxe_rcvd);
+    // Every program is gone: the probe must have unbound every QP it bound.
+    std::thread::sleep(Duration::from_millis(100));
+    let leftover = [Some(server_end), client_attach.as_ref().map(|_| client_end)]
+        .into_iter()
+        .flatten()
+        .map(|end| {
+            let maps = Maps::from_pins(&Pins::of(&end.iface).dir)?;
+            Ok(maps.bound_by()?[2].1)
+        })
+        .sum::<Result<u64>>()?;
     let counted = |end: &End| -> Result<(ReasonCounts, [u64; 2], CaptureCounts)> {
         let maps = Maps::from_pins(&Pins::of(&end.iface).dir)?;
         let stamps = maps.stamps()?;
@@ -359,6 +372,7 @@ pub fn scenario(
         join_reported: attach_lines
             .iter()
             .any(|l| l.contains("violation foreign_join")),
+        leftover,
         rxe_rcvd: [0, 1].map(|i| rcvd_after[i].saturating_sub(rcvd_before[i])),
         passed: [passed(Some(&reasons)), passed(client_reasons.as_ref())],
         captures,
