@@ -18,10 +18,10 @@
 //! - `pkeyfw_resource_added` also tags an rdma_rxe QP's kernel socket with its
 //!   QPN (`SOCKETS`), so that stamping knows the sender of every frame of a
 //!   QP created while the probes run, whatever the frame names.
-//! - `pkeyfw_destroy` forgets a destroyed QP's peer and socket;
-//!   `pkeyfw_resource_removed` (rdma_restrack_finish_del, or
-//!   rdma_restrack_del, reached once a destroy succeeded) unbinds it if a rule bound it, frees its stats slot and
-//!   forgets its Q_Key.
+//! - `pkeyfw_resource_removed` (rdma_restrack_finish_del, or
+//!   rdma_restrack_del, reached once a destroy succeeded) forgets a
+//!   destroyed QP's peer and socket tag, unbinds it if a rule bound it,
+//!   frees its stats slot and forgets its Q_Key.
 //! - `pkeyfw_join` / `pkeyfw_joined` report a QP that joins a multicast
 //!   group of another partition (ib_attach_mcast).
 #![no_std]
@@ -231,31 +231,6 @@ fn qkey_set(qpn: u32, qkey: u32) {
     }
 }
 
-/// ib_destroy_qp_user(qp, udata): the QP's peer and its socket's tag go
-/// with it (on entry: a failed destroy only leaves the QP's frames
-/// unattributed, stamped with the port's default P_Key). Its binding goes
-/// at `pkeyfw_resource_removed`, reached only by a destroy that succeeded.
-#[kprobe]
-pub fn pkeyfw_destroy(ctx: ProbeContext) -> u32 {
-    let layout = LAYOUT.load();
-    let Some(qp) = ctx.arg::<*const u8>(0) else {
-        return 0;
-    };
-    let Some((qpn, slot)) = our_qp(&layout, qp) else {
-        return 0;
-    };
-    if let Some(sk) = qp_socket(&layout, qp, slot)
-        // SAFETY: the value is copied out at once.
-        && unsafe { SOCKETS.get(&sk) }.copied() == Some(qpn)
-    {
-        let _ = SOCKETS.remove(&sk);
-    }
-    if let Some(outcome) = capture::destroyed(&mut Live::now(), qpn) {
-        count(outcome);
-    }
-    0
-}
-
 /// rdma_restrack_finish_del(res) (or rdma_restrack_del on kernels without
 /// the two-step delete): a resource leaves the RDMA core's table; for a QP,
 /// after its driver destroyed it. An entry probe, so none is missed.
@@ -272,17 +247,29 @@ pub fn pkeyfw_resource_removed(ctx: ProbeContext) -> u32 {
         return 0;
     }
     let qp = res.wrapping_sub(layout.qp_res as usize);
-    let Some((qpn, _)) = our_qp(&layout, qp) else {
+    let Some((qpn, device)) = our_qp(&layout, qp) else {
         return 0;
     };
-    // SAFETY: the value is copied out at once.
-    match unsafe { KSLOTS.get(&qpn) }.copied() {
-        Some(k) if k.qp == qp as u64 => unbind(qpn, Some(k.slot)),
-        // Another QP's now.
-        Some(_) => {}
-        // Bound by userspace, if at all.
-        None => unbind(qpn, None),
+    // Its socket's tag goes (the driver has stopped its sending: none of
+    // its frames leaves untagged).
+    if let Some(sk) = qp_socket(&layout, qp, device)
+        // SAFETY: the value is copied out at once.
+        && unsafe { SOCKETS.get(&sk) }.copied() == Some(qpn)
+    {
+        let _ = SOCKETS.remove(&sk);
     }
+    // SAFETY: the value is copied out at once.
+    let slot = match unsafe { KSLOTS.get(&qpn) }.copied() {
+        Some(k) if k.qp == qp as u64 => Some(k.slot),
+        // Another QP's now: its peer and bindings stay.
+        Some(_) => return 0,
+        // Bound by userspace, if at all.
+        None => None,
+    };
+    if let Some(outcome) = capture::destroyed(&mut Live::now(), qpn) {
+        count(outcome);
+    }
+    unbind(qpn, slot);
     0
 }
 

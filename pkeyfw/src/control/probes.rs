@@ -44,12 +44,11 @@ const UNBINDER: (&str, [&str; 3]) = (
     ],
 );
 /// The probes that read the RDMA structures, and what they probe: the
-/// modify every user QP's goes through (uverbs), the destroy, the multicast
-/// attach (uverbs and kernel users alike).
-const READERS: [(&str, &str); 5] = [
+/// modify every user QP's goes through (uverbs), the multicast attach
+/// (uverbs and kernel users alike).
+const READERS: [(&str, &str); 4] = [
     ("pkeyfw_modify", "ib_modify_qp_with_udata"),
     ("pkeyfw_modified", "ib_modify_qp_with_udata"),
-    ("pkeyfw_destroy", "ib_destroy_qp_user"),
     ("pkeyfw_join", "ib_attach_mcast"),
     ("pkeyfw_joined", "ib_attach_mcast"),
 ];
