@@ -240,13 +240,9 @@ fn qkey_set(qpn: u32, qkey: u32) {
 #[kprobe]
 pub fn pkeyfw_resource_removed(ctx: ProbeContext) -> u32 {
     let layout = LAYOUT.load();
-    let Some(res) = ctx.arg::<*const u8>(0) else {
+    let Some((_, qp)) = restrack_qp(&ctx, &layout) else {
         return 0;
     };
-    if read::<u32>(res, layout.res_type) != Some(QpLayout::RESTRACK_QP) {
-        return 0;
-    }
-    let qp = res.wrapping_sub(layout.qp_res as usize);
     let Some((qpn, device)) = our_qp(&layout, qp) else {
         return 0;
     };
@@ -479,13 +475,9 @@ fn read<T>(base: *const u8, offset: u32) -> Option<T> {
 #[kprobe]
 pub fn pkeyfw_resource_added(ctx: ProbeContext) -> u32 {
     let layout = LAYOUT.load();
-    let Some(res) = ctx.arg::<*const u8>(0) else {
+    let Some((res, qp)) = restrack_qp(&ctx, &layout) else {
         return 0;
     };
-    if read::<u32>(res, layout.res_type) != Some(QpLayout::RESTRACK_QP) {
-        return 0;
-    }
-    let qp = res.wrapping_sub(layout.qp_res as usize);
     let mut comm = [0u8; 16];
     if read::<u8>(res, layout.res_user).unwrap_or(0) == 0
         && let Some(name) = read::<*const u8>(res, layout.res_kern_name)
@@ -504,6 +496,17 @@ pub fn pkeyfw_resource_added(ctx: ProbeContext) -> u32 {
         created(&layout, qp, &KernelUser { comm });
     }
     0
+}
+
+/// The restrack entry a restrack probe was given, and its `struct ib_qp`,
+/// when the entry is a QP's (the entry is embedded in the QP).
+#[inline(always)]
+fn restrack_qp(ctx: &ProbeContext, layout: &QpLayout) -> Option<(*const u8, *const u8)> {
+    let res: *const u8 = ctx.arg(0)?;
+    if read::<u32>(res, layout.res_type)? != QpLayout::RESTRACK_QP {
+        return None;
+    }
+    Some((res, res.wrapping_sub(layout.qp_res as usize)))
 }
 
 /// The module name uverbs gives the QPs it makes for a process.
