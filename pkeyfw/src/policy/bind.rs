@@ -306,32 +306,13 @@ fn rule(
             "matches every QP; give at least one of cgroup, uid, gid, netns, kernel, comm, pid, qpn, type",
         ));
     }
-    let cgroup = raw
-        .cgroup
-        .as_ref()
-        .map(|c| {
-            identity::cgroup(Path::new(c.get_ref())).map_err(|why| {
-                cx.err(
-                    c.span(),
-                    &format!("{field}.cgroup"),
-                    format!("`{}` {why}", c.get_ref()),
-                )
-            })
-        })
-        .transpose()?;
-    let netns = raw
-        .netns
-        .as_ref()
-        .map(|n| {
-            identity::netns(Path::new(n.get_ref())).map_err(|why| {
-                cx.err(
-                    n.span(),
-                    &format!("{field}.netns"),
-                    format!("`{}` {why}", n.get_ref()),
-                )
-            })
-        })
-        .transpose()?;
+    let cgroup = resolved(
+        cx,
+        &raw.cgroup,
+        &format!("{field}.cgroup"),
+        identity::cgroup,
+    )?;
+    let netns = resolved(cx, &raw.netns, &format!("{field}.netns"), identity::netns)?;
     let kernel = raw.kernel.as_ref().is_some_and(|k| *k.get_ref());
     if let Some(k) = &raw.kernel
         && *k.get_ref()
@@ -426,6 +407,21 @@ fn rule(
         pkey,
         qkey,
     })
+}
+
+/// A path the rule names, resolved to what it claims to be.
+fn resolved<T>(
+    cx: &Ctx,
+    path: &Option<Spanned<String>>,
+    field: &str,
+    resolve: fn(&Path) -> Result<T, String>,
+) -> Result<Option<T>, PolicyError> {
+    path.as_ref()
+        .map(|p| {
+            resolve(Path::new(p.get_ref()))
+                .map_err(|why| cx.err(p.span(), field, format!("`{}` {why}", p.get_ref())))
+        })
+        .transpose()
 }
 
 /// A uid or gid: what the kernel's `(uid_t)-1` ("no id") is not.

@@ -37,6 +37,16 @@ pub struct Netns {
     pub inode: u32,
 }
 
+/// Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or
+/// /sys/fs/cgroup/unified on a hybrid host), if it is.
+pub fn cgroup2_mount() -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    let line = mounts
+        .lines()
+        .find(|l| l.split_whitespace().nth(2) == Some("cgroup2"))?;
+    line.split_whitespace().nth(1).map(PathBuf::from)
+}
+
 /// Resolves a cgroup v2 directory; the error says what it is instead.
 pub fn cgroup(path: &Path) -> Result<Cgroup, String> {
     let meta = std::fs::metadata(path).map_err(|e| format!("cannot read it: {e}"))?;
@@ -122,20 +132,9 @@ fn fs_magic(path: &Path) -> Result<i64, String> {
 mod tests {
     use super::*;
 
-    /// Where cgroup2 is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified
-    /// on a hybrid hierarchy).
-    fn cgroup2_mount() -> PathBuf {
-        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
-        let line = mounts
-            .lines()
-            .find(|l| l.split_whitespace().nth(2) == Some("cgroup2"))
-            .expect("cgroup2 is mounted");
-        PathBuf::from(line.split_whitespace().nth(1).unwrap())
-    }
-
     #[test]
     fn the_root_cgroup_and_the_current_netns_resolve() {
-        let root = cgroup(&cgroup2_mount()).expect("the cgroup2 root");
+        let root = cgroup(&cgroup2_mount().expect("cgroup2 is mounted")).expect("the cgroup2 root");
         assert_eq!((root.name.as_str(), root.id, root.level), ("/", 1, 0));
         let ns = netns(Path::new("/proc/self/ns/net")).expect("a netns");
         let ino = std::fs::metadata("/proc/self/ns/net").unwrap().ino();
@@ -144,7 +143,9 @@ mod tests {
 
     #[test]
     fn a_cgroup_below_the_root_has_its_depth_and_name() {
-        let dir = cgroup2_mount().join(format!("pkeyfw-test-{}", std::process::id()));
+        let dir = cgroup2_mount()
+            .expect("cgroup2 is mounted")
+            .join(format!("pkeyfw-test-{}", std::process::id()));
         std::fs::create_dir(&dir).unwrap();
         std::fs::create_dir(dir.join("a")).unwrap();
         let got = cgroup(&dir.join("a"));

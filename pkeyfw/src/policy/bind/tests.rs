@@ -588,7 +588,9 @@ fn creator_matchers_match_the_owner() {
     use crate::control::rdma::Owner;
     let p = parse(&format!(
         "{PORT}[[bind]]\ncgroup = \"{}\"\nuid = 1001\npkey = 0x8001\n",
-        cgroup2_root().display()
+        crate::policy::identity::cgroup2_mount()
+            .expect("cgroup2 is mounted")
+            .display()
     ))
     .unwrap();
     let mut qp = Qp::user(0x40, IbQpType::Rc, 1, "app");
@@ -603,14 +605,4 @@ fn creator_matchers_match_the_owner() {
     assert!(rule.matches(&qp), "the root cgroup holds every cgroup");
     qp.owner.as_mut().unwrap().uid = 1002;
     assert!(!rule.matches(&qp));
-}
-
-/// Where cgroup2 is mounted (/sys/fs/cgroup/unified on a hybrid host).
-fn cgroup2_root() -> std::path::PathBuf {
-    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
-    let line = mounts
-        .lines()
-        .find(|l| l.split_whitespace().nth(2) == Some("cgroup2"))
-        .expect("cgroup2 is mounted");
-    line.split_whitespace().nth(1).unwrap().into()
 }

@@ -14,6 +14,8 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+use crate::policy::identity::cgroup2_mount;
+
 /// The lab's cgroups' parent, below the cgroup v2 root.
 const PARENT: &str = "pkeyfw-lab";
 /// The lab's cgroups.
@@ -68,17 +70,9 @@ impl Tenant {
     }
 }
 
-/// Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or
-/// /sys/fs/cgroup/unified on a hybrid host).
-pub fn cgroup_root() -> PathBuf {
-    std::fs::read_to_string("/proc/self/mounts")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find(|l| l.split_whitespace().nth(2) == Some("cgroup2"))
-                .and_then(|l| l.split_whitespace().nth(1).map(PathBuf::from))
-        })
-        .unwrap_or_else(|| PathBuf::from("/sys/fs/cgroup"))
+/// Where the cgroup v2 hierarchy is, once [`Tenants::create`] made sure.
+fn cgroup_root() -> PathBuf {
+    cgroup2_mount().unwrap_or_else(|| PathBuf::from("/sys/fs/cgroup"))
 }
 
 /// A policy's text with the lab's paths in place of `@CGROUPS@` (the
@@ -99,7 +93,7 @@ pub struct Tenants {
 impl Tenants {
     pub fn create() -> Result<Tenants> {
         let mut t = Tenants { mounted: None };
-        if !std::fs::read_to_string("/proc/self/mounts")?.contains(" cgroup2 ") {
+        if cgroup2_mount().is_none() {
             let at = Path::new("/sys/fs/cgroup");
             std::fs::create_dir_all(at)?;
             run(&["mount", "-t", "cgroup2", "cgroup2", "/sys/fs/cgroup"])?;
