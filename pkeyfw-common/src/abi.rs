@@ -14,6 +14,7 @@ pub mod name {
     pub const GROUPS: &str = "GROUPS";
     pub const PORT_KEYS: &str = "PORT_KEYS";
     pub const REASONS: &str = "REASONS";
+    pub const XMIT_REASONS: &str = "XMIT_REASONS";
     pub const QP_STATS: &str = "QP_STATS";
     pub const EVENTS: &str = "EVENTS";
     pub const EVENT_BUDGET: &str = "EVENT_BUDGET";
@@ -41,7 +42,7 @@ pub const LAYOUT_VERSION: u32 = LAYOUT << 24
     | (crate::Stamp::COUNT as u32) << 8
     | crate::Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 8;
+const LAYOUT: u32 = 9;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -86,7 +87,7 @@ pub struct MapSpec {
 
 /// Every map of the filter object: the loader takes, pins, opens and sizes
 /// the maps from this table, and refuses an object with a map it lacks.
-pub const MAPS: [MapSpec; 22] = {
+pub const MAPS: [MapSpec; 23] = {
     use MapKind::*;
     use MapSize::*;
     const fn spec(name: &'static str, kind: MapKind, size: MapSize) -> MapSpec {
@@ -100,6 +101,7 @@ pub const MAPS: [MapSpec; 22] = {
         spec(name::GROUPS, HashMap, Fixed),
         spec(name::PORT_KEYS, HashMap, Fixed),
         spec(name::REASONS, PerCpuArray, Fixed),
+        spec(name::XMIT_REASONS, PerCpuArray, Fixed),
         spec(name::QP_STATS, Array, Slots),
         spec(name::EVENTS, RingBuf, Fixed),
         spec(name::EVENT_BUDGET, PerCpuArray, Fixed),
@@ -224,7 +226,24 @@ pub struct Config {
     /// Non-zero: stamp outgoing frames with the sending QP's P_Key and
     /// restore 0xFFFF in passed incoming ones (see [`crate::stamp`]).
     pub stamp: u8,
-    pub _pad: [u8; 3],
+    /// [`switch_flags`] bits: non-zero makes this a switch port (see
+    /// [`crate::switch`]), where none of the host's rules apply.
+    pub switch: u8,
+    /// A switch access port's P_Key: frames entering with 0xFFFF get it,
+    /// frames leaving get 0xFFFF back. 0: not an access port.
+    pub access_pkey: u16,
+}
+
+/// [`Config::switch`] bits.
+pub mod switch_flags {
+    /// A switch port: set whenever any other bit or an access key is.
+    pub const PORT: u8 = 1 << 0;
+    /// Check frames received on the port (PortRcvConstraintErrors).
+    pub const INBOUND: u8 = 1 << 1;
+    /// Check frames forwarded out of the port (PortXmitConstraintErrors).
+    pub const OUTBOUND: u8 = 1 << 2;
+    /// Pass refused frames with their ICRC broken instead of dropping them.
+    pub const CORRUPT: u8 = 1 << 3;
 }
 
 /// `QPS` value: the receiving QP as the policy binds it.
@@ -382,7 +401,11 @@ pub struct Event {
     pub monitor: u8,
     /// An [`EventKind`] as u8.
     pub kind: u8,
-    pub _pad: [u8; 2],
+    /// A [`Direction`](crate::Direction) as u8: where a switch port
+    /// refused the frame.
+    pub direction: u8,
+    /// A [`Verdict`](crate::Verdict) as u8: what was done with the frame.
+    pub verdict: u8,
     /// DETH source QP, for UD (the sender, as a trap names it).
     pub src_qp: u32,
 }
@@ -402,6 +425,9 @@ crate::named_enum! {
         /// `dest_qp` is the QP, `pkey` its P_Key, `qkey` the Q_Key it set,
         /// `src_qp` the policy's.
         QkeyMismatch = 2 => "qkey_mismatch",
+        /// A switch port refused a frame (trap 259, "Bad P_Key (switch
+        /// external port)"): as `Frame`, with `direction`.
+        SwitchPort = 3 => "switch_port",
     }
 }
 

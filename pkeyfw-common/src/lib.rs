@@ -17,11 +17,12 @@ pub mod parse;
 pub mod pkey;
 pub mod reason;
 pub mod stamp;
+pub mod switch;
 pub mod tenant;
 pub mod verdict;
 
 pub use capture::Capture;
 pub use frame::Frame;
-pub use reason::{Outcome, Reason, Verdict};
+pub use reason::{Direction, Outcome, Reason, Verdict};
 pub use stamp::Stamp;
 pub use verdict::{Tables, judge};

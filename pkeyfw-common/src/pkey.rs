@@ -6,6 +6,8 @@ pub const FULL: u16 = 0x8000;
 pub const KEY_MASK: u16 = 0x7fff;
 /// The default P_Key: full member of the default partition.
 pub const DEFAULT: u16 = 0xffff;
+/// The invalid P_Key (key portion 0): matches nothing, anywhere.
+pub const INVALID: u16 = 0x0000;
 
 /// The partition (key portion) of a P_Key.
 #[inline(always)]
@@ -52,6 +54,22 @@ pub mod port {
     #[inline(always)]
     pub const fn holds(pkey: u16, flags: u8) -> bool {
         super::is_valid(pkey) && flags & flag_of(pkey) != 0
+    }
+
+    /// Whether a member whose table's flags for `key(pkey)` are `flags` may
+    /// send `pkey`: a partition the table holds, at no higher membership
+    /// than it gives (a limited member cannot pose as a full one; a full
+    /// one may send as limited). A switch port's inbound check, where the
+    /// host behind the port stands in for the HCA that would send only its
+    /// table's keys.
+    #[inline(always)]
+    pub const fn admits(pkey: u16, flags: u8) -> bool {
+        super::is_valid(pkey)
+            && if super::is_full(pkey) {
+                flags & FULL != 0
+            } else {
+                flags != 0
+            }
     }
 
     /// Whether `pkey` matches some entry of a table whose flags for

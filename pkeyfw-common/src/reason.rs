@@ -40,6 +40,18 @@ crate::named_enum! {
         Drop = 1 => "drop",
         /// Refused, but passed: the policy only monitors.
         Monitor = 2 => "monitor",
+        /// Refused by a switch port, and passed on with its ICRC broken,
+        /// for the receiving HCA to discard (seed 001).
+        Corrupt = 3 => "corrupt",
+    }
+}
+
+crate::named_enum! {
+    /// Where a switch port judged a frame: received on it (XDP), or
+    /// forwarded out of it (TC egress). A host port judges inbound only.
+    pub enum Direction: u8 {
+        Inbound = 0 => "inbound",
+        Outbound = 1 => "outbound",
     }
 }
 
@@ -67,6 +79,9 @@ pub struct Outcome {
     pub allowed: bool,
     /// `false` means XDP_DROP: not allowed, and not in monitor mode.
     pub pass: bool,
+    /// Refused, and to be passed with its ICRC broken (a switch port's
+    /// `corrupt`); `pass` is then true.
+    pub corrupt: bool,
     /// Counter slot of the QP-table entry that judged the frame, if any.
     pub qp_slot: Option<u32>,
     /// The RoCE headers, when the frame is RoCE.
@@ -77,10 +92,11 @@ impl Outcome {
     /// What was done with the frame.
     #[inline(always)]
     pub const fn verdict(&self) -> Verdict {
-        match (self.allowed, self.pass) {
-            (true, _) => Verdict::Pass,
-            (false, false) => Verdict::Drop,
-            (false, true) => Verdict::Monitor,
+        match (self.allowed, self.pass, self.corrupt) {
+            (true, _, _) => Verdict::Pass,
+            (false, false, _) => Verdict::Drop,
+            (false, true, false) => Verdict::Monitor,
+            (false, true, true) => Verdict::Corrupt,
         }
     }
 }

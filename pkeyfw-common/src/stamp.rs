@@ -96,6 +96,9 @@ pub struct Plan {
     pub udp_at: usize,
     /// Offset of the ICRC, the UDP payload's last four bytes.
     pub icrc_at: usize,
+    /// Break the ICRC (every bit flipped) after keeping it true to the new
+    /// P_Key: a switch port's `corrupt` (see [`corruption`]).
+    pub corrupt: bool,
 }
 
 /// The bytes a [`Plan`] writes, given the ICRC and checksum it read.
@@ -124,13 +127,13 @@ impl Plan {
     /// far to patch.
     #[inline(always)]
     pub fn patch(&self, icrc: [u8; 4], check: [u8; 2]) -> Option<Patch> {
-        let new_icrc = icrc::patch_u16(
+        let patched = icrc::patch_u16(
             u32::from_le_bytes(icrc),
             self.old,
             self.new,
             self.bytes_after(),
-        )?
-        .to_le_bytes();
+        )?;
+        let new_icrc = if self.corrupt { !patched } else { patched }.to_le_bytes();
         // The P_Key sits at an even offset of the UDP data (8 + 2); the
         // ICRC's parity is the UDP length's.
         let check_diff = csum::add(
@@ -230,7 +233,28 @@ pub fn ingress<F: Frame + ?Sized>(
 
 /// Locates the rewrite of a RoCE v2 frame's P_Key to `new`.
 #[inline(always)]
-fn plan<F: Frame + ?Sized>(frame: &F, roce: &parse::Roce, new: u16) -> Result<Plan, Stamp> {
+pub fn plan<F: Frame + ?Sized>(frame: &F, roce: &parse::Roce, new: u16) -> Result<Plan, Stamp> {
+    let plan = locate(frame, roce, new)?;
+    if plan.bytes_after() >= icrc::MAX_PATCH_DISTANCE {
+        return Err(Stamp::TooLong);
+    }
+    Ok(plan)
+}
+
+/// Locates the corruption of a RoCE v2 frame, its UDP checksum kept true so
+/// that the frame reaches the receiving HCA and fails there: the P_Key
+/// becomes the invalid 0, and the ICRC is broken.
+#[inline(always)]
+pub fn corruption<F: Frame + ?Sized>(frame: &F, roce: &parse::Roce) -> Result<Plan, Stamp> {
+    Ok(Plan {
+        corrupt: true,
+        ..plan(frame, roce, pkey::INVALID)?
+    })
+}
+
+/// Where a RoCE v2 frame's P_Key, UDP header and ICRC are.
+#[inline(always)]
+fn locate<F: Frame + ?Sized>(frame: &F, roce: &parse::Roce, new: u16) -> Result<Plan, Stamp> {
     let udp_at = roce.udp_at.ok_or(Stamp::NotRoce)?;
     let udp = frame.header::<UdpHdr>(udp_at).ok_or(Stamp::NotRoce)?;
     let icrc_at = (udp_at + u16::from_be_bytes(udp.len) as usize)
@@ -245,10 +269,8 @@ fn plan<F: Frame + ?Sized>(frame: &F, roce: &parse::Roce, new: u16) -> Result<Pl
         new,
         udp_at,
         icrc_at,
+        corrupt: false,
     };
-    if plan.bytes_after() >= icrc::MAX_PATCH_DISTANCE {
-        return Err(Stamp::TooLong);
-    }
     // A UDP length that runs past the frame: there is no ICRC to patch.
     if icrc_at + 4 > frame.wire_len() {
         return Err(Stamp::NotRoce);

@@ -47,6 +47,7 @@ pub fn judge<F: Frame + ?Sized, T: Tables>(frame: &F, tables: &T, config: &Confi
         reason,
         allowed,
         pass: allowed || config.monitor != 0,
+        corrupt: false,
         qp_slot,
         roce,
     }

@@ -1,5 +1,6 @@
 //! The pkeyfw programs: InfiniBand partition enforcement for RoCE (XDP
-//! ingress, or TC ingress in the network stack) and P_Key stamping of outgoing frames (TC egress).
+//! ingress, or TC ingress in the network stack) and P_Key stamping of
+//! outgoing frames (TC egress), on a host's port or a switch's.
 //!
 //! Thin by design: they read and write packet bytes and BPF maps, and leave
 //! every decision to `pkeyfw_common` (`judge`, `stamp`), the same code the
@@ -23,17 +24,18 @@ use aya_ebpf::{
     programs::{TcContext, XdpContext},
 };
 use pkeyfw_common::{
-    Capture, Frame, Outcome, Stamp, Tables,
+    Capture, Direction, Frame, Outcome, Stamp, Tables,
     abi::{
-        Config, ConnKey, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget, GENERATIONS,
-        GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot, PARTITIONS, QpEntry,
-        QpStats, VIOLATION_SLOTS, port_key_index, qp_key, violation_key,
+        Config, ConnKey, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget, EventKind,
+        GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot, PARTITIONS,
+        QpEntry, QpStats, VIOLATION_SLOTS, port_key_index, qp_key, violation_key,
     },
     capture::PeerKey,
     frame::MAX_OFFSET,
     judge, pkey,
     reason::{REASON_SLOTS, reason_slot},
     stamp::{self, Action, Conns, Origin, Plan, UDP_CHECK},
+    switch,
     tenant::{BindSpec, MAX_RULES},
 };
 
@@ -58,9 +60,13 @@ static GROUPS: HashMap<GroupKey, GroupEntry, { GROUP_CAPACITY as usize }> = Hash
 /// Only QP1 frames look here; a hash keeps a generation cheap to clear.
 #[btf_map]
 static PORT_KEYS: HashMap<u32, u8, { (GENERATIONS * PARTITIONS) as usize }> = HashMap::new();
-/// Frames per (reason, verdict), per CPU.
+/// Frames per (reason, verdict), per CPU: received (a host port, or a
+/// switch port's inbound check) and forwarded out (a switch port's outbound
+/// check).
 #[btf_map]
 static REASONS: PerCpuArray<u64, REASON_SLOTS> = PerCpuArray::new();
+#[btf_map]
+static XMIT_REASONS: PerCpuArray<u64, REASON_SLOTS> = PerCpuArray::new();
 /// Frames passed and dropped per QP-table entry (indexed by its slot).
 #[btf_map]
 static QP_STATS: Array<QpStats, { (DEFAULT_QP_CAPACITY + KERNEL_SLOTS) as usize }> = Array::new();
@@ -168,6 +174,9 @@ pub fn pkeyfw_ingress(ctx: TcContext) -> i32 {
 #[inline(always)]
 fn enforce<F: Frame>(frame: &F, rewrite: impl Fn(&Plan) -> Result<(), Stamp>) -> bool {
     let (live, config) = policy();
+    if config.switch != 0 {
+        return switch_port(frame, &live, &config, Direction::Inbound, rewrite);
+    }
     let outcome = judge(frame, &live, &config);
     // After the verdict, which judged the stamped P_Key: the local rxe
     // accepts only 0xFFFF.
@@ -178,10 +187,7 @@ fn enforce<F: Frame>(frame: &F, rewrite: impl Fn(&Plan) -> Result<(), Stamp>) ->
         });
     }
 
-    if let Some(count) = REASONS.get_ptr_mut(reason_slot(outcome.reason, outcome.verdict())) {
-        // SAFETY: a per-CPU slot, written only by this CPU.
-        unsafe { *count += 1 };
-    }
+    count_reason(&REASONS, &outcome);
     if let Some(slot) = outcome.qp_slot
         && let Some(stats) = QP_STATS.get_ptr_mut(slot)
     {
@@ -195,18 +201,72 @@ fn enforce<F: Frame>(frame: &F, rewrite: impl Fn(&Plan) -> Result<(), Stamp>) ->
         };
     }
     if !outcome.allowed {
-        if let Some(roce) = outcome.roce
-            && let Some(key) = violation_key(
-                outcome.reason,
-                roce.pkey,
-                live.port_flags(pkey::key(roce.pkey)) != 0,
-            )
-        {
-            count_violation(key);
-        }
-        report(frame, &outcome, config.monitor != 0);
+        refused(frame, &live, &outcome, config.monitor != 0, None);
     }
     outcome.pass
+}
+
+/// A switch port's check of a frame received on it or forwarded out of it
+/// (see `switch`): rewrites, counts and reports; returns whether the frame
+/// goes on.
+#[inline(always)]
+fn switch_port<F: Frame>(
+    frame: &F,
+    live: &Generation,
+    config: &Config,
+    direction: Direction,
+    rewrite: impl Fn(&Plan) -> Result<(), Stamp>,
+) -> bool {
+    let Some(action) = switch::judge(frame, live, config, direction) else {
+        return true;
+    };
+    let done = action.rewrite.map(|r| r.and_then(|plan| rewrite(&plan)));
+    let (outcome, stamped) = action.settle(direction, done);
+    if let Some(stamped) = stamped {
+        count_stamp(stamped);
+    }
+    count_reason(
+        match direction {
+            Direction::Inbound => &REASONS,
+            Direction::Outbound => &XMIT_REASONS,
+        },
+        &outcome,
+    );
+    if !outcome.allowed {
+        refused(frame, live, &outcome, config.monitor != 0, Some(direction));
+    }
+    outcome.pass
+}
+
+/// Counts a frame's reason and verdict.
+#[inline(always)]
+fn count_reason(counters: &PerCpuArray<u64, REASON_SLOTS>, outcome: &Outcome) {
+    if let Some(count) = counters.get_ptr_mut(reason_slot(outcome.reason, outcome.verdict())) {
+        // SAFETY: a per-CPU slot, written only by this CPU.
+        unsafe { *count += 1 };
+    }
+}
+
+/// Counts a refused frame against its partition and reports it; `port`: the
+/// direction a switch port refused it in.
+#[inline(always)]
+fn refused<F: Frame>(
+    frame: &F,
+    live: &Generation,
+    outcome: &Outcome,
+    monitor: bool,
+    port: Option<Direction>,
+) {
+    if let Some(roce) = outcome.roce
+        && let Some(key) = violation_key(
+            outcome.reason,
+            roce.pkey,
+            live.port_flags(pkey::key(roce.pkey)) != 0,
+        )
+    {
+        count_violation(key);
+    }
+    report(frame, outcome, monitor, port);
 }
 
 /// Counts a violation of one partition, making its counter on first use.
@@ -225,11 +285,21 @@ fn count_violation(key: u32) {
 /// Egress: while the active policy stamps, writes the sending QP's bound
 /// P_Key into outgoing RoCE v2 frames, the port's default one into frames no
 /// bound QP sent, and drops management frames with a key the port does not
-/// hold (see `stamp::egress`).
+/// hold (see `stamp::egress`). On a switch port: the outbound check and an
+/// access port's restore (see `switch`).
 #[classifier]
 pub fn pkeyfw_stamp(ctx: TcContext) -> i32 {
     let (live, config) = policy();
     let skb = Skb(&ctx);
+    if config.switch != 0 {
+        return if switch_port(&skb, &live, &config, Direction::Outbound, |plan| {
+            skb.rewrite(plan)
+        }) {
+            TC_ACT_UNSPEC
+        } else {
+            TC_ACT_SHOT
+        };
+    }
     let counted = match stamp::egress(&skb, &live, &config, || origin(&ctx)) {
         None => return TC_ACT_UNSPEC,
         Some(Action::Leave(outcome)) => Ok(outcome),
@@ -286,7 +356,7 @@ fn count_stamp(outcome: Stamp) {
 
 /// Sends an event for a refused frame, within this CPU's budget.
 #[inline(always)]
-fn report<F: Frame>(frame: &F, outcome: &Outcome, monitor: bool) {
+fn report<F: Frame>(frame: &F, outcome: &Outcome, monitor: bool, port: Option<Direction>) {
     let Some(budget) = EVENT_BUDGET.get_ptr_mut(0) else {
         return;
     };
@@ -301,8 +371,13 @@ fn report<F: Frame>(frame: &F, outcome: &Outcome, monitor: bool) {
     let mut event = Event {
         reason: outcome.reason as u8,
         monitor: monitor.into(),
+        verdict: outcome.verdict() as u8,
         ..Event::default()
     };
+    if let Some(direction) = port {
+        event.kind = EventKind::SwitchPort as u8;
+        event.direction = direction as u8;
+    }
     if let Some(roce) = outcome.roce {
         event.src = roce.addrs.read(frame, false).unwrap_or_default();
         event.dst = roce.addrs.read(frame, true).unwrap_or_default();

@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 #[cfg(feature = "lab")]
 use pkeyfw::cmd::lab;
-use pkeyfw::cmd::{attach, detach, events, metrics, policy, qps, reload, replay, stats};
+use pkeyfw::cmd::{attach, detach, events, metrics, policy, qps, reload, replay, stats, switch};
 
 /// InfiniBand partition isolation (P_Keys, Q_Keys) for RoCE, enforced in XDP.
 ///
@@ -34,6 +34,8 @@ enum Command {
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
     Replay(replay::ReplayArgs),
+    #[command(subcommand)]
+    Switch(switch::SwitchCommand),
 }
 
 fn main() -> ExitCode {
@@ -59,5 +61,6 @@ fn run(cli: Cli) -> Result<()> {
         Command::Lab(args) => lab::run(args),
         Command::Policy(command) => policy::run(command),
         Command::Replay(args) => replay::run(args),
+        Command::Switch(command) => switch::run(command),
     }
 }

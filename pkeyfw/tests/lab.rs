@@ -36,3 +36,34 @@ fn the_lab_shows_every_case_as_expected() {
         "pins left behind"
     );
 }
+
+/// `pkeyfw lab switch`: the seeds' four hosts on a bridge, every frame as
+/// the rules say at the switch ports, in all three rounds; nothing left.
+#[test]
+fn the_switch_lab_shows_every_frame_as_expected() {
+    common::require_root();
+    let out = Command::new(env!("CARGO_BIN_EXE_pkeyfw"))
+        .args(["lab", "switch"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // 12 ordered pairs × 3 networks + 2 forgeries, in 3 rounds.
+    assert!(
+        text.contains("114 of 114 frames as the partition rules say"),
+        "{text}"
+    );
+    for round in ["round drop", "round corrupt", "round access"] {
+        assert!(text.contains(round), "{text}");
+    }
+    assert!(!text.contains('✗'), "{text}");
+    let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&netns.stdout).contains("pkfw-sw"),
+        "namespaces left behind"
+    );
+}

@@ -107,7 +107,7 @@ pub fn run(opts: &AttachArgs) -> Result<()> {
     pins::host_bpffs("attach")?;
     let index = netlink::if_index(&opts.iface)?;
     let guid = super::iface_guid(&opts.iface)?;
-    let policy = Policy::load_for(&opts.policy, Some(guid))?;
+    let policy = Policy::load_port(&opts.policy, &opts.iface, Some(guid))?;
     for w in policy.warnings.iter().chain(&blind_spots(&opts.iface)) {
         eprintln!("pkeyfw: warning: {w}");
     }
@@ -365,10 +365,12 @@ fn attach(
             }),
     };
     tried.with_context(|| format!("attaching to {}", opts.iface))?;
-    if policy.stamp && !filter.has_egress() {
+    // A switch port's outbound check and restore are the egress program's
+    // too; attached whatever the role, so that a reload may change it.
+    if (policy.stamp || policy.switch.is_some()) && !filter.has_egress() {
         filter
             .attach_egress(&opts.iface, Egress::Auto)
-            .with_context(|| format!("attaching the stamping program to {}", opts.iface))?;
+            .with_context(|| format!("attaching the egress program to {}", opts.iface))?;
     }
     let mode = if filter.is_tc() {
         XdpMode::Tc
@@ -388,6 +390,15 @@ fn attach(
 
 fn summary(policy: &Policy, path: &Path) -> String {
     let table: Vec<String> = policy.pkeys.iter().map(|&p| describe::pkey(p)).collect();
+    if let Some(role) = &policy.switch {
+        return format!(
+            "switch policy {} ({}), port P_Key table [{}], {}",
+            path.display(),
+            if policy.monitor { "monitor" } else { "enforce" },
+            table.join(", "),
+            crate::cmd::policy::role_text(role)
+        );
+    }
     format!(
         "policy {} ({}, unknown QPs: {}), P_Key table [{}], {} QPs, {} bind rules, {} groups",
         path.display(),
@@ -421,7 +432,7 @@ fn reload(
 /// The policy file the attachment runs, loaded for its port, and its path.
 fn remembered(pins: &Pins) -> Result<(Policy, std::path::PathBuf)> {
     let path = pins.remembered_policy()?;
-    let policy = Policy::load_for(&path, Some(super::iface_guid(&pins.iface)?))?;
+    let policy = Policy::load_port(&path, &pins.iface, Some(super::iface_guid(&pins.iface)?))?;
     Ok((policy, path))
 }
 
@@ -596,6 +607,11 @@ async fn foreground(
 /// what could not start. Started before "attached" is said, so that
 /// nothing the verbs do from then on is missed. Needs the runtime's context.
 fn start_probes(binder: &Binder, pins: &Pins) -> (Option<AsyncFd<Probes>>, Option<String>) {
+    // A switch port sees other hosts' frames: its own QPs are not its
+    // business.
+    if binder.policy().switch.is_some() {
+        return (None, None);
+    }
     let needed = binder.active() || !binder.policy().groups.is_empty();
     if !needed && !Path::new("/sys/module/ib_core").exists() {
         return (None, None);

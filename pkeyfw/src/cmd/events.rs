@@ -19,7 +19,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use aya::maps::{Map, MapData, RingBuf};
 use pkeyfw_common::{
-    Reason,
+    Direction, Reason, Verdict,
     abi::{Event, EventKind, name},
 };
 use serde_json::json;
@@ -249,6 +249,10 @@ fn source(e: &Event) -> IpAddr {
 
 /// The IB trap an event stands for: number and name.
 fn trap(e: &Event) -> Option<(u16, &'static str)> {
+    if e.kind == EventKind::SwitchPort as u8 {
+        return (Reason::from_repr(e.reason.into())? == Reason::PkeyViolation)
+            .then_some((259, "Bad P_Key (switch external port)"));
+    }
     if e.kind != EventKind::Frame as u8 {
         return None;
     }
@@ -273,7 +277,8 @@ fn trap_text(e: &Event) -> String {
 }
 
 fn trap_json(iface: &str, e: &Event) -> serde_json::Value {
-    let frame = e.kind == EventKind::Frame as u8;
+    let switch = e.kind == EventKind::SwitchPort as u8;
+    let frame = e.kind == EventKind::Frame as u8 || switch;
     let mut v = json!({
         "time": rfc3339(SystemTime::now()),
         "interface": iface,
@@ -282,7 +287,12 @@ fn trap_json(iface: &str, e: &Event) -> serde_json::Value {
     });
     if frame {
         v["reason"] = json!(Reason::from_repr(e.reason.into()).map_or("?", Reason::name));
-        v["verdict"] = json!(if e.monitor != 0 { "monitor" } else { "drop" });
+        v["verdict"] = json!(Verdict::from_repr(e.verdict.into()).map_or("?", Verdict::name));
+        if switch {
+            // Trap 259 names the switch port and the direction it refused in.
+            v["port"] = json!(iface);
+            v["direction"] = json!(Direction::from_repr(e.direction).map_or("?", Direction::name));
+        }
         v["src"] = json!(events::addr(e.src).to_string());
         v["dst"] = json!(events::addr(e.dst).to_string());
         v["pkey"] = json!(e.pkey);

@@ -12,6 +12,7 @@ pub mod qps;
 pub mod reload;
 pub mod replay;
 pub mod stats;
+pub mod switch;
 
 use anyhow::{Context as _, Result};
 

@@ -8,7 +8,10 @@ use anyhow::Result;
 use serde_json::json;
 
 use super::PortArgs;
-use crate::{policy::Policy, reporting::describe};
+use crate::{
+    policy::{Policy, SwitchPolicy, SwitchRole},
+    reporting::describe,
+};
 
 /// Check a policy file.
 #[derive(clap::Subcommand)]
@@ -40,14 +43,88 @@ pub fn run(command: &PolicyCommand) -> Result<()> {
 
 fn check(args: &CheckArgs) -> Result<()> {
     let json = args.json;
-    let policy = Policy::load_for(&args.policy, args.port.guid()?)?;
     let mut out = std::io::stdout().lock();
+    if let Some(switch) = SwitchPolicy::read(&args.policy)? {
+        if json {
+            writeln!(out, "{}", switch_json(&switch))?;
+        } else {
+            switch_text(&switch, &mut out)?;
+        }
+        return Ok(());
+    }
+    let policy = Policy::load_for(&args.policy, args.port.guid()?)?;
     if json {
         writeln!(out, "{}", to_json(&policy))?;
     } else {
         text(&policy, &mut out)?;
     }
     Ok(())
+}
+
+/// A switch port's checks, as `policy check` and `stats` show them.
+pub fn role_text(role: &SwitchRole) -> String {
+    let checks: Vec<&str> = [(role.inbound, "inbound"), (role.outbound, "outbound")]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect();
+    let mut text = match checks.is_empty() {
+        true => "no checks".to_string(),
+        false => format!(
+            "checks {}, violations {}",
+            checks.join(" and "),
+            if role.corrupt { "corrupted" } else { "dropped" }
+        ),
+    };
+    if let Some(key) = role.access {
+        text.push_str(&format!("; access port: 0xffff in ⟷ {key:#06x}"));
+    }
+    text
+}
+
+fn switch_text(switch: &SwitchPolicy, out: &mut impl Write) -> std::io::Result<()> {
+    writeln!(out, "switch ports: {}", switch.ports.len())?;
+    for (iface, policy) in &switch.ports {
+        let role = policy.switch.expect("a switch port has a role");
+        writeln!(
+            out,
+            "  {iface}: {}{}",
+            role_text(&role),
+            if policy.monitor { " (monitor)" } else { "" }
+        )?;
+        if let Some(g) = guid_text(policy) {
+            writeln!(out, "    table of GUID {g}")?;
+        }
+        for (i, &p) in policy.pkeys.iter().enumerate() {
+            let name = policy.names.get(i).map_or("", String::as_str);
+            writeln!(out, "    [{i}] {:<36} {name}", describe::pkey(p))?;
+        }
+        for w in &policy.warnings {
+            writeln!(out, "    warning: {w}")?;
+        }
+    }
+    Ok(())
+}
+
+fn switch_json(switch: &SwitchPolicy) -> serde_json::Value {
+    let ports: Vec<_> = switch
+        .ports
+        .iter()
+        .map(|(iface, policy)| {
+            let role = policy.switch.expect("a switch port has a role");
+            json!({
+                "interface": iface,
+                "guid": guid_text(policy),
+                "pkeys": policy.pkeys,
+                "inbound": role.inbound,
+                "outbound": role.outbound,
+                "violation": if role.corrupt { "corrupt" } else { "drop" },
+                "stamp": role.access,
+                "mode": if policy.monitor { "monitor" } else { "enforce" },
+                "warnings": policy.warnings,
+            })
+        })
+        .collect();
+    json!({"switch": {"ports": ports}})
 }
 
 fn guid_text(policy: &Policy) -> Option<String> {

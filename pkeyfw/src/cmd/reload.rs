@@ -60,7 +60,7 @@ pub fn run(args: &ReloadArgs) -> Result<()> {
         Some(p) => p.to_path_buf(),
         None => pins.remembered_policy()?,
     };
-    let policy = match Policy::load_for(&path, Some(super::iface_guid(iface)?)) {
+    let policy = match Policy::load_port(&path, iface, Some(super::iface_guid(iface)?)) {
         Ok(p) => p,
         Err(e) => {
             pins.note_policy(PolicyEvent::Refused);

@@ -26,6 +26,8 @@ pub struct Snapshot {
     pub mode: XdpMode,
     pub pinned: bool,
     pub reasons: ReasonCounts,
+    /// A switch port's outbound counters (its inbound ones are `reasons`).
+    pub switch: Option<ReasonCounts>,
     pub qps: Vec<(u32, QpStats)>,
     /// Whether the active policy stamps.
     pub stamping: bool,
@@ -54,6 +56,10 @@ impl Snapshot {
             mode,
             pinned,
             reasons: maps.reasons()?,
+            switch: match maps.switch_port()? {
+                true => Some(maps.xmit_reasons()?),
+                false => None,
+            },
             qps: maps.qp_counters()?,
             stamping: maps.stamping()?,
             stamps: maps.stamps()?,
@@ -113,9 +119,18 @@ impl Snapshot {
             .map(|(qpn, s)| json!({"qpn": qpn, "passed": s.passed, "dropped": s.dropped}))
             .collect();
         let verdicts = describe::verdicts_json(&self.reasons);
-        let mut out = json!({"interface": self.iface, "mode": self.mode.name(), "reasons": reasons, "verdicts": verdicts, "qps": qps});
+        let mut out = json!({"interface": self.iface, "mode": self.mode.name(), "reasons": reasons, "verdicts": &verdicts, "qps": qps});
         out["netns"] = json!(self.netns);
         out["held"] = json!(self.held());
+        if let Some(xmit) = &self.switch {
+            // InfiniBand's names: frames a port refused, per direction.
+            out["switch"] = json!({
+                "port_rcv_constraint_errors": self.reasons.refused(),
+                "port_xmit_constraint_errors": xmit.refused(),
+                "inbound": verdicts,
+                "outbound": describe::verdicts_json(xmit),
+            });
+        }
         if let Some(Holder::Foreground(pid) | Holder::Gone(pid)) = self.holder {
             out["process"] =
                 json!({"pid": pid, "running": matches!(self.holder, Some(Holder::Foreground(_)))});
@@ -171,13 +186,36 @@ impl Snapshot {
             Some(ns) => format!(" (netns {ns})"),
             None => String::new(),
         };
-        writeln!(
-            out,
-            "{}{netns}  {} mode, {how}: {total} frames",
-            self.iface,
-            self.mode.name()
-        )?;
-        describe::reasons_text(&self.reasons, out)?;
+        match &self.switch {
+            None => {
+                writeln!(
+                    out,
+                    "{}{netns}  {} mode, {how}: {total} frames",
+                    self.iface,
+                    self.mode.name()
+                )?;
+                describe::reasons_text(&self.reasons, out)?;
+            }
+            Some(xmit) => {
+                let sent: u64 = Reason::ALL.iter().map(|&r| xmit.total(r)).sum();
+                writeln!(
+                    out,
+                    "{}{netns}  switch port, {} mode, {how}: {total} frames in, {sent} out",
+                    self.iface,
+                    self.mode.name()
+                )?;
+                writeln!(
+                    out,
+                    "  PortRcvConstraintErrors {}, PortXmitConstraintErrors {}",
+                    self.reasons.refused(),
+                    xmit.refused()
+                )?;
+                writeln!(out, "  inbound (received on the port):")?;
+                describe::reasons_text(&self.reasons, out)?;
+                writeln!(out, "  outbound (forwarded out of it):")?;
+                describe::reasons_text(xmit, out)?;
+            }
+        }
         if self.shows_stamps() {
             let on = if self.stamping { "on" } else { "off" };
             writeln!(out, "  stamping ({on}):")?;

@@ -38,8 +38,14 @@ use crate::policy::{Conn, Policy, QpRule};
 const GRACE: Duration = Duration::from_millis(20);
 
 /// Frames per (reason, verdict), as the kernel counted them.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct ReasonCounts([u64; REASON_SLOTS]);
+
+impl Default for ReasonCounts {
+    fn default() -> ReasonCounts {
+        ReasonCounts([0; REASON_SLOTS])
+    }
+}
 
 impl ReasonCounts {
     /// Frames counted under `reason` with `verdict`.
@@ -55,7 +61,9 @@ impl ReasonCounts {
     /// Frames counted under `reason` that the partition rules refused
     /// (dropped, or passed by monitor mode).
     pub fn refused_by(&self, reason: Reason) -> u64 {
-        self.get(reason, Verdict::Drop) + self.get(reason, Verdict::Monitor)
+        self.get(reason, Verdict::Drop)
+            + self.get(reason, Verdict::Monitor)
+            + self.get(reason, Verdict::Corrupt)
     }
 
     /// Frames counted under `reason` that went on: allowed, or refused and
@@ -95,6 +103,7 @@ pub struct Maps {
     groups: HashMap<MapData, GroupKey, GroupEntry>,
     port_keys: HashMap<MapData, u32, u8>,
     reasons: PerCpuArray<MapData, u64>,
+    xmit_reasons: PerCpuArray<MapData, u64>,
     qp_stats: Array<MapData, QpStats>,
     events: RingBuf<MapData>,
     conns: HashMap<MapData, ConnKey, u32>,
@@ -203,6 +212,7 @@ impl Maps {
             groups: typed(take(name::GROUPS), name::GROUPS)?,
             port_keys: typed(take(name::PORT_KEYS), name::PORT_KEYS)?,
             reasons: typed(take(name::REASONS), name::REASONS)?,
+            xmit_reasons: typed(take(name::XMIT_REASONS), name::XMIT_REASONS)?,
             qp_stats: typed(take(name::QP_STATS), name::QP_STATS)?,
             events: typed(take(name::EVENTS), name::EVENTS)?,
             conns: typed(take(name::CONNS), name::CONNS)?,
@@ -231,6 +241,20 @@ impl Maps {
     /// Frames per (reason, verdict), summed over CPUs.
     pub fn reasons(&self) -> Result<ReasonCounts> {
         Ok(ReasonCounts(summed(&self.reasons, name::REASONS)?))
+    }
+
+    /// Frames a switch port's outbound check judged, per (reason, verdict),
+    /// summed over CPUs.
+    pub fn xmit_reasons(&self) -> Result<ReasonCounts> {
+        Ok(ReasonCounts(summed(
+            &self.xmit_reasons,
+            name::XMIT_REASONS,
+        )?))
+    }
+
+    /// Whether the live policy is a switch port's.
+    pub fn switch_port(&self) -> Result<bool> {
+        Ok(self.live_config()?.switch != 0)
     }
 
     /// Frames per stamping outcome, summed over CPUs.
@@ -264,11 +288,15 @@ impl Maps {
 
     /// Whether the active policy stamps.
     pub fn stamping(&self) -> Result<bool> {
-        let config = self
-            .config
+        let config = self.live_config()?;
+        Ok(config.stamp != 0 || config.access_pkey != 0)
+    }
+
+    /// The live generation's settings.
+    pub fn live_config(&self) -> Result<Config> {
+        self.config
             .get(&self.active_generation()?, 0)
-            .context("reading CONFIG")?;
-        Ok(config.stamp != 0)
+            .context("reading CONFIG")
     }
 
     /// Passed and dropped frames of every QP of the active policy, by QPN.

@@ -76,11 +76,25 @@ struct RawGroup {
 
 /// Validation context: the file, for error positions.
 pub(super) struct Ctx<'a> {
-    path: &'a Path,
+    pub(super) path: &'a Path,
     pub(super) text: &'a str,
 }
 
 impl Ctx<'_> {
+    /// Parses the file's TOML into `T`, or an error at its position.
+    pub(super) fn toml<T: serde::de::DeserializeOwned>(&self) -> Result<T, PolicyError> {
+        toml::from_str(self.text).map_err(|e| {
+            let at = e.span().map_or(0, |s| s.start);
+            PolicyError::at(
+                self.path,
+                self.text,
+                at,
+                "",
+                e.message().trim_end().to_string(),
+            )
+        })
+    }
+
     pub(super) fn err(
         &self,
         span: Range<usize>,
@@ -91,7 +105,7 @@ impl Ctx<'_> {
     }
 
     /// A required field, or an error at the enclosing table.
-    fn need<'v, T>(
+    pub(super) fn need<'v, T>(
         &self,
         value: &'v Option<Spanned<T>>,
         table: Range<usize>,
@@ -117,7 +131,7 @@ impl Ctx<'_> {
             })
     }
 
-    fn pkey(&self, v: &Spanned<i64>, field: &str) -> Result<u16, PolicyError> {
+    pub(super) fn pkey(&self, v: &Spanned<i64>, field: &str) -> Result<u16, PolicyError> {
         let p = self.int(v, field, 0xffff, "a 16-bit P_Key such as 0x8001")? as u16;
         if !pkey::is_valid(p) {
             return Err(self.err(
@@ -181,7 +195,7 @@ impl Ctx<'_> {
     }
 }
 
-fn hex_list(pkeys: &[u16]) -> String {
+pub(super) fn hex_list(pkeys: &[u16]) -> String {
     let items: Vec<String> = pkeys.iter().map(|p| format!("{p:#06x}")).collect();
     format!("[{}]", items.join(", "))
 }
@@ -191,11 +205,8 @@ pub(super) fn parse(
     text: &str,
     port_guid: Option<u64>,
 ) -> Result<Policy, PolicyError> {
-    let raw: RawPolicy = toml::from_str(text).map_err(|e| {
-        let at = e.span().map_or(0, |s| s.start);
-        PolicyError::at(path, text, at, "", e.message().trim_end().to_string())
-    })?;
     let cx = Ctx { path, text };
+    let raw: RawPolicy = cx.toml()?;
 
     let port = raw.port.as_ref().ok_or_else(|| {
         cx.err(
@@ -275,16 +286,17 @@ pub(super) fn parse(
             .and_then(|e| e.stamp)
             .unwrap_or(false),
         conns: BTreeMap::new(),
+        switch: None,
     })
 }
 
 /// The port's P_Key table, given as `pkeys` or derived from `partitions`.
-struct PortTable {
-    pkeys: Vec<u16>,
-    names: Vec<String>,
-    guid: Option<u64>,
-    groups: Vec<Group>,
-    warnings: Vec<String>,
+pub(super) struct PortTable {
+    pub(super) pkeys: Vec<u16>,
+    pub(super) names: Vec<String>,
+    pub(super) guid: Option<u64>,
+    pub(super) groups: Vec<Group>,
+    pub(super) warnings: Vec<String>,
 }
 
 fn port_table(
@@ -317,8 +329,8 @@ fn port_table(
             "port.pkeys",
             "missing; expected `pkeys` (the P_Key table) or `partitions` (an OpenSM partitions.conf)",
         )),
-        (Some(_), None) => Ok(PortTable {
-            pkeys: port_pkeys(cx, port)?,
+        (Some(list), None) => Ok(PortTable {
+            pkeys: pkey_table(cx, list, "port")?,
             names: Vec::new(),
             guid,
             groups: Vec::new(),
@@ -332,15 +344,17 @@ fn port_table(
                     "needs this port's GUID: set `guid` under [port], or give --port-guid or --iface",
                 ));
             };
-            partitions_table(cx, file, guid, raw.is_sm.unwrap_or(false))
+            partitions_table(cx, file, "port.partitions", guid, raw.is_sm.unwrap_or(false))
         }
     }
 }
 
-/// Derives the table from an OpenSM partitions file, relative to the policy.
-fn partitions_table(
+/// Derives the table from an OpenSM partitions file, relative to the policy;
+/// `field` names `file` in errors.
+pub(super) fn partitions_table(
     cx: &Ctx,
     file: &Spanned<String>,
+    field: &str,
     guid: u64,
     is_sm: bool,
 ) -> Result<PortTable, PolicyError> {
@@ -352,7 +366,7 @@ fn partitions_table(
     let text = std::fs::read_to_string(&path).map_err(|e| {
         cx.err(
             file.span(),
-            "port.partitions",
+            field,
             format!("cannot read {}: {e}", path.display()),
         )
     })?;
@@ -398,24 +412,24 @@ pub fn parse_guid(s: &str) -> Option<u64> {
     }
 }
 
-fn port_pkeys(cx: &Ctx, port: &Spanned<RawPort>) -> Result<Vec<u16>, PolicyError> {
-    let list = cx.need(
-        &port.get_ref().pkeys,
-        port.span(),
-        "port.pkeys",
-        "the port's P_Key table, e.g. pkeys = [0xffff, 0x8001]",
-    )?;
+/// A P_Key table given as a list, at `table`.pkeys.
+pub(super) fn pkey_table(
+    cx: &Ctx,
+    list: &Spanned<Vec<Spanned<i64>>>,
+    table: &str,
+) -> Result<Vec<u16>, PolicyError> {
+    let name = format!("{table}.pkeys");
     if list.get_ref().is_empty() {
         return Err(cx.err(
             list.span(),
-            "port.pkeys",
+            &name,
             "is empty; expected at least the default P_Key (index 0)",
         ));
     }
     if list.get_ref().len() > MAX_PKEYS {
         return Err(cx.err(
             list.span(),
-            "port.pkeys",
+            &name,
             format!(
                 "has {} entries; a port holds at most {MAX_PKEYS}",
                 list.get_ref().len()
@@ -424,7 +438,7 @@ fn port_pkeys(cx: &Ctx, port: &Spanned<RawPort>) -> Result<Vec<u16>, PolicyError
     }
     let mut pkeys = Vec::with_capacity(list.get_ref().len());
     for (i, v) in list.get_ref().iter().enumerate() {
-        let field = format!("port.pkeys[{i}]");
+        let field = format!("{name}[{i}]");
         let p = cx.pkey(v, &field)?;
         if let Some(first) = pkeys.iter().position(|&q| q == p) {
             return Err(cx.err(
@@ -438,23 +452,30 @@ fn port_pkeys(cx: &Ctx, port: &Spanned<RawPort>) -> Result<Vec<u16>, PolicyError
     Ok(pkeys)
 }
 
+/// `mode`: whether it is "monitor" rather than "enforce".
+pub(super) fn monitor_mode(
+    cx: &Ctx,
+    m: &Spanned<String>,
+    field: &str,
+) -> Result<bool, PolicyError> {
+    match m.get_ref().as_str() {
+        "enforce" => Ok(false),
+        "monitor" => Ok(true),
+        other => Err(cx.err(
+            m.span(),
+            field,
+            format!("`{other}` is not a mode; expected \"enforce\" or \"monitor\""),
+        )),
+    }
+}
+
 fn enforcement(cx: &Ctx, e: Option<&RawEnforcement>) -> Result<(bool, UnknownQp), PolicyError> {
     let Some(e) = e else {
         return Ok((false, UnknownQp::default()));
     };
     let monitor = match &e.mode {
         None => false,
-        Some(m) => match m.get_ref().as_str() {
-            "enforce" => false,
-            "monitor" => true,
-            other => {
-                return Err(cx.err(
-                    m.span(),
-                    "enforcement.mode",
-                    format!("`{other}` is not a mode; expected \"enforce\" or \"monitor\""),
-                ));
-            }
-        },
+        Some(m) => monitor_mode(cx, m, "enforcement.mode")?,
     };
     let unknown_qp = match &e.unknown_qp {
         None => UnknownQp::default(),

@@ -7,12 +7,13 @@ mod error;
 mod file;
 pub mod identity;
 pub mod partitions;
+mod switch;
 
 use std::{collections::BTreeMap, net::IpAddr, path::Path};
 
 use pkeyfw_common::{
     Tables,
-    abi::{Config, GroupEntry, QpEntry, QpType, UnknownQp, qp_flags},
+    abi::{Config, GroupEntry, QpEntry, QpType, UnknownQp, qp_flags, switch_flags},
     pkey,
     stamp::Conns,
     verdict::v4_mapped,
@@ -21,6 +22,7 @@ use pkeyfw_common::{
 pub use bind::{BindRule, Binding};
 pub use error::PolicyError;
 pub use file::parse_guid;
+pub use switch::{SwitchPolicy, SwitchRole};
 
 /// A validated policy.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,6 +51,9 @@ pub struct Policy {
     /// Connected QPs bound here, by what their peers' frames carry: the
     /// local QP that sends to (peer, remote QPN). Filled from discovery.
     pub conns: BTreeMap<Conn, u32>,
+    /// This port is a switch's (a switch policy's port), not a host's: only
+    /// the table and the role apply.
+    pub switch: Option<SwitchRole>,
 }
 
 /// A QP bound to a partition.
@@ -92,6 +97,19 @@ impl Policy {
         file::parse(path, &text, port_guid)
     }
 
+    /// The policy of port `iface`: a host policy file, or the port's part of
+    /// a switch policy file (which must list it).
+    pub fn load_port(
+        path: &Path,
+        iface: &str,
+        port_guid: Option<u64>,
+    ) -> Result<Policy, PolicyError> {
+        match SwitchPolicy::read(path)? {
+            Some(switch) => switch.port(iface, path),
+            None => Policy::load_for(path, port_guid),
+        }
+    }
+
     /// Parses and validates policy text; `path` names it in errors.
     pub fn parse(path: &Path, text: &str) -> Result<Policy, PolicyError> {
         file::parse(path, text, None)
@@ -112,6 +130,7 @@ impl Policy {
             binds: Vec::new(),
             stamp: false,
             conns: BTreeMap::new(),
+            switch: None,
         }
     }
 
@@ -127,7 +146,25 @@ impl Policy {
             unknown_qp: self.unknown_qp as u8,
             monitor: self.monitor.into(),
             stamp: self.stamp.into(),
-            _pad: [0; 3],
+            switch: self.switch.map_or(0, |role| {
+                switch_flags::PORT
+                    | if role.inbound {
+                        switch_flags::INBOUND
+                    } else {
+                        0
+                    }
+                    | if role.outbound {
+                        switch_flags::OUTBOUND
+                    } else {
+                        0
+                    }
+                    | if role.corrupt {
+                        switch_flags::CORRUPT
+                    } else {
+                        0
+                    }
+            }),
+            access_pkey: self.switch.and_then(|role| role.access).unwrap_or(0),
         }
     }
 

@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv6Addr};
 
 use pkeyfw_common::{
-    Reason,
+    Direction, Reason, Verdict,
     abi::{Event, EventKind},
 };
 
@@ -49,7 +49,15 @@ pub fn line(e: &Event) -> String {
         );
     }
     let reason = Reason::from_repr(e.reason.into()).map_or("?", Reason::name);
-    let verdict = if e.monitor != 0 { "would drop" } else { "drop" };
+    let verdict = match Verdict::from_repr(e.verdict.into()) {
+        Some(Verdict::Corrupt) => "corrupt",
+        _ if e.monitor != 0 => "would drop",
+        _ => "drop",
+    };
+    let verdict = match Direction::from_repr(e.direction) {
+        Some(d) if e.kind == EventKind::SwitchPort as u8 => format!("{} {verdict}", d.name()),
+        _ => verdict.to_string(),
+    };
     if e.src == [0; 16] && e.dst == [0; 16] {
         return format!("{verdict} {reason}");
     }

@@ -8,6 +8,7 @@
 
 pub mod rxe;
 pub mod scenario;
+pub mod switch;
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -40,6 +41,10 @@ pub struct LabArgs {
 #[derive(clap::Subcommand)]
 pub enum LabCommand {
     Rxe(rxe::RxeArgs),
+    /// The seeds' four hosts on a Linux bridge, with pkeyfw on the bridge
+    /// ports (switch mode): every ordered pair over IPv4, IPv6 and a VLAN,
+    /// with violations dropped, then corrupted, then access-port stamping.
+    Switch,
     /// A local tenant's ibverbs moves, for the soft-RoCE lab's attacks.
     #[command(hide = true)]
     Verbs(rxe::verbs::VerbsArgs),
@@ -54,6 +59,10 @@ pub fn run(args: &LabArgs) -> Result<()> {
         Some(LabCommand::Rxe(rxe)) => match rxe::run(rxe)? {
             true => Ok(()),
             false => bail!("some scenarios did not go as the partition rules say"),
+        },
+        Some(LabCommand::Switch) => match switch::run()? {
+            true => Ok(()),
+            false => bail!("some frames did not go as the partition rules say"),
         },
         Some(LabCommand::Verbs(verbs)) => rxe::verbs::run(verbs),
     }

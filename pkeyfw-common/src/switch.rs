@@ -1,0 +1,197 @@
+//! Port-level partition enforcement on a switch (IBA 10.9.4; seed 001): a
+//! Linux bridge or router between RoCE hosts playing the InfiniBand switch.
+//!
+//! A switch port's P_Key table is that of the host behind it (the
+//! destination reached through it). It checks the frames it forwards out
+//! (outbound) as that host's HCA would: the P_Key must match an entry (the
+//! Table 16-2 rule, as QP1 checks), so two limited members never meet. It
+//! checks the frames it receives (inbound) as the host's HCA would have sent
+//! them: a partition the table holds, at no higher membership than it gives
+//! (`pkey::port::admits`), so a tenant can neither enter a partition its
+//! port is not in nor pose as a full member of one it is in; a limited
+//! member's own frames pass, for the outbound check to judge. A refused
+//! frame is dropped, or passed on corrupted so that the receiving HCA
+//! discards it and counts it: its ICRC broken, as the seed says, and its
+//! P_Key made the invalid 0. A sender that knows the switch breaks the ICRC
+//! could send one broken beforehand, for the switch to mend; no HCA accepts
+//! P_Key 0 whatever the ICRC, and a later port leaves it as it is. QP0 frames are exempt, as SMPs
+//! on VL15 are. No QP, group or Q_Key rule applies: a switch sees
+//! partitions, not receivers.
+//!
+//! An access port (`access_pkey`) is where the subnet manager's key for a
+//! host that cannot stamp is given: a frame entering with 0xFFFF (an
+//! unmodified rdma_rxe) is judged with, and gets, the port's key; a frame
+//! leaving gets 0xFFFF back, after the outbound check. A frame entering
+//! with another key is judged as it is, so a tenant cannot claim a
+//! partition its port is not in.
+
+use crate::{
+    Direction, Outcome, Reason, Tables,
+    abi::{Config, switch_flags},
+    frame::Frame,
+    parse::{self, Parsed, Roce},
+    pkey,
+    stamp::{self, Plan, Stamp},
+    verdict::SMI_QPN,
+};
+
+/// What a switch port does with a frame in one direction.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PortAction {
+    pub outcome: Outcome,
+    /// The rewrite to make before the frame goes on: an access port's
+    /// stamp or restore, or a refused frame's corruption. Stamping counts
+    /// its outcome (`Stamp`); a corruption that cannot be made drops the
+    /// frame.
+    pub rewrite: Option<Result<Plan, Stamp>>,
+}
+
+/// What a switch port does with a frame received on it (`Inbound`) or
+/// forwarded out of it (`Outbound`); `None` when it neither checks nor
+/// stamps in that direction.
+#[inline(always)]
+pub fn judge<F: Frame + ?Sized, T: Tables>(
+    frame: &F,
+    tables: &T,
+    config: &Config,
+    direction: Direction,
+) -> Option<PortAction> {
+    let checks = config.switch
+        & match direction {
+            Direction::Inbound => switch_flags::INBOUND,
+            Direction::Outbound => switch_flags::OUTBOUND,
+        }
+        != 0;
+    let access = config.access_pkey;
+    if !checks && access == 0 {
+        return None;
+    }
+    let (roce, reason, allowed) = match parse::classify(frame) {
+        Parsed::NotRoce => (None, Reason::NotRoce, true),
+        // Fail closed where the port checks, exactly as a host does.
+        Parsed::Malformed => (None, Reason::Malformed, !checks),
+        Parsed::Roce(roce) if frame.gso_size() != 0 || roce.len > parse::MAX_ROCE_LEN => {
+            (Some(roce), Reason::Gso, !checks)
+        }
+        // The SMI is a member of every partition.
+        Parsed::Roce(roce) if roce.dest_qp == SMI_QPN => (Some(roce), Reason::Smi, true),
+        Parsed::Roce(roce) => {
+            let key = judged_key(&roce, direction, access);
+            let flags = tables.port_flags(pkey::key(key));
+            let ok = !checks
+                || match direction {
+                    Direction::Inbound => pkey::port::admits(key, flags),
+                    Direction::Outbound => pkey::port::matches(key, flags),
+                };
+            let reason = if ok {
+                Reason::Ok
+            } else {
+                Reason::PkeyViolation
+            };
+            (Some(roce), reason, ok)
+        }
+    };
+    let monitor = config.monitor != 0;
+    // Only a refused RoCE v2 frame can be corrupted (a corruption that
+    // cannot be made drops it, see `settle`): there is a UDP checksum to
+    // keep true, for the frame to reach the receiver. One whose P_Key is
+    // already the invalid 0 was corrupted by a port before: it goes on as
+    // it is.
+    let corrupt = !allowed
+        && !monitor
+        && config.switch & switch_flags::CORRUPT != 0
+        && reason == Reason::PkeyViolation;
+    let rewrite = match roce {
+        Some(r) if corrupt && r.pkey != pkey::INVALID => Some(stamp::corruption(frame, &r)),
+        Some(r) if allowed && access != 0 && r.dest_qp != SMI_QPN => {
+            access_rewrite(frame, &r, direction, access)
+        }
+        _ => None,
+    };
+    Some(PortAction {
+        outcome: Outcome {
+            reason,
+            allowed,
+            pass: allowed || monitor || corrupt,
+            corrupt,
+            qp_slot: None,
+            roce,
+        },
+        rewrite,
+    })
+}
+
+/// The P_Key a port judges: an access port's own for a frame entering
+/// with the default one, which it is about to get.
+#[inline(always)]
+fn judged_key(roce: &Roce, direction: Direction, access: u16) -> u16 {
+    if direction == Direction::Inbound && access != 0 && stamps(roce) {
+        access
+    } else {
+        roce.pkey
+    }
+}
+
+/// Whether an access port stamps this frame on the way in: RoCE v2 (there
+/// is a UDP checksum to keep) with the default P_Key.
+#[inline(always)]
+fn stamps(roce: &Roce) -> bool {
+    roce.udp_at.is_some() && roce.pkey == pkey::DEFAULT
+}
+
+/// An access port's rewrite of an allowed frame: in, 0xFFFF becomes the
+/// port's key; out, any other key becomes 0xFFFF, which is all the host's
+/// rdma_rxe accepts.
+#[inline(always)]
+fn access_rewrite<F: Frame + ?Sized>(
+    frame: &F,
+    roce: &Roce,
+    direction: Direction,
+    access: u16,
+) -> Option<Result<Plan, Stamp>> {
+    match direction {
+        Direction::Inbound if stamps(roce) => Some(stamp::plan(frame, roce, access)),
+        Direction::Outbound if roce.udp_at.is_some() && roce.pkey != pkey::DEFAULT => {
+            Some(stamp::plan(frame, roce, pkey::DEFAULT))
+        }
+        _ => None,
+    }
+}
+
+impl PortAction {
+    /// The frame's final outcome once the rewrite was made (`done`: its
+    /// result, `None` when there was none), and the stamping outcome to
+    /// count. A rewrite that failed fails closed where it matters: a
+    /// corruption not made, or a stamp not given on the way in (the frame
+    /// would go on with 0xFFFF, which every unmodified host accepts), drops
+    /// the frame; a restore not made on the way out leaves a key the
+    /// host's rdma_rxe refuses by itself.
+    #[inline(always)]
+    pub fn settle(
+        self,
+        direction: Direction,
+        done: Option<Result<(), Stamp>>,
+    ) -> (Outcome, Option<Stamp>) {
+        let mut outcome = self.outcome;
+        let Some(done) = done else {
+            return (outcome, None);
+        };
+        let counted = match done {
+            Err(why) => why,
+            Ok(()) if outcome.corrupt => return (outcome, None),
+            Ok(()) => match direction {
+                Direction::Inbound => Stamp::Stamped,
+                Direction::Outbound => Stamp::Restored,
+            },
+        };
+        if done.is_err() && (outcome.corrupt || direction == Direction::Inbound) {
+            if outcome.allowed {
+                outcome.reason = Reason::Malformed;
+                outcome.allowed = false;
+            }
+            outcome.corrupt = false;
+            outcome.pass = false;
+        }
+        (outcome, Some(counted))
+    }
+}
