@@ -4,8 +4,8 @@
 //! verdict path beside the empty XDP_PASS program (BPF_PROG_TEST_RUN; the
 //! test kit's baseline, an object of its own), the
 //! same at table sizes from 1 to 1,000,000 QPs, the maps' kernel memory, and
-//! the wall-clock time to load a filter and apply a policy, and what P_Key
-//! stamping costs by frame size. Needs root.
+//! the wall-clock time to load a filter and apply a policy, what P_Key
+//! stamping costs by frame size, and a switch port's paths. Needs root.
 
 use std::{
     collections::BTreeMap,
@@ -16,10 +16,10 @@ use std::{
 use anyhow::{Context as _, Result, ensure};
 use pkeyfw::{
     loading::filter::Filter,
-    policy::{Group, Policy, QpRule},
+    policy::{Group, Policy, QpRule, SwitchRole},
 };
 use pkeyfw_common::{
-    Reason, Stamp,
+    Direction, Reason, Stamp, Verdict,
     abi::{QpType, UnknownQp, name},
 };
 use pkeyfw_testkit::{
@@ -61,7 +61,7 @@ fn main() -> Result<()> {
     let baseline = Baseline::load(BASELINE)?;
 
     // Every path, each table size, stamping: a bar on a terminal only.
-    let progress = pkeyfw::reporting::progress::bar(SIZES.len() as u64 + 2, "bench");
+    let progress = pkeyfw::reporting::progress::bar(SIZES.len() as u64 + 3, "bench");
     progress.set_message(format!("bench: every path at {PATH_QPS} QPs"));
     let per_path = bench_at(PATH_QPS, &paths, &baseline)?;
     progress.inc(1);
@@ -74,6 +74,8 @@ fn main() -> Result<()> {
 
     progress.set_message("bench: stamping");
     let stamping = stamping_table()?;
+    progress.set_message("bench: switch ports");
+    let switch = switch_table(&baseline)?;
     progress.finish_and_clear();
     let tables = [
         cost_table(&paths, &per_path),
@@ -82,6 +84,7 @@ fn main() -> Result<()> {
         load_table(&runs),
         partitions_table()?,
         stamping,
+        switch,
     ];
     for table in &tables {
         println!("{}\n", table.text());
@@ -524,6 +527,159 @@ fn stamping_table() -> Result<Table> {
         columns: Vec::from(
             ["path", "large payload", "64 B ns", "large ns", "large/64 B"].map(String::from),
         ),
+        rows: out,
+    })
+}
+
+/// A switch port's paths per frame (64-byte payload): the inbound check
+/// (XDP), the outbound check (TC egress), an access port's stamp and
+/// restore, and a corruption, beside the empty XDP program. Single runs, as
+/// for stamping: a rewritten frame would not be rewritten again.
+fn switch_table(baseline: &Baseline) -> Result<Table> {
+    let port = |pkeys: &[u16], role: SwitchRole| {
+        let mut policy = Policy::with_table(pkeys.to_vec());
+        policy.switch = Some(role);
+        let mut filter = Filter::load(1)?;
+        filter.apply(&policy)?;
+        Ok::<_, anyhow::Error>(filter)
+    };
+    let checks = SwitchRole {
+        inbound: true,
+        outbound: true,
+        corrupt: false,
+        access: None,
+    };
+    let trunk = port(&[PKEY], checks)?;
+    let access = port(
+        &[PKEY],
+        SwitchRole {
+            access: Some(PKEY),
+            ..checks
+        },
+    )?;
+    let corrupting = port(
+        &[PKEY],
+        SwitchRole {
+            corrupt: true,
+            ..checks
+        },
+    )?;
+    let frame = |pkey| Packet::rc(pkey, TARGET_QPN).bytes();
+    let rows: [(&str, &Filter, Direction, u16, Verdict, Option<Stamp>); 7] = [
+        (
+            "inbound: pass",
+            &trunk,
+            Direction::Inbound,
+            PKEY,
+            Verdict::Pass,
+            None,
+        ),
+        (
+            "inbound: drop",
+            &trunk,
+            Direction::Inbound,
+            OTHER_PKEY,
+            Verdict::Drop,
+            None,
+        ),
+        (
+            "outbound: pass",
+            &trunk,
+            Direction::Outbound,
+            0x0001,
+            Verdict::Pass,
+            None,
+        ),
+        (
+            "outbound: drop",
+            &trunk,
+            Direction::Outbound,
+            OTHER_PKEY,
+            Verdict::Drop,
+            None,
+        ),
+        (
+            "inbound: access stamp",
+            &access,
+            Direction::Inbound,
+            0xffff,
+            Verdict::Pass,
+            Some(Stamp::Stamped),
+        ),
+        (
+            "outbound: access restore",
+            &access,
+            Direction::Outbound,
+            0x0001,
+            Verdict::Pass,
+            Some(Stamp::Restored),
+        ),
+        (
+            "outbound: corrupt",
+            &corrupting,
+            Direction::Outbound,
+            OTHER_PKEY,
+            Verdict::Corrupt,
+            None,
+        ),
+    ];
+    let single = |f: &dyn Fn() -> Result<Duration>| -> Result<f64> {
+        let mut runs = Vec::with_capacity(STAMP_RUNS);
+        for _ in 0..STAMP_RUNS {
+            runs.push(ns_per_packet(f()?));
+        }
+        Ok(median(runs))
+    };
+    let empty = single(&|| baseline.time(&frame(PKEY), 1))?;
+    let mut out = Vec::new();
+    for (name, filter, direction, pkey, verdict, stamp) in rows {
+        let frame = frame(pkey);
+        // What the path does, checked before it is timed.
+        let (counts, stamps) = (filter.maps().reasons()?, filter.maps().xmit_reasons()?);
+        let before_stamps = filter.maps().stamps()?;
+        let inbound = direction == Direction::Inbound;
+        let passed = if inbound {
+            filter.run(&frame)?
+        } else {
+            filter.run_egress(&frame)?.is_some()
+        };
+        let (after, before) = if inbound {
+            (filter.maps().reasons()?, counts)
+        } else {
+            (filter.maps().xmit_reasons()?, stamps)
+        };
+        let counted = Reason::ALL
+            .into_iter()
+            .map(|r| after.get(r, verdict) - before.get(r, verdict))
+            .sum::<u64>();
+        ensure!(
+            counted == 1 && passed == (verdict != Verdict::Drop),
+            "{name}: not {}",
+            verdict.name()
+        );
+        if let Some(stamp) = stamp {
+            let i = stamp.index() as usize;
+            ensure!(
+                filter.maps().stamps()?[i] == before_stamps[i] + 1,
+                "{name}: not {}",
+                stamp.name()
+            );
+        }
+        let ns = single(&|| match direction {
+            Direction::Inbound => filter.time(&frame, 1),
+            Direction::Outbound => filter.time_egress(&frame, 1),
+        })?;
+        out.push(vec![
+            name.to_string(),
+            format!("{ns:.0}"),
+            format!("{:.1}x", ns / empty),
+        ]);
+    }
+    Ok(Table {
+        title: format!(
+            "Switch port paths, ns/frame (median of {STAMP_RUNS} single runs, 64 B payload; the empty XDP program: {empty:.0} ns)"
+        ),
+        columns: Vec::from(["path", "ns", "vs empty XDP"].map(String::from)),
         rows: out,
     })
 }

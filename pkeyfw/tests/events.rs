@@ -124,3 +124,58 @@ fn events_streams_traps_from_a_pinned_attachment() {
         );
     }
 }
+
+/// A switch port's refusals come out as trap 259 with the port, the
+/// direction and the verdict, and `stats` counts them as
+/// PortRcvConstraintErrors.
+#[test]
+fn switch_ports_send_trap_259() {
+    common::require_root();
+    let pair = VethPair::create(&common::tag("ps")).unwrap();
+    let (_dir, policy_path) = common::policy_file(&format!(
+        "[switch]\nviolation = \"corrupt\"\n[[switch.port]]\ninterface = \"{}\"\npkeys = [0x8001]\n",
+        pair.b
+    ));
+    let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
+    common::succeed(common::pkeyfw_in(&pair.ns_b).args([
+        "switch",
+        "attach",
+        "--policy",
+        policy_path.to_str().unwrap(),
+    ]));
+    let mut reader = common::Killed(
+        common::pkeyfw_in(&pair.ns_b)
+            .args(["events", &pair.b, "--json"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let out = reader.0.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    // Another partition, received on the port.
+    let frame = pkeyfw_testkit::wire::Packet::rc(0x8002, 0x100).bytes();
+    send(&pair.ns_a, &pair.a, &[frame]).unwrap();
+    let line = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("pkeyfw events printed the trap");
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["trap"], 259, "{v}");
+    assert_eq!(v["kind"], "switch_port", "{v}");
+    assert_eq!(v["port"], pair.b.as_str(), "{v}");
+    assert_eq!(v["direction"], "inbound", "{v}");
+    assert_eq!(v["verdict"], "corrupt", "{v}");
+    assert_eq!(v["pkey"], 0x8002, "{v}");
+    assert_eq!(v["dest_qp"], 0x100, "{v}");
+    let stats = common::succeed(common::pkeyfw_in(&pair.ns_b).args(["stats", &pair.b, "--json"]));
+    let stats: Value = serde_json::from_slice(&stats.stdout).unwrap();
+    let port = &stats["switch"];
+    assert_eq!(port["port_rcv_constraint_errors"], 1, "{stats}");
+    assert_eq!(port["port_xmit_constraint_errors"], 0, "{stats}");
+    assert_eq!(port["inbound"]["pkey_violation"]["corrupt"], 1, "{stats}");
+}

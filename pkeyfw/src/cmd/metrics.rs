@@ -129,6 +129,11 @@ pub fn exposition() -> Result<String> {
         "RoCE and other frames the filter judged, by reason and verdict",
         &[at[0], at[1], "reason", "verdict"],
     )?;
+    let xmit = f.counter(
+        "pkeyfw_switch_xmit_frames_total",
+        "Frames a switch port's outbound check judged, by reason and verdict (its inbound ones are pkeyfw_frames_total)",
+        &[at[0], at[1], "reason", "verdict"],
+    )?;
     let pkey = f.counter(
         "pkeyfw_pkey_violations_total",
         "Frames refused for their P_Key, per partition of the port's table or other (an IB port's P_KeyViolations)",
@@ -178,13 +183,19 @@ pub fn exposition() -> Result<String> {
     for snap in stats::snapshots()? {
         let netns = snap.netns.clone().unwrap_or_else(|| "host".to_string());
         let at = [snap.iface.as_str(), netns.as_str()];
-        for reason in Reason::ALL {
-            for verdict in Verdict::ALL {
-                let n = snap.reasons.get(reason, verdict);
-                if n > 0 {
-                    frames
-                        .with_label_values(&[at[0], at[1], reason.name(), verdict.name()])
-                        .inc_by(n);
+        let directions = [
+            Some((&frames, &snap.reasons)),
+            snap.switch.as_ref().map(|x| (&xmit, x)),
+        ];
+        for (family, counts) in directions.into_iter().flatten() {
+            for reason in Reason::ALL {
+                for verdict in Verdict::ALL {
+                    let n = counts.get(reason, verdict);
+                    if n > 0 {
+                        family
+                            .with_label_values(&[at[0], at[1], reason.name(), verdict.name()])
+                            .inc_by(n);
+                    }
                 }
             }
         }
