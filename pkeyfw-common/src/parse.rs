@@ -186,8 +186,10 @@ pub struct Roce {
     pub addrs: Addrs,
     /// Offset of the BTH.
     pub bth_at: usize,
-    /// Offset of the UDP header; `None` for RoCE v1, which has none.
-    pub udp_at: Option<usize>,
+    /// Offset of the UDP header; 0 for RoCE v1, which has none (see
+    /// [`Roce::udp_at`]). Not an `Option`: the verifier refuses the
+    /// spill of an undefined `None` payload.
+    pub udp: usize,
     /// Bytes from the BTH to the end of the packet (ICRC included), as the
     /// UDP length (GRH payload length for RoCE v1) gives them.
     pub len: usize,
@@ -411,7 +413,16 @@ fn bth<F: Frame + ?Sized>(
         src_qp,
         addrs,
         bth_at: off,
-        udp_at,
+        // An Ethernet header always comes first: 0 is never a UDP offset.
+        udp: udp_at.unwrap_or(0),
         len,
     })
+}
+
+impl Roce {
+    /// Offset of the UDP header; `None` for RoCE v1, which has none.
+    #[inline(always)]
+    pub fn udp_at(&self) -> Option<usize> {
+        (self.udp != 0).then_some(self.udp)
+    }
 }

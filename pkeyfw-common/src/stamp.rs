@@ -86,7 +86,7 @@ pub trait Conns {
 }
 
 /// A P_Key rewrite, located: where the bytes are and what they become.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub struct Plan {
     /// Offset of the BTH P_Key.
     pub pkey_at: usize,
@@ -173,7 +173,7 @@ pub fn egress<F: Frame + ?Sized, T: Tables + Conns>(
     let roce = match parse::classify(frame) {
         // RoCE v1 has no UDP header to attribute or patch; sending it takes
         // a raw socket, which takes privilege.
-        Parsed::Roce(roce) if roce.udp_at.is_some() => roce,
+        Parsed::Roce(roce) if roce.udp_at().is_some() => roce,
         _ => return Some(Action::Leave(Stamp::NotRoce)),
     };
     let ud = roce.transport == Transport::Ud;
@@ -225,7 +225,7 @@ pub fn ingress<F: Frame + ?Sized>(
         return None;
     }
     let roce = outcome.roce?;
-    if roce.udp_at.is_none() || roce.pkey == pkey::DEFAULT {
+    if roce.udp_at().is_none() || roce.pkey == pkey::DEFAULT {
         return None;
     }
     Some(plan(frame, &roce, pkey::DEFAULT))
@@ -255,7 +255,7 @@ pub fn corruption<F: Frame + ?Sized>(frame: &F, roce: &parse::Roce) -> Result<Pl
 /// Where a RoCE v2 frame's P_Key, UDP header and ICRC are.
 #[inline(always)]
 fn locate<F: Frame + ?Sized>(frame: &F, roce: &parse::Roce, new: u16) -> Result<Plan, Stamp> {
-    let udp_at = roce.udp_at.ok_or(Stamp::NotRoce)?;
+    let udp_at = roce.udp_at().ok_or(Stamp::NotRoce)?;
     let udp = frame.header::<UdpHdr>(udp_at).ok_or(Stamp::NotRoce)?;
     let icrc_at = (udp_at + u16::from_be_bytes(udp.len) as usize)
         .checked_sub(4)

@@ -40,10 +40,55 @@ use crate::{
 pub struct PortAction {
     pub outcome: Outcome,
     /// The rewrite to make before the frame goes on: an access port's
-    /// stamp or restore, or a refused frame's corruption. Stamping counts
-    /// its outcome (`Stamp`); a corruption that cannot be made drops the
-    /// frame.
-    pub rewrite: Option<Result<Plan, Stamp>>,
+    /// stamp or restore, or a refused frame's corruption.
+    pub rewrite: Rewrite,
+}
+
+/// A rewrite to make, or not, with every field defined whatever the case:
+/// an `Option<Result<Plan, Stamp>>` leaves the payloads of the cases it is
+/// not in undefined, and the verifier refuses the spills of such registers.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Rewrite {
+    /// Whether there is one.
+    pub wanted: bool,
+    /// What it writes, unless it cannot be made (`failed`).
+    pub plan: Plan,
+    pub failed: bool,
+    /// Why it cannot be made, when `failed`.
+    pub why: Stamp,
+}
+
+impl Rewrite {
+    const NONE: Rewrite = Rewrite {
+        wanted: false,
+        plan: Plan {
+            pkey_at: 0,
+            old: 0,
+            new: 0,
+            udp_at: 0,
+            icrc_at: 0,
+            corrupt: false,
+        },
+        failed: false,
+        why: Stamp::NotRoce,
+    };
+
+    #[inline(always)]
+    fn of(located: Result<Plan, Stamp>) -> Rewrite {
+        match located {
+            Ok(plan) => Rewrite {
+                wanted: true,
+                plan,
+                ..Rewrite::NONE
+            },
+            Err(why) => Rewrite {
+                wanted: true,
+                failed: true,
+                why,
+                ..Rewrite::NONE
+            },
+        }
+    }
 }
 
 /// What a switch port does with a frame received on it (`Inbound`) or
@@ -56,13 +101,16 @@ pub fn judge<F: Frame + ?Sized, T: Tables>(
     config: &Config,
     direction: Direction,
 ) -> Option<PortAction> {
-    let checks = config.switch
-        & match direction {
-            Direction::Inbound => switch_flags::INBOUND,
-            Direction::Outbound => switch_flags::OUTBOUND,
-        }
-        != 0;
     let access = config.access_pkey;
+    // An access port always checks both ways: unchecked, it would stamp
+    // or restore whatever came (the policy refuses such a port too).
+    let checks = access != 0
+        || config.switch
+            & match direction {
+                Direction::Inbound => switch_flags::INBOUND,
+                Direction::Outbound => switch_flags::OUTBOUND,
+            }
+            != 0;
     if !checks && access == 0 {
         return None;
     }
@@ -102,11 +150,11 @@ pub fn judge<F: Frame + ?Sized, T: Tables>(
         && config.switch & switch_flags::CORRUPT != 0
         && reason == Reason::PkeyViolation;
     let rewrite = match roce {
-        Some(r) if corrupt && r.pkey != pkey::INVALID => Some(stamp::corruption(frame, &r)),
+        Some(r) if corrupt && r.pkey != pkey::INVALID => Rewrite::of(stamp::corruption(frame, &r)),
         Some(r) if allowed && access != 0 && r.dest_qp != SMI_QPN => {
             access_rewrite(frame, &r, direction, access)
         }
-        _ => None,
+        _ => Rewrite::NONE,
     };
     Some(PortAction {
         outcome: Outcome {
@@ -136,7 +184,7 @@ fn judged_key(roce: &Roce, direction: Direction, access: u16) -> u16 {
 /// is a UDP checksum to keep) with the default P_Key.
 #[inline(always)]
 fn stamps(roce: &Roce) -> bool {
-    roce.udp_at.is_some() && roce.pkey == pkey::DEFAULT
+    roce.udp_at().is_some() && roce.pkey == pkey::DEFAULT
 }
 
 /// An access port's rewrite of an allowed frame: in, 0xFFFF becomes the
@@ -148,50 +196,54 @@ fn access_rewrite<F: Frame + ?Sized>(
     roce: &Roce,
     direction: Direction,
     access: u16,
-) -> Option<Result<Plan, Stamp>> {
+) -> Rewrite {
     match direction {
-        Direction::Inbound if stamps(roce) => Some(stamp::plan(frame, roce, access)),
-        Direction::Outbound if roce.udp_at.is_some() && roce.pkey != pkey::DEFAULT => {
-            Some(stamp::plan(frame, roce, pkey::DEFAULT))
+        Direction::Inbound if stamps(roce) => Rewrite::of(stamp::plan(frame, roce, access)),
+        // Never a corrupted frame's invalid key: it stays refused.
+        Direction::Outbound
+            if roce.udp_at().is_some()
+                && roce.pkey != pkey::DEFAULT
+                && pkey::is_valid(roce.pkey) =>
+        {
+            Rewrite::of(stamp::plan(frame, roce, pkey::DEFAULT))
         }
-        _ => None,
+        _ => Rewrite::NONE,
     }
 }
 
 impl PortAction {
-    /// The frame's final outcome once the rewrite was made (`done`: its
-    /// result, `None` when there was none), and the stamping outcome to
-    /// count. A rewrite that failed fails closed where it matters: a
-    /// corruption not made, or a stamp not given on the way in (the frame
-    /// would go on with 0xFFFF, which every unmodified host accepts), drops
-    /// the frame; a restore not made on the way out leaves a key the
-    /// host's rdma_rxe refuses by itself.
+    /// The frame's final outcome once its rewrite was made (`made`:
+    /// whether it was, else `why` not); `count` gets the stamping outcome,
+    /// if there is one. A rewrite that failed fails closed where it
+    /// matters: a corruption not made, or a stamp not given on the way in
+    /// (the frame would go on with 0xFFFF, which every unmodified host
+    /// accepts), drops the frame; a restore not made on the way out leaves
+    /// a key the host's rdma_rxe refuses by itself.
     #[inline(always)]
     pub fn settle(
         self,
         direction: Direction,
-        done: Option<Result<(), Stamp>>,
-    ) -> (Outcome, Option<Stamp>) {
+        made: bool,
+        why: Stamp,
+        count: impl FnOnce(Stamp),
+    ) -> Outcome {
         let mut outcome = self.outcome;
-        let Some(done) = done else {
-            return (outcome, None);
-        };
-        let counted = match done {
-            Err(why) => why,
-            Ok(()) if outcome.corrupt => return (outcome, None),
-            Ok(()) => match direction {
-                Direction::Inbound => Stamp::Stamped,
-                Direction::Outbound => Stamp::Restored,
-            },
-        };
-        if done.is_err() && (outcome.corrupt || direction == Direction::Inbound) {
-            if outcome.allowed {
-                outcome.reason = Reason::Malformed;
-                outcome.allowed = false;
-            }
-            outcome.corrupt = false;
+        if outcome.corrupt {
+            // A corruption not made is a drop, not a stamping outcome.
+            outcome.corrupt = made;
+            outcome.pass = made;
+            return outcome;
+        }
+        count(match (made, direction) {
+            (true, Direction::Inbound) => Stamp::Stamped,
+            (true, Direction::Outbound) => Stamp::Restored,
+            (false, _) => why,
+        });
+        if !made && direction == Direction::Inbound {
+            outcome.reason = Reason::Malformed;
+            outcome.allowed = false;
             outcome.pass = false;
         }
-        (outcome, Some(counted))
+        outcome
     }
 }

@@ -220,11 +220,19 @@ fn switch_port<F: Frame>(
     let Some(action) = switch::judge(frame, live, config, direction) else {
         return true;
     };
-    let done = action.rewrite.map(|r| r.and_then(|plan| rewrite(&plan)));
-    let (outcome, stamped) = action.settle(direction, done);
-    if let Some(stamped) = stamped {
-        count_stamp(stamped);
-    }
+    let todo = action.rewrite;
+    let outcome = if todo.wanted {
+        let (made, why) = match todo.failed {
+            true => (false, todo.why),
+            false => match rewrite(&todo.plan) {
+                Ok(()) => (true, todo.why),
+                Err(why) => (false, why),
+            },
+        };
+        action.settle(direction, made, why, count_stamp)
+    } else {
+        action.outcome
+    };
     count_reason(
         match direction {
             Direction::Inbound => &REASONS,

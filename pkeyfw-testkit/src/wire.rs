@@ -309,7 +309,7 @@ pub fn icrc_holds(f: &[u8]) -> Option<bool> {
     let Parsed::Roce(r) = parse::classify(f) else {
         return None;
     };
-    let udp = r.udp_at?;
+    let udp = r.udp_at()?;
     let l3 = if f.get(12..14)? == [0x81, 0x00] {
         18
     } else {

@@ -565,7 +565,16 @@ fn switch_table(baseline: &Baseline) -> Result<Table> {
         },
     )?;
     let frame = |pkey| Packet::rc(pkey, TARGET_QPN).bytes();
-    let rows: [(&str, &Filter, Direction, u16, Verdict, Option<Stamp>); 7] = [
+    // (path, port, direction, the frame's P_Key, verdict, stamping outcome)
+    type Row<'a> = (
+        &'static str,
+        &'a Filter,
+        Direction,
+        u16,
+        Verdict,
+        Option<Stamp>,
+    );
+    let rows: [Row; 7] = [
         (
             "inbound: pass",
             &trunk,

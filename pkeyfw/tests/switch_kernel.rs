@@ -204,6 +204,19 @@ fn access_port_stamps_in_and_restores_out() {
     // Out, 0xFFFF is refused like any key of a partition the port is not in.
     let default = Packet::rc(0xffff, 0x100).bytes();
     assert_eq!(run(&filter, Direction::Outbound, &default).0, Verdict::Drop);
+    // An access port checks both ways whatever its flags say (the policy
+    // refuses such a port; the kernel does not rely on that).
+    let unchecked = common::filter(&port(
+        &[0x8001],
+        SwitchRole {
+            inbound: false,
+            outbound: false,
+            ..role
+        },
+    ));
+    for direction in Direction::ALL {
+        assert_eq!(run(&unchecked, direction, &foreign).0, Verdict::Drop);
+    }
     let stamps = filter.maps().stamps().unwrap();
     assert_eq!(
         (

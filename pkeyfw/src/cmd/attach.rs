@@ -241,6 +241,17 @@ pub fn run(opts: &AttachArgs) -> Result<()> {
     Ok(())
 }
 
+/// Whether an event reports a refused frame (rate-limited), not a verb.
+fn is_frame(kind: u8) -> bool {
+    kind == EventKind::Frame as u8 || kind == EventKind::SwitchPort as u8
+}
+
+/// Frames refused so far, both ways (a switch port refuses outbound too).
+fn refused_so_far(filter: &Filter) -> Result<u64> {
+    let maps = filter.maps();
+    Ok(maps.reasons()?.refused() + maps.xmit_reasons()?.refused())
+}
+
 /// Paths by which RoCE reaches the host inside a packet XDP calls not RoCE:
 /// SRv6 decapsulated after XDP. (IPsec and other tunnels ending on the host
 /// are as blind; the README says so.)
@@ -419,6 +430,7 @@ fn reload(
     pins: &Pins,
 ) -> Result<(std::path::PathBuf, Vec<String>)> {
     let result = remembered(pins).and_then(|(policy, path)| {
+        filter.maps().same_role(&policy)?;
         let bound = binder.replace(policy, filter.maps_mut())?;
         Ok((path, bound))
     });
@@ -552,7 +564,7 @@ async fn foreground(
     let mut poll = tokio::time::interval(binder::POLL);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut poll_error = None;
-    let mut last = filter.maps().reasons()?.refused();
+    let mut last = refused_so_far(filter)?;
     let mut follow = tokio::time::interval(WATCH);
     follow.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut refused = None;
@@ -565,7 +577,7 @@ async fn foreground(
                     // and budgeted in the kernel: always shown; refused
                     // frames by the limiter.
                     if let Some(e) = events::decode(&item)
-                        && (e.kind != EventKind::Frame as u8 || limiter.allow())
+                        && (!is_frame(e.kind) || limiter.allow())
                     {
                         println!("{}", events::line(&e));
                     }
@@ -573,7 +585,7 @@ async fn foreground(
                 guard.clear_ready();
             }
             _ = second.tick() => {
-                let now = filter.maps().reasons()?.refused();
+                let now = refused_so_far(filter)?;
                 if let Some(hidden) = limiter.tick(now - last) {
                     println!("… and {hidden} more refused frames in the last second");
                 }

@@ -68,6 +68,10 @@ pub fn run(args: &ReloadArgs) -> Result<()> {
         }
     };
     let mut maps = Maps::from_pins(&pins.dir)?;
+    if let Err(e) = maps.same_role(&policy) {
+        pins.note_policy(PolicyEvent::Refused);
+        return Err(e);
+    }
     pins.remember_policy(&path)?;
     match holder {
         // It notes the outcome itself.

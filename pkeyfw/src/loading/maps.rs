@@ -257,6 +257,28 @@ impl Maps {
         Ok(self.live_config()?.switch != 0)
     }
 
+    /// Refuses a reload that would make a host port a switch port or back:
+    /// the programs attached differ (a switch port always has the egress
+    /// program), so that takes a detach and an attach.
+    pub fn same_role(&self, policy: &Policy) -> Result<()> {
+        let (live, new) = (self.switch_port()?, policy.switch.is_some());
+        if live != new {
+            let what = |switch| {
+                if switch {
+                    "a switch port"
+                } else {
+                    "a host port"
+                }
+            };
+            bail!(
+                "the attachment is {} and the new policy makes it {}; detach and attach it instead",
+                what(live),
+                what(new)
+            );
+        }
+        Ok(())
+    }
+
     /// Frames per stamping outcome, summed over CPUs.
     pub fn stamps(&self) -> Result<StampCounts> {
         summed(&self.stamps, name::STAMPS)

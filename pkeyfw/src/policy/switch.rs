@@ -83,7 +83,13 @@ const IFNAME_MAX: usize = 15;
 impl SwitchPolicy {
     /// Reads and validates a switch policy file.
     pub fn load(path: &Path) -> Result<SwitchPolicy, PolicyError> {
-        SwitchPolicy::read(path)?.ok_or_else(|| PolicyError {
+        if let Some(switch) = SwitchPolicy::read(path)? {
+            return Ok(switch);
+        }
+        // Not TOML at all: say where.
+        let text = std::fs::read_to_string(path).map_err(|e| PolicyError::io(path, &e))?;
+        Ctx { path, text: &text }.toml::<toml::Table>()?;
+        Err(PolicyError {
             file: path.display().to_string(),
             line: 0,
             column: 0,
@@ -198,11 +204,17 @@ fn port(
         "the port's interface name",
     )?;
     let iface = name.get_ref().clone();
-    if iface.is_empty() || iface.len() > IFNAME_MAX || iface.contains(['/', ' ', '\0']) {
+    // Linux's own rule (dev_valid_name).
+    let valid = !iface.is_empty()
+        && iface.len() <= IFNAME_MAX
+        && iface != "."
+        && iface != ".."
+        && !iface.contains(|c: char| c == '/' || c == ':' || c.is_whitespace() || c == '\0');
+    if !valid {
         return Err(cx.err(
             name.span(),
             &format!("{field}.interface"),
-            format!("`{iface}` is not an interface name; expected 1 to {IFNAME_MAX} characters, no '/' or space"),
+            format!("`{iface}` is not an interface name; expected 1 to {IFNAME_MAX} characters, not . or .., no '/', ':' or space"),
         ));
     }
     let table = table(cx, switch, p, field)?;
@@ -218,6 +230,13 @@ fn port(
             .unwrap_or(corrupt),
         access,
     };
+    if role.access.is_some() && !(role.inbound && role.outbound) {
+        return Err(cx.err(
+            raw.stamp.as_ref().map_or(p.span(), Spanned::span),
+            &format!("{field}.stamp"),
+            "an access port checks both ways (it would stamp or restore unchecked frames); expected `inbound` and `outbound` left on",
+        ));
+    }
     if !role.inbound && !role.outbound && role.access.is_none() {
         return Err(cx.err(
             p.span(),
@@ -414,6 +433,20 @@ violation = "drop"
             1,
             "switch.port[0]",
             "checks nothing",
+        );
+        refused(
+            "[switch]\n[[switch.port]]\ninterface = \"a\"\npkeys = [1]\nstamp = 1\noutbound = false\n",
+            5,
+            9,
+            "switch.port[0].stamp",
+            "an access port checks both ways",
+        );
+        refused(
+            "[switch]\n[[switch.port]]\ninterface = \"..\"\npkeys = [1]\n",
+            3,
+            13,
+            "switch.port[0].interface",
+            "not an interface name",
         );
         refused(
             "[switch]\n[[switch.port]]\ninterface = \"a/b\"\npkeys = [1]\n",
