@@ -21,7 +21,8 @@ pub struct VethPair {
     pub b: String,
 }
 
-fn ip(args: &[&str]) -> Result<()> {
+/// Runs `ip` (iproute2) with `args`; its error output on failure.
+pub fn ip(args: &[&str]) -> Result<()> {
     let out = Command::new("ip")
         .args(args)
         .output()

@@ -18,7 +18,7 @@ use std::{path::Path, process::Command, time::Duration};
 use anyhow::{Context as _, Result, bail};
 use pkeyfw_common::{parse, pkey};
 use pkeyfw_testkit::{
-    netns,
+    netns::{self, ip},
     wire::{Packet, icrc_holds},
 };
 
@@ -224,21 +224,6 @@ fn quiet(ns: &str, dev: &str) -> Result<()> {
         std::fs::write(format!("/proc/sys/net/ipv6/conf/{dev}/disable_ipv6"), "1")
             .context("disabling IPv6")
     })?
-}
-
-fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .context("running ip")?;
-    if !out.status.success() {
-        bail!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
 }
 
 /// Runs this pkeyfw with `args` and the policy file; its output on failure.
