@@ -26,15 +26,16 @@ pub const PACKAGES: &[&str] = &[
 ];
 
 /// Modules /init loads, in order: the 9p share over virtio, veth, the
-/// clsact qdisc and the BPF classifier (6.1 has no tcx, so the stamping
-/// program attaches through them), and rdma_rxe with the CRC-32
-/// implementations it asks for by name and the rdma_cm user interface.
-/// Their dependencies come along (modprobe).
+/// bridge (switch mode's switch), the clsact qdisc and the BPF classifier
+/// (6.1 has no tcx, so the stamping program attaches through them), and
+/// rdma_rxe with the CRC-32 implementations it asks for by name and the
+/// rdma_cm user interface. Their dependencies come along (modprobe).
 pub const MODULES: &[&str] = &[
     "virtio_pci",
     "9pnet_virtio",
     "9p",
     "veth",
+    "bridge",
     "sch_ingress",
     "cls_bpf",
     "crc32_generic",

@@ -4,17 +4,23 @@
 //! when the policy stamps) with a policy whose `[[bind]]` rules bind the
 //! programs' QPs as they appear, the server, then the client; the table
 //! shows whether the programs completed and which counters moved, against
-//! what the partition rules say. Needs root, the
+//! what the partition rules say. Then switch mode ([`switch`]): four hosts
+//! on a bridge, pkeyfw on its ports only. Needs root, the
 //! rdma_rxe module and the RDMA userland (rdma-core, perftest,
 //! rdmacm-utils); `cargo xtask rxe-lab` runs it in a guest that has them.
 
+mod fabric;
 mod run;
 pub mod scenario;
+mod switch;
 mod tenants;
 mod topology;
 pub mod verbs;
 
-use std::{fs, path::PathBuf};
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
 
 use anyhow::{Result, bail};
 use pkeyfw_common::{Capture, Reason};
@@ -33,11 +39,15 @@ use topology::Topology;
 /// foreground attach binds the programs' QPs by `[[bind]]` rules, and
 /// ibv_ud_pingpong, ibv_rc_pingpong, ib_send_bw, rping or udaddy run
 /// across. The table says whether they completed and which counters
-/// moved. Needs root, rdma_rxe, rdma-core, perftest and rdmacm-utils;
-/// `cargo xtask rxe-lab` runs it in a guest that has them.
+/// moved. Then switch mode (the `switch-*` scenarios): four rdma_rxe
+/// hosts on a bridge, `pkeyfw switch` on its ports stamping each host's
+/// key, nothing on the hosts. Needs root, rdma_rxe, rdma-core, perftest
+/// and rdmacm-utils; `cargo xtask rxe-lab` runs it in a guest that has
+/// them.
 #[derive(clap::Args)]
 pub struct RxeArgs {
-    /// Capture each scenario (the client's end) into DIR/NAME.pcap.
+    /// Capture each scenario into DIR/NAME.*.pcap (the pair's outgoing
+    /// frames; the switch's ports and its hosts' ends).
     #[arg(long, value_name = "DIR")]
     pub captures: Option<PathBuf>,
     /// Write the results as JSON.
@@ -54,15 +64,16 @@ pub fn run(opts: &RxeArgs) -> Result<bool> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("the soft-RoCE lab creates devices and attaches XDP; run it as root");
     }
+    let chosen = |name: &str| opts.only.as_ref().is_none_or(|o| name.contains(o.as_str()));
     let scenarios: Vec<Scenario> = scenario::all()
         .into_iter()
-        .filter(|s| {
-            opts.only
-                .as_ref()
-                .is_none_or(|o| s.name.contains(o.as_str()))
-        })
+        .filter(|s| chosen(s.name))
         .collect();
-    if scenarios.is_empty() {
+    let switched: Vec<switch::Scenario> = switch::all()
+        .into_iter()
+        .filter(|s| chosen(s.name))
+        .collect();
+    if scenarios.is_empty() && switched.is_empty() {
         bail!("no scenario matches {:?}", opts.only);
     }
     // Until the table is judged: the policies name the tenants' cgroups.
@@ -73,35 +84,55 @@ pub fn run(opts: &RxeArgs) -> Result<bool> {
         fs::create_dir_all(dir)?;
     }
     let result = (|| {
-        let topo = Topology::create()?;
-        let (c, s) = (topo.client(), topo.server());
-        println!(
-            "pkeyfw lab rxe: client {} ({}, {}) ⟶ server {} ({}, {}), pkeyfw on {} \
-             (on both ends when stamping)",
-            c.device, c.iface, c.addr, s.device, s.iface, s.addr, s.iface
-        );
-        let mut rows = Vec::new();
-        for sc in &scenarios {
-            let observed = run::scenario(&topo, sc, &work, opts.captures.as_deref())?;
-            if judge(sc, &observed) {
-                println!("  {:<22} as expected", sc.name);
-            } else {
-                println!("  {:<22} NOT as expected\n{}", sc.name, observed.output);
-            }
-            rows.push(observed);
-        }
-        Ok::<_, anyhow::Error>(rows)
+        let captures = opts.captures.as_deref();
+        let rows = if scenarios.is_empty() {
+            Vec::new()
+        } else {
+            on_pair(&scenarios, &work, captures)?
+        };
+        // The pair is gone by now: the fabric moves the local rule anew.
+        let switch_rows = if switched.is_empty() {
+            Vec::new()
+        } else {
+            switch::run(&switched, &work, captures)?
+        };
+        Ok::<_, anyhow::Error>((rows, switch_rows))
     })();
     let _ = fs::remove_dir_all(&work);
-    let rows = result?;
-    let all_ok = table(&scenarios, &rows);
+    let (rows, switch_rows) = result?;
+    let pair_ok = scenarios.is_empty() || table(&scenarios, &rows);
+    let switch_ok = switched.is_empty() || switch::table(&switched, &switch_rows);
     if let Some(path) = &opts.json {
+        let mut list = results(&scenarios, &rows);
+        list.extend(switch::results(&switched, &switch_rows));
         fs::write(
             path,
-            serde_json::to_string_pretty(&results(&scenarios, &rows))?,
+            serde_json::to_string_pretty(&json!({ "scenarios": list }))?,
         )?;
     }
-    Ok(all_ok)
+    Ok(pair_ok && switch_ok)
+}
+
+/// Runs the scenarios of the veth pair; what came of each.
+fn on_pair(scenarios: &[Scenario], work: &Path, captures: Option<&Path>) -> Result<Vec<Observed>> {
+    let topo = Topology::create()?;
+    let (c, s) = (topo.client(), topo.server());
+    println!(
+        "pkeyfw lab rxe: client {} ({}, {}) ⟶ server {} ({}, {}), pkeyfw on {} \
+         (on both ends when stamping)",
+        c.device, c.iface, c.addr, s.device, s.iface, s.addr, s.iface
+    );
+    let mut rows = Vec::new();
+    for sc in scenarios {
+        let observed = run::scenario(&topo, sc, work, captures)?;
+        if judge(sc, &observed) {
+            println!("  {:<22} as expected", sc.name);
+        } else {
+            println!("  {:<22} NOT as expected\n{}", sc.name, observed.output);
+        }
+        rows.push(observed);
+    }
+    Ok(rows)
 }
 
 /// Whether a scenario went as the rules say: the programs completed or not,
@@ -226,8 +257,8 @@ fn probes_json(counts: &crate::loading::maps::CaptureCounts) -> serde_json::Valu
         .into()
 }
 
-fn results(scenarios: &[Scenario], rows: &[Observed]) -> serde_json::Value {
-    let list: Vec<_> = scenarios
+fn results(scenarios: &[Scenario], rows: &[Observed]) -> Vec<serde_json::Value> {
+    scenarios
         .iter()
         .zip(rows)
         .map(|(sc, o)| {
@@ -261,6 +292,5 @@ fn results(scenarios: &[Scenario], rows: &[Observed]) -> serde_json::Value {
                 },
             })
         })
-        .collect();
-    json!({ "scenarios": list })
+        .collect()
 }

@@ -20,7 +20,7 @@ use pkeyfw_common::{Reason, Stamp};
 use pkeyfw_testkit::wire;
 
 use super::{
-    scenario::{Attack, Ready, Scenario},
+    scenario::{Attack, Program, Ready, Scenario},
     topology::{End, Topology},
 };
 use crate::{
@@ -31,11 +31,12 @@ use crate::{
 
 /// How long a client may run before it counts as stalled (soft-RoCE under
 /// emulation is slow; a healthy run takes well under a second).
-const STALL: Duration = Duration::from_secs(8);
+pub const STALL: Duration = Duration::from_secs(8);
 /// How long the server may take to finish after its client.
-const LINGER: Duration = Duration::from_secs(3);
-/// How long to wait for a process to get ready.
-const READY: Duration = Duration::from_secs(10);
+pub const LINGER: Duration = Duration::from_secs(3);
+/// How long to wait for a process to get ready (an attach under emulation
+/// takes some 12 s to load and verify its programs).
+const READY: Duration = Duration::from_secs(30);
 
 /// How a program ended.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -85,21 +86,27 @@ impl Observed {
     }
 
     pub fn summary(&self) -> String {
-        let show = |e: Exit| match e {
-            Exit::Ok => "ok".to_string(),
-            Exit::Failed(c) => format!("exit {c}"),
-            Exit::Killed => "stalled".to_string(),
-        };
-        if self.completes() {
-            "completes".to_string()
-        } else {
-            format!("client {}, server {}", show(self.client), show(self.server))
-        }
+        summary(self.client, self.server)
+    }
+}
+
+/// How a client and its server ended: "completes", "client stalled,
+/// server exit 1", ….
+pub fn summary(client: Exit, server: Exit) -> String {
+    let show = |e: Exit| match e {
+        Exit::Ok => "ok".to_string(),
+        Exit::Failed(c) => format!("exit {c}"),
+        Exit::Killed => "stalled".to_string(),
+    };
+    if client == Exit::Ok && server == Exit::Ok {
+        "completes".to_string()
+    } else {
+        format!("client {}, server {}", show(client), show(server))
     }
 }
 
 /// A child killed (if still running) and reaped on drop.
-struct Proc(Child);
+pub struct Proc(pub Child);
 
 impl Proc {
     fn signal(&self, sig: libc::c_int) {
@@ -108,7 +115,7 @@ impl Proc {
     }
 
     /// Waits up to `limit` for it to exit.
-    fn wait(&mut self, limit: Duration) -> Result<Exit> {
+    pub fn wait(&mut self, limit: Duration) -> Result<Exit> {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.0.try_wait()? {
@@ -249,7 +256,7 @@ pub fn scenario(
     let tcpdumps = captures
         .iter()
         .zip([server_end, client_end])
-        .map(|(path, end)| tcpdump(&end.iface, path))
+        .map(|(path, end)| tcpdump(None, &end.iface, "out", path))
         .collect::<Result<Vec<_>>>()?;
     let rcvd_before = [server_end, client_end].map(rxe_rcvd);
     let attacker = sc
@@ -275,10 +282,7 @@ pub fn scenario(
             .spawn()
             .with_context(|| format!("starting {}", program.name()))?,
     );
-    match program.ready() {
-        Ready::Tcp(port) => wait_listening(port)?,
-        Ready::Millis(ms) => std::thread::sleep(Duration::from_millis(ms)),
-    }
+    wait_ready(program)?;
     if let Some(Attack::ForeignQkey(qkey)) = sc.attack {
         foreign_qkey(server_end, client_end, server.0.id(), qkey)?;
     }
@@ -299,6 +303,7 @@ pub fn scenario(
         LINGER
     })?;
     drop((client, server, attacker));
+    settle(&captures);
     for t in tcpdumps {
         stop(t);
     }
@@ -500,7 +505,7 @@ fn rxe_rcvd(end: &End) -> u64 {
 }
 
 /// RoCE v2 frames in the captures, and how many carry a wrong ICRC.
-fn icrc_check(captures: &[PathBuf]) -> Result<(usize, usize)> {
+pub fn icrc_check(captures: &[PathBuf]) -> Result<(usize, usize)> {
     let (mut frames, mut bad) = (0, 0);
     for path in captures {
         for f in capture::read(path)? {
@@ -514,9 +519,22 @@ fn icrc_check(captures: &[PathBuf]) -> Result<(usize, usize)> {
     Ok((frames, bad))
 }
 
-/// Captures the RoCE frames `iface` sends, whole, until stopped.
-fn tcpdump(iface: &str, path: &Path) -> Result<Proc> {
-    let mut child = Command::new("tcpdump")
+/// Captures the RoCE frames `iface` (of namespace `netns`, if given) sends,
+/// takes in or both (`direction`: "out", "in", "inout"), whole, until
+/// stopped.
+pub fn tcpdump(netns: Option<&str>, iface: &str, direction: &str, path: &Path) -> Result<Proc> {
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, "tcpdump"]);
+            c
+        }
+        None => Command::new("tcpdump"),
+    };
+    // A snap length of its own: on an interface with offloads (a veth)
+    // libpcap sizes every ring slot to the default 256 KiB, and the ring
+    // then holds 32 frames, too few for a program's burst under emulation.
+    let mut child = cmd
         .args([
             "-Z",
             "root",
@@ -524,8 +542,10 @@ fn tcpdump(iface: &str, path: &Path) -> Result<Proc> {
             "--immediate-mode",
             "-B",
             "8192",
+            "-s",
+            "8192",
             "-Q",
-            "out",
+            direction,
         ])
         .args(["-i", iface, "-w"])
         .arg(path)
@@ -543,10 +563,43 @@ fn tcpdump(iface: &str, path: &Path) -> Result<Proc> {
     Ok(proc)
 }
 
+/// Waits (a few seconds at most) until the captures stop growing: under
+/// emulation tcpdump lags behind its ring, and a stopped one writes only
+/// what it has read.
+pub fn settle(captures: &[PathBuf]) {
+    let size = || {
+        captures
+            .iter()
+            .map(|p| fs::metadata(p).map_or(0, |m| m.len()))
+            .sum::<u64>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut last = size();
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = size();
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+}
+
 /// Stops a capture so that it writes out what it holds.
-fn stop(mut t: Proc) {
+pub fn stop(mut t: Proc) {
     t.signal(libc::SIGINT);
     let _ = t.wait(Duration::from_secs(2));
+}
+
+/// Waits until `program`'s server is ready for its client.
+pub fn wait_ready(program: Program) -> Result<()> {
+    match program.ready() {
+        Ready::Tcp(port) => wait_listening(port),
+        Ready::Millis(ms) => {
+            std::thread::sleep(Duration::from_millis(ms));
+            Ok(())
+        }
+    }
 }
 
 /// Waits until something listens on TCP `port`.

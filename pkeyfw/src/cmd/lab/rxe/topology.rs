@@ -25,17 +25,14 @@ pub struct End {
 
 pub struct Topology {
     pub ends: [End; 2],
-    /// Undo steps, run in reverse on drop.
-    undo: Vec<Vec<String>>,
-    /// sysctl files and their old values.
-    sysctls: Vec<(String, String)>,
+    changes: Changes,
 }
 
 /// Rule preferences the lab uses; the local table moves to `LOCAL`.
-const PREF: u32 = 100;
+pub const PREF: u32 = 100;
 const LOCAL: u32 = 200;
-/// Routing tables, one per destination end.
-const TABLE: u32 = 4791;
+/// Routing tables, one per sending end.
+pub const TABLE: u32 = 4791;
 
 impl Topology {
     pub fn create() -> Result<Topology> {
@@ -46,8 +43,7 @@ impl Topology {
                 device: format!("pkfw_rxe{i}"),
                 gid_index: 0,
             }),
-            undo: Vec::new(),
-            sysctls: Vec::new(),
+            changes: Changes::default(),
         };
         t.build()?;
         Ok(t)
@@ -55,91 +51,38 @@ impl Topology {
 
     fn build(&mut self) -> Result<()> {
         let [a, b] = self.ends.clone();
-        ip(&[
-            "link", "add", &a.iface, "type", "veth", "peer", "name", &b.iface,
-        ])?;
-        self.undo.push(args(&["ip", "link", "del", &a.iface]));
+        let c = &mut self.changes;
+        c.ip(
+            &[
+                "link", "add", &a.iface, "type", "veth", "peer", "name", &b.iface,
+            ],
+            &["link", "del", &a.iface],
+        )?;
         for (i, (me, peer)) in [(&a, &b), (&b, &a)].into_iter().enumerate() {
             ip(&["addr", "add", &format!("{}/32", me.addr), "dev", &me.iface])?;
             ip(&["link", "set", &me.iface, "up"])?;
-            let table = (TABLE + i as u32).to_string();
-            ip(&[
-                "route",
-                "add",
-                &peer.addr.to_string(),
-                "dev",
-                &me.iface,
-                "src",
-                &me.addr.to_string(),
-                "table",
-                &table,
-            ])?;
+            let table = TABLE + i as u32;
+            c.route(me, peer, &peer.iface, table)?;
             for (k, selector) in [("iif", "lo"), ("oif", me.iface.as_str())]
                 .into_iter()
                 .enumerate()
             {
-                let pref = (PREF + 2 * i as u32 + k as u32).to_string();
                 let to = peer.addr.to_string();
-                ip(&[
-                    "rule", "add", "pref", &pref, selector.0, selector.1, "to", &to, "lookup",
-                    &table,
-                ])?;
-                self.undo.push(args(&["ip", "rule", "del", "pref", &pref]));
+                c.rule(
+                    PREF + 2 * i as u32 + k as u32,
+                    &[selector.0, selector.1, "to", &to],
+                    table,
+                )?;
             }
-            let mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", peer.iface))?;
-            ip(&[
-                "neigh",
-                "add",
-                &peer.addr.to_string(),
-                "lladdr",
-                mac.trim(),
-                "dev",
-                &me.iface,
-                "nud",
-                "permanent",
-            ])?;
         }
-        self.move_local_rule()?;
-        for conf in ["all", "default", &a.iface, &b.iface] {
-            self.sysctl(&format!("net/ipv4/conf/{conf}/accept_local"), "1")?;
-            self.sysctl(&format!("net/ipv4/conf/{conf}/rp_filter"), "0")?;
-        }
+        c.local_rule_below()?;
+        c.accept_local(&[&a.iface, &b.iface])?;
         for end in &mut self.ends {
-            rdma(&[
-                "link",
-                "add",
-                &end.device,
-                "type",
-                "rxe",
-                "netdev",
-                &end.iface,
-            ])?;
-            self.undo
-                .push(args(&["rdma", "link", "delete", &end.device]));
+            c.rxe(end)?;
         }
         for end in &mut self.ends {
             end.gid_index = gid_index(&end.device, end.addr)?;
         }
-        Ok(())
-    }
-
-    /// Puts the local table's rule below the lab's (it is consulted first,
-    /// at preference 0, otherwise).
-    fn move_local_rule(&mut self) -> Result<()> {
-        let local = LOCAL.to_string();
-        ip(&["rule", "add", "pref", &local, "lookup", "local"])?;
-        self.undo.push(args(&["ip", "rule", "del", "pref", &local]));
-        ip(&["rule", "del", "pref", "0", "lookup", "local"])?;
-        self.undo
-            .push(args(&["ip", "rule", "add", "pref", "0", "lookup", "local"]));
-        Ok(())
-    }
-
-    fn sysctl(&mut self, key: &str, value: &str) -> Result<()> {
-        let path = format!("/proc/sys/{key}");
-        let old = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-        std::fs::write(&path, value).with_context(|| format!("writing {path}"))?;
-        self.sysctls.push((path, old.trim().to_string()));
         Ok(())
     }
 
@@ -152,7 +95,111 @@ impl Topology {
     }
 }
 
-impl Drop for Topology {
+/// Changes to this namespace's network setup, undone in reverse on drop.
+#[derive(Default)]
+pub struct Changes {
+    /// Undo steps (`ip` and `rdma` command lines).
+    undo: Vec<Vec<String>>,
+    /// sysctl files and their old values.
+    sysctls: Vec<(String, String)>,
+}
+
+impl Changes {
+    /// Runs `ip ARGS`, and `ip UNDO` on drop.
+    pub fn ip(&mut self, args: &[&str], undo: &[&str]) -> Result<()> {
+        ip(args)?;
+        self.undo.push(strings("ip", undo));
+        Ok(())
+    }
+
+    /// Routes `me`'s packets to `peer` out of `me`'s interface, in `table`,
+    /// to the MAC of `peer_iface` (static: no ARP crosses).
+    pub fn route(&mut self, me: &End, peer: &End, peer_iface: &str, table: u32) -> Result<()> {
+        let to = peer.addr.to_string();
+        ip(&[
+            "route",
+            "add",
+            &to,
+            "dev",
+            &me.iface,
+            "src",
+            &me.addr.to_string(),
+            "table",
+            &table.to_string(),
+        ])?;
+        let mac = std::fs::read_to_string(format!("/sys/class/net/{peer_iface}/address"))?;
+        ip(&[
+            "neigh",
+            "add",
+            &to,
+            "lladdr",
+            mac.trim(),
+            "dev",
+            &me.iface,
+            "nud",
+            "permanent",
+        ])
+    }
+
+    /// A rule at `pref`: what `selector` matches looks up `table`.
+    pub fn rule(&mut self, pref: u32, selector: &[&str], table: u32) -> Result<()> {
+        let pref = pref.to_string();
+        let mut args = vec!["rule", "add", "pref", &pref];
+        args.extend(selector);
+        let table = table.to_string();
+        args.extend(["lookup", &table]);
+        self.ip(&args, &["rule", "del", "pref", &pref])
+    }
+
+    /// Puts the local table's rule below the lab's (it is consulted first,
+    /// at preference 0, otherwise).
+    pub fn local_rule_below(&mut self) -> Result<()> {
+        let local = LOCAL.to_string();
+        self.ip(
+            &["rule", "add", "pref", &local, "lookup", "local"],
+            &["rule", "del", "pref", &local],
+        )?;
+        self.ip(
+            &["rule", "del", "pref", "0", "lookup", "local"],
+            &["rule", "add", "pref", "0", "lookup", "local"],
+        )
+    }
+
+    /// Lets `ifaces` take packets from local addresses (the other ends').
+    pub fn accept_local(&mut self, ifaces: &[&str]) -> Result<()> {
+        for conf in ["all", "default"].iter().chain(ifaces) {
+            self.sysctl(&format!("net/ipv4/conf/{conf}/accept_local"), "1")?;
+            self.sysctl(&format!("net/ipv4/conf/{conf}/rp_filter"), "0")?;
+        }
+        Ok(())
+    }
+
+    /// A soft-RoCE device on `end`'s interface.
+    pub fn rxe(&mut self, end: &End) -> Result<()> {
+        rdma(&[
+            "link",
+            "add",
+            &end.device,
+            "type",
+            "rxe",
+            "netdev",
+            &end.iface,
+        ])?;
+        self.undo
+            .push(strings("rdma", &["link", "delete", &end.device]));
+        Ok(())
+    }
+
+    fn sysctl(&mut self, key: &str, value: &str) -> Result<()> {
+        let path = format!("/proc/sys/{key}");
+        let old = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        std::fs::write(&path, value).with_context(|| format!("writing {path}"))?;
+        self.sysctls.push((path, old.trim().to_string()));
+        Ok(())
+    }
+}
+
+impl Drop for Changes {
     fn drop(&mut self) {
         for step in self.undo.iter().rev() {
             let _ = Command::new(&step[0]).args(&step[1..]).output();
@@ -163,11 +210,14 @@ impl Drop for Topology {
     }
 }
 
-fn args(a: &[&str]) -> Vec<String> {
-    a.iter().map(|s| s.to_string()).collect()
+fn strings(program: &str, a: &[&str]) -> Vec<String> {
+    std::iter::once(program)
+        .chain(a.iter().copied())
+        .map(str::to_string)
+        .collect()
 }
 
-fn ip(a: &[&str]) -> Result<()> {
+pub fn ip(a: &[&str]) -> Result<()> {
     run("ip", a)
 }
 
@@ -175,7 +225,7 @@ fn rdma(a: &[&str]) -> Result<()> {
     run("rdma", a).context("is the rdma_rxe module loaded?")
 }
 
-fn run(program: &str, a: &[&str]) -> Result<()> {
+pub fn run(program: &str, a: &[&str]) -> Result<()> {
     let out = Command::new(program)
         .args(a)
         .output()
@@ -191,7 +241,7 @@ fn run(program: &str, a: &[&str]) -> Result<()> {
 }
 
 /// The index of `device`'s RoCE v2 GID for `addr` (::ffff:a.b.c.d).
-fn gid_index(device: &str, addr: Ipv4Addr) -> Result<u32> {
+pub fn gid_index(device: &str, addr: Ipv4Addr) -> Result<u32> {
     let port = format!("/sys/class/infiniband/{device}/ports/1");
     let want = addr.to_ipv6_mapped().segments();
     // The GID table fills in shortly after the address and device exist.
