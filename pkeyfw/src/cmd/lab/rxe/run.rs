@@ -303,7 +303,7 @@ pub fn scenario(
         LINGER
     })?;
     drop((client, server, attacker));
-    settle(&captures);
+    drain_captures(&captures);
     for t in tcpdumps {
         stop(t);
     }
@@ -566,7 +566,7 @@ pub fn tcpdump(netns: Option<&str>, iface: &str, direction: &str, path: &Path) -
 /// Waits (a few seconds at most) until the captures stop growing: under
 /// emulation tcpdump lags behind its ring, and a stopped one writes only
 /// what it has read.
-pub fn settle(captures: &[PathBuf]) {
+pub fn drain_captures(captures: &[PathBuf]) {
     let size = || {
         captures
             .iter()

@@ -352,7 +352,7 @@ fn scenario(fabric: &Fabric, switch: &Switch, sc: &Scenario, dir: &Path) -> Resu
         run::LINGER
     })?;
     drop((client_proc, server_proc));
-    run::settle(&[&captures[..], &host_captures[..]].concat());
+    run::drain_captures(&[&captures[..], &host_captures[..]].concat());
     for d in dumps {
         run::stop(d);
     }
