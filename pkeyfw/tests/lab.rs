@@ -5,19 +5,25 @@ mod common;
 
 use std::process::Command;
 
-#[test]
-fn the_lab_shows_every_case_as_expected() {
+/// Runs `pkeyfw ARGS`, which must succeed; its standard output.
+fn lab(args: &[&str]) -> String {
     common::require_root();
     let out = Command::new(env!("CARGO_BIN_EXE_pkeyfw"))
-        .arg("lab")
+        .args(args)
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    text
+}
+
+#[test]
+fn the_lab_shows_every_case_as_expected() {
+    let text = lab(&["lab"]);
     let cases = pkeyfw::cmd::lab::scenario::cases().len();
     assert!(
         text.contains(&format!(
@@ -41,17 +47,7 @@ fn the_lab_shows_every_case_as_expected() {
 /// the rules say at the switch ports, in all three rounds; nothing left.
 #[test]
 fn the_switch_lab_shows_every_frame_as_expected() {
-    common::require_root();
-    let out = Command::new(env!("CARGO_BIN_EXE_pkeyfw"))
-        .args(["lab", "switch"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = lab(&["lab", "switch"]);
     // 12 ordered pairs × 3 networks + 2 forgeries, in 3 rounds.
     assert!(
         text.contains("114 of 114 frames as the partition rules say"),
