@@ -9,6 +9,8 @@
 #![no_main]
 #![feature(asm_experimental_arch)]
 
+mod trace;
+
 use aya_ebpf::{
     EbpfContext as _,
     bindings::{
@@ -147,7 +149,11 @@ pub fn pkeyfw(ctx: XdpContext) -> u32 {
         ctx: ctx.ctx,
     };
     let bytes = XdpBytes(ctx.ctx);
-    if enforce(&frame, |plan| bytes.rewrite(plan)) {
+    let pass = enforce(&frame, |plan| bytes.rewrite(plan));
+    if trace::on() {
+        trace::emit(&frame);
+    }
+    if pass {
         xdp_action::XDP_PASS
     } else {
         xdp_action::XDP_DROP
@@ -161,7 +167,11 @@ pub fn pkeyfw(ctx: XdpContext) -> u32 {
 #[classifier]
 pub fn pkeyfw_ingress(ctx: TcContext) -> i32 {
     let skb = Skb(&ctx);
-    if enforce(&skb, |plan| skb.rewrite(plan)) {
+    let pass = enforce(&skb, |plan| skb.rewrite(plan));
+    if trace::on() {
+        trace::emit(&skb);
+    }
+    if pass {
         // TCX_NEXT for tcx, "continue" for a netlink filter.
         TC_ACT_UNSPEC
     } else {
@@ -188,6 +198,9 @@ fn enforce<F: Frame>(frame: &F, rewrite: impl Fn(&Plan) -> Result<(), Stamp>) ->
     }
 
     count_reason(&REASONS, &outcome);
+    if trace::on() {
+        trace::frame(&outcome, None);
+    }
     if let Some(slot) = outcome.qp_slot
         && let Some(stats) = QP_STATS.get_ptr_mut(slot)
     {
@@ -240,6 +253,9 @@ fn switch_port<F: Frame>(
         },
         &outcome,
     );
+    if trace::on() {
+        trace::frame(&outcome, Some(direction));
+    }
     if !outcome.allowed {
         refused(frame, live, &outcome, config.monitor != 0, Some(direction));
     }
@@ -297,8 +313,17 @@ fn count_violation(key: u32) {
 /// access port's restore (see `switch`).
 #[classifier]
 pub fn pkeyfw_stamp(ctx: TcContext) -> i32 {
+    let action = egress(&ctx);
+    if trace::on() {
+        trace::emit(&Skb(&ctx));
+    }
+    action
+}
+
+#[inline(always)]
+fn egress(ctx: &TcContext) -> i32 {
     let (live, config) = policy();
-    let skb = Skb(&ctx);
+    let skb = Skb(ctx);
     if config.switch != 0 {
         return if switch_port(&skb, &live, &config, Direction::Outbound, |plan| {
             skb.rewrite(plan)
@@ -308,12 +333,17 @@ pub fn pkeyfw_stamp(ctx: TcContext) -> i32 {
             TC_ACT_SHOT
         };
     }
-    let counted = match stamp::egress(&skb, &live, &config, || origin(&ctx)) {
+    let counted = match stamp::egress(&skb, &live, &config, || origin(ctx)) {
         None => return TC_ACT_UNSPEC,
         Some(Action::Leave(outcome)) => Ok(outcome),
         Some(Action::Drop(why)) => Err(why),
         Some(Action::Rewrite(plan, done)) => skb.rewrite(&plan).map(|()| done),
     };
+    if trace::on() {
+        trace::stamp(match counted {
+            Ok(outcome) | Err(outcome) => outcome,
+        });
+    }
     match counted {
         Ok(outcome) => {
             count_stamp(outcome);

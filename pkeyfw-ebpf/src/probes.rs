@@ -41,6 +41,7 @@ use aya_ebpf::{
     macros::{btf_map, kprobe, kretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
+use aya_log_ebpf::{error, warn};
 use pkeyfw_common::{
     Capture,
     abi::{
@@ -188,7 +189,24 @@ pub fn pkeyfw_modified(ctx: RetProbeContext) -> u32 {
     };
     let ok = ctx.ret::<i32>() == 0;
     if p.verb & CONNECT != 0 {
-        count(capture::connected(&mut Live::now(), p.qpn, &p.peer, ok));
+        let outcome = capture::connected(&mut Live::now(), p.qpn, &p.peer, ok);
+        count(outcome);
+        match outcome {
+            Capture::Full => warn!(
+                &ctx,
+                "QP {}: the connection tables are full: its peer QP {} is not recorded, and its frames are stamped as an unbound QP's",
+                p.qpn,
+                p.peer.remote_qpn
+            ),
+            Capture::Taken => warn!(
+                &ctx,
+                "QP {}: peer QP {} {:i} is another bound QP's: not recorded for this one",
+                p.qpn,
+                p.peer.remote_qpn,
+                p.peer.addr
+            ),
+            _ => {}
+        }
     }
     if ok && p.verb & SET_QKEY != 0 {
         qkey_set(p.qpn, p.qkey);
@@ -519,12 +537,27 @@ const UVERBS: [u8; 16] = *b"ib_uverbs\0\0\0\0\0\0\0";
 fn created<C: Creator>(layout: &QpLayout, qp: *const u8, creator: &C) {
     // An error pointer is no QP: reading through it fails.
     if let Some((qpn, slot)) = our_qp(layout, qp) {
-        if let Some(sk) = qp_socket(layout, qp, slot) {
-            // Full: the QP's frames fall back to attribution by what they name.
-            let _ = SOCKETS.insert(&sk, &qpn, 0);
+        if let Some(sk) = qp_socket(layout, qp, slot)
+            && SOCKETS.insert(&sk, &qpn, 0).is_err()
+        {
+            warn!(
+                &(),
+                "QP {}: the socket table is full: its frames are attributed by the QP they name",
+                qpn
+            );
         }
-        if let Some(transport) = read::<u32>(qp, layout.qp_type).and_then(transport) {
-            bind(qp, qpn, transport, creator);
+        match read::<u32>(qp, layout.qp_type) {
+            Some(t) => {
+                if let Some(transport) = transport(t) {
+                    bind(qp, qpn, transport, creator);
+                }
+            }
+            None => error!(
+                &(),
+                "QP {}: cannot read ib_qp.qp_type at offset {}: not bound at creation",
+                qpn,
+                layout.qp_type
+            ),
         }
     }
     // A full ring already holds a wake-up; losing this one changes nothing.
@@ -581,6 +614,11 @@ fn bind<C: Creator>(qp: *const u8, qpn: u32, transport: QpType, creator: &C) {
         // No earlier QP's binding is this one's: left to userspace.
         let _ = QPS.remove(&key);
         count(Capture::Full);
+        warn!(
+            &(),
+            "QP {}: no room to bind it at creation (QP table or stats slots full): left to userspace's binding",
+            qpn
+        );
     }
 }
 

@@ -17,6 +17,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use aya::programs::XdpMode as AyaMode;
+use aya_log::EbpfLogger;
 use pkeyfw_common::abi::EventKind;
 use tokio::{
     io::{Interest, unix::AsyncFd},
@@ -34,6 +35,7 @@ use crate::{
     policy::Policy,
     reporting::describe,
     reporting::events,
+    reporting::kernel_log::KernelLog,
 };
 
 /// `--mode`.
@@ -89,6 +91,13 @@ pub struct AttachArgs {
     /// Violation lines printed per second, at most.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub log_rate: u64,
+    /// For debugging: the programs log every RoCE frame they judge (where,
+    /// verdict, reason, P_Key, Q_Key, QPs, opcode, addresses) and every
+    /// stamping outcome, printed from the kernel's log (aya-log). Each line
+    /// costs its frame a ring-buffer write. Without it the verifier removes
+    /// the logging code at load: the packet path is as if it were not there.
+    #[arg(long, conflicts_with = "pin")]
+    pub trace: bool,
 }
 
 /// How to name an interface on pkeyfw's command line: `[--netns NS] IFACE`.
@@ -175,9 +184,25 @@ pub fn run(opts: &AttachArgs) -> Result<()> {
         }
     };
     let how = if opts.pin { "pinned" } else { "foreground" };
-    let (probes, unprobed) = {
+    let kernel_log = KernelLog::new(&opts.iface);
+    let (mut probes, unprobed) = {
         let _entered = runtime.enter();
-        start_probes(&binder, &pins)
+        start_probes(&binder, &pins, &kernel_log)
+    };
+    let logs = {
+        let _entered = runtime.enter();
+        KernelLogs {
+            probes: probes
+                .as_mut()
+                .and_then(|p| p.get_mut().log.take())
+                .map(readable)
+                .transpose()?,
+            trace: match opts.trace {
+                true => Some(readable(filter.kernel_log(kernel_log.clone())?)?),
+                false => None,
+            },
+            log: kernel_log,
+        }
     };
     // QPs made between the snapshot the attach bound and the probes' start
     // are bound now.
@@ -214,6 +239,7 @@ pub fn run(opts: &AttachArgs) -> Result<()> {
         opts,
         signals,
         probes,
+        logs,
     ));
     // Only an explicit request (Ctrl-C, SIGTERM, `detach`) removes
     // enforcement: after an error the filter stays, held by its pinned
@@ -340,7 +366,7 @@ fn attach(
         eprintln!("pkeyfw: warning: cannot read the QPs ({e:#}); [[bind]] rules bind none yet");
         (binder.policy().clone(), Vec::new())
     });
-    let mut filter = Filter::load_pinned(policy.qps.len() as u32, &pins.dir)?;
+    let mut filter = Filter::load_with(policy.qps.len() as u32, Some(&pins.dir), opts.trace)?;
     filter.apply(&policy)?;
     let took_over = match old.filter(|old| old.link().exists()) {
         Some(old) => {
@@ -545,6 +571,7 @@ async fn foreground(
     opts: &AttachArgs,
     mut signals: Signals,
     mut probes: Option<AsyncFd<Probes>>,
+    mut logs: KernelLogs,
 ) -> Result<Exit> {
     // The event ring has one reader: this process, unless `pkeyfw events`
     // reads it already.
@@ -568,7 +595,7 @@ async fn foreground(
     let mut follow = tokio::time::interval(WATCH);
     follow.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut refused = None;
-    loop {
+    let exit = loop {
         tokio::select! {
             guard = ready.readable(), if reader.is_some() => {
                 let mut guard = guard?;
@@ -584,7 +611,10 @@ async fn foreground(
                 }
                 guard.clear_ready();
             }
+            printed = kernel_lines(&mut logs.probes) => printed?,
+            printed = kernel_lines(&mut logs.trace) => printed?,
             _ = second.tick() => {
+                logs.log.tick();
                 let now = refused_so_far(filter)?;
                 if let Some(hidden) = limiter.tick(now - last) {
                     println!("… and {hidden} more refused frames in the last second");
@@ -606,11 +636,17 @@ async fn foreground(
                 }
                 Err(e) => println!("pkeyfw: reload refused, the running policy stays: {e:#}"),
             },
-            _ = signals.interrupt.recv() => return Ok(Exit::Detach),
-            _ = signals.terminate.recv() => return Ok(Exit::Detach),
-            _ = signals.quit.recv() => return Ok(Exit::KeepEnforcing),
+            _ = signals.interrupt.recv() => break Exit::Detach,
+            _ = signals.terminate.recv() => break Exit::Detach,
+            _ = signals.quit.recv() => break Exit::KeepEnforcing,
         }
+    };
+    // The kernel's last lines, before the programs go.
+    for log in [&mut logs.probes, &mut logs.trace].into_iter().flatten() {
+        log.get_mut().flush();
     }
+    logs.log.finish();
+    Ok(exit)
 }
 
 /// The RDMA probes, pinned with the filter: wherever ib_core is loaded (a
@@ -618,7 +654,11 @@ async fn foreground(
 /// binds, stamps, or lists groups whose joins are watched) with a word on
 /// what could not start. Started before "attached" is said, so that
 /// nothing the verbs do from then on is missed. Needs the runtime's context.
-fn start_probes(binder: &Binder, pins: &Pins) -> (Option<AsyncFd<Probes>>, Option<String>) {
+fn start_probes(
+    binder: &Binder,
+    pins: &Pins,
+    log: &KernelLog,
+) -> (Option<AsyncFd<Probes>>, Option<String>) {
     // A switch port sees other hosts' frames: its own QPs are not its
     // business.
     if binder.policy().switch.is_some() {
@@ -629,7 +669,7 @@ fn start_probes(binder: &Binder, pins: &Pins) -> (Option<AsyncFd<Probes>>, Optio
         return (None, None);
     }
     let mut said = None;
-    let registered = Probes::start(&pins.dir, binder.ifindex()).and_then(|w| {
+    let registered = Probes::start(&pins.dir, binder.ifindex(), log.clone()).and_then(|w| {
         if let Err(why) = &w.readers {
             said = Some(format!(
                 "pkeyfw: QP connections and multicast joins are not probed ({why}); connections are read every {} ms, joins go unreported",
@@ -662,6 +702,35 @@ async fn qp_created(probes: &mut Option<AsyncFd<Probes>>) -> Result<()> {
     };
     let mut guard = probes.readable_mut().await?;
     guard.get_inner_mut().drain();
+    guard.clear_ready();
+    Ok(())
+}
+
+/// The kernel's log lines a foreground attachment prints.
+struct KernelLogs {
+    log: KernelLog,
+    /// The probes' warnings.
+    probes: Option<AsyncFd<EbpfLogger<KernelLog>>>,
+    /// `--trace`: the filter's line per frame.
+    trace: Option<AsyncFd<EbpfLogger<KernelLog>>>,
+}
+
+/// A log ring, for its readiness. Needs the runtime's context.
+fn readable(log: EbpfLogger<KernelLog>) -> Result<AsyncFd<EbpfLogger<KernelLog>>> {
+    // SAFETY: the logger owns its ring's fd, which closes only when the
+    // AsyncFd drops it; flushing neither closes nor replaces it.
+    unsafe { AsyncFd::register_with_interest(log, Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
+        .context("watching a kernel log ring")
+}
+
+/// Prints a log ring's lines once it has some (forever without a ring).
+async fn kernel_lines(log: &mut Option<AsyncFd<EbpfLogger<KernelLog>>>) -> Result<()> {
+    let Some(log) = log else {
+        return std::future::pending().await;
+    };
+    let mut guard = log.readable_mut().await?;
+    guard.get_inner_mut().flush();
     guard.clear_ready();
     Ok(())
 }

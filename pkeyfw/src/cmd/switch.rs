@@ -87,6 +87,7 @@ fn attach_all(args: &SwitchAttachArgs) -> Result<()> {
             pin: true,
             watch: false,
             log_rate: 0,
+            trace: false,
         });
         if let Err(e) = attached {
             // None rather than some: the ports attached so far go again.

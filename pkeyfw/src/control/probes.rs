@@ -22,9 +22,10 @@ use aya::{
     maps::{MapData, RingBuf},
     programs::{KProbe, links::FdLink},
 };
+use aya_log::EbpfLogger;
 use pkeyfw_common::abi::{KERNEL_SLOTS, MAPS, MapSize, QpLayout, name};
 
-use crate::{control::rdma, loading::btf::Btf};
+use crate::{control::rdma, loading::btf::Btf, reporting::kernel_log::KernelLog};
 
 /// The probes object built from pkeyfw-ebpf's `pkeyfw-probes`.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pkeyfw-probes"));
@@ -60,12 +61,15 @@ pub struct Probes {
     ring: RingBuf<MapData>,
     /// Why the connection and multicast probes are not attached, if not.
     pub readers: Result<(), String>,
+    /// Their rare failures (a table full, a structure unreadable), for the
+    /// attachment to print; taken once.
+    pub log: Option<EbpfLogger<KernelLog>>,
 }
 
 impl Probes {
     /// Loads and attaches the probes for the filter pinned under `pins`,
     /// on interface `ifindex`.
-    pub fn start(pins: &Path, ifindex: u32) -> Result<Probes> {
+    pub fn start(pins: &Path, ifindex: u32, log: KernelLog) -> Result<Probes> {
         let mut layout = layout(ifindex);
         let mut loader = EbpfLoader::new();
         for spec in MAPS {
@@ -116,10 +120,13 @@ impl Probes {
             ebpf.take_map("QP_CREATED")
                 .ok_or_else(|| anyhow!("the probes object has no ring buffer"))?,
         )?;
+        let log = EbpfLogger::init_with_logger(&mut ebpf, log)
+            .context("reading the probes' kernel log (aya-log)")?;
         Ok(Probes {
             _ebpf: ebpf,
             ring,
             readers,
+            log: Some(log),
         })
     }
 

@@ -15,12 +15,13 @@ use aya::{
         xdp::XdpLink,
     },
 };
+use aya_log::EbpfLogger;
 use pkeyfw_common::{
     Reason, Verdict,
     abi::{DEFAULT_QP_CAPACITY, MAPS},
 };
 
-use crate::{loading::maps::Maps, policy::Policy};
+use crate::{loading::maps::Maps, policy::Policy, reporting::kernel_log::KernelLog};
 
 /// The program's name in the object.
 pub const PROGRAM: &str = "pkeyfw";
@@ -72,19 +73,25 @@ impl Filter {
     /// Loads the program into the kernel with room for `qp_capacity` QPs per
     /// policy. Nothing is attached; the policy is empty until [`apply`](Self::apply).
     pub fn load(qp_capacity: u32) -> Result<Filter> {
-        Filter::load_with(qp_capacity, None)
+        Filter::load_with(qp_capacity, None, false)
     }
 
     /// [`load`](Self::load), pinning the program and its maps under `dir`
     /// so that other pkeyfw processes reach them.
     pub fn load_pinned(qp_capacity: u32, dir: &Path) -> Result<Filter> {
-        Filter::load_with(qp_capacity, Some(dir))
+        Filter::load_with(qp_capacity, Some(dir), false)
     }
 
-    fn load_with(qp_capacity: u32, pin: Option<&Path>) -> Result<Filter> {
+    /// [`load`](Self::load) or [`load_pinned`](Self::load_pinned); with
+    /// `trace`, the programs log every judged frame (`attach --trace`, read
+    /// with [`kernel_log`](Self::kernel_log)). Without it the verifier
+    /// removes the logging code: the programs run as if it were not there.
+    pub fn load_with(qp_capacity: u32, pin: Option<&Path>, trace: bool) -> Result<Filter> {
         let capacity = qp_capacity.max(DEFAULT_QP_CAPACITY).next_power_of_two();
         raise_memlock();
+        let trace = u8::from(trace);
         let mut loader = EbpfLoader::new();
+        loader.override_global("TRACE", &trace, true);
         for spec in &MAPS {
             if let Some(n) = spec.size.entries(capacity) {
                 loader.map_max_entries(spec.name, n);
@@ -132,6 +139,12 @@ impl Filter {
             egress: None,
             ingress: None,
         })
+    }
+
+    /// Starts reading the programs' log lines (`--trace`) into `log`.
+    pub fn kernel_log(&mut self, log: KernelLog) -> Result<EbpfLogger<KernelLog>> {
+        EbpfLogger::init_with_logger(&mut self.ebpf, log)
+            .context("reading the filter's kernel log (aya-log)")
     }
 
     fn stamp_program_mut(&mut self) -> &mut SchedClassifier {

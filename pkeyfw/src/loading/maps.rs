@@ -125,6 +125,10 @@ struct Held {
     conns: Vec<ConnKey>,
 }
 
+/// The object's own maps for `--trace`: aya-log's ring buffer (read by
+/// `Filter::kernel_log`) and the frame each CPU is to log.
+const OWN: [&str; 2] = ["AYA_LOGS", "TRACED"];
+
 /// The maps of a filter by name, before they are typed.
 type ByName = StdHashMap<&'static str, Map>;
 
@@ -139,8 +143,12 @@ impl Maps {
                 .ok_or_else(|| anyhow!("the XDP object has no map {}", spec.name))?;
             maps.insert(spec.name, map);
         }
-        // Data sections (.rodata, .bss) are the object's own, not shared.
-        if let Some((name, _)) = ebpf.maps().find(|(name, _)| !name.starts_with('.')) {
+        // Data sections (.rodata, .bss) and `--trace`'s maps are the
+        // object's own, not shared.
+        if let Some((name, _)) = ebpf
+            .maps()
+            .find(|(name, _)| !name.starts_with('.') && !OWN.contains(name))
+        {
             bail!("the XDP object has a map {name} that pkeyfw_common::abi::MAPS does not list");
         }
         let abi = maps.get_mut(name::ABI).context("no map ABI")?;

@@ -3,4 +3,5 @@
 
 pub mod describe;
 pub mod events;
+pub mod kernel_log;
 pub mod progress;

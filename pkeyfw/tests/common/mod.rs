@@ -164,6 +164,11 @@ pub struct Foreground {
 
 impl Foreground {
     pub fn start(pair: &VethPair, policy: &Path, mode: &str) -> Foreground {
+        Foreground::start_with(pair, policy, mode, &[])
+    }
+
+    /// [`start`](Self::start) with more arguments.
+    pub fn start_with(pair: &VethPair, policy: &Path, mode: &str, more: &[&str]) -> Foreground {
         let mut child = pkeyfw_in(&pair.ns_b)
             .args([
                 "attach",
@@ -173,6 +178,7 @@ impl Foreground {
                 "--mode",
                 mode,
             ])
+            .args(more)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
