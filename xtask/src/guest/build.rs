@@ -102,10 +102,19 @@ fn apt(args: &[&str]) -> Result<()> {
     )
 }
 
+/// The steps [`build`] shows progress by.
+const STEPS: u64 = 4;
+
 /// Builds the guest into `out` (vmlinuz + initrd.zst); `work` is scratch.
 pub fn build(release: &str, work: &Path, out: &Path) -> Result<()> {
     let _ = fs::remove_dir_all(work);
     fs::create_dir_all(work)?;
+    let progress = cmd::Progress::start(
+        "building the guest",
+        STEPS,
+        &work.with_file_name("build.log"),
+    );
+    progress.step("debootstrap: the Debian userland");
     let root = work.join("root");
     let mirror = std::env::var("PKEYFW_DEBIAN_MIRROR")
         .unwrap_or_else(|_| "http://deb.debian.org/debian".to_string());
@@ -121,7 +130,9 @@ pub fn build(release: &str, work: &Path, out: &Path) -> Result<()> {
     )
     .context("debootstrap of the guest userland")?;
 
+    progress.step("the kernel package");
     let (version, kernel) = kernel(work)?;
+    progress.step("the modules");
     install_modules(&kernel, &root, &version)?;
     let init = include_str!("init.sh").replace("@MODULES@", &MODULES.join(" "));
     let init_path = root.join("init");
@@ -129,6 +140,7 @@ pub fn build(release: &str, work: &Path, out: &Path) -> Result<()> {
     chmod_x(&init_path)?;
     slim(&root)?;
 
+    progress.step("packing the initramfs");
     fs::create_dir_all(out)?;
     fs::copy(
         kernel.join(format!("boot/vmlinuz-{version}")),
