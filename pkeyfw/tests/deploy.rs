@@ -1,11 +1,14 @@
 //! The ways pkeyfw is deployed, checked as far as this machine allows: the
 //! systemd unit (contrib/systemd/pkeyfw@.service) passes `systemd-analyze
 //! verify` and rates "OK" or better in `systemd-analyze security`; the
-//! Kubernetes manifests (deploy/kubernetes) parse, carry what the API
-//! requires, and ship a policy pkeyfw accepts; both run commands pkeyfw's
-//! CLI accepts.
+//! Kubernetes manifests (deploy/kubernetes) parse, match the API's schema
+//! (every field known and of its type, the required ones present), and ship
+//! a policy pkeyfw accepts; both run commands pkeyfw's CLI accepts.
 
 use std::{path::Path, process::Command};
+
+use k8s_openapi::api::{apps::v1::DaemonSet, core::v1::ConfigMap, core::v1::Namespace};
+use serde::{Serialize, de::DeserializeOwned};
 
 const UNIT: &str = include_str!("../../contrib/systemd/pkeyfw@.service");
 
@@ -95,6 +98,61 @@ fn manifests() -> Vec<serde_yaml::Value> {
         .iter()
         .map(|r| read(r.as_str().unwrap()))
         .collect()
+}
+
+/// Reads `manifest` as API type `T` (k8s-openapi's, generated from the
+/// Kubernetes OpenAPI schema: a missing required field or a value of the
+/// wrong type does not read) and writes it back: what the schema does not
+/// know (a misspelt field, one at the wrong level) is dropped, so the two
+/// must be equal.
+fn matches_schema<T: DeserializeOwned + Serialize>(manifest: &serde_json::Value) {
+    let what = format!("{} {}", manifest["kind"], manifest["metadata"]["name"]);
+    let typed: T = serde_json::from_value(manifest.clone())
+        .unwrap_or_else(|e| panic!("{what} does not match its schema: {e}"));
+    let back = serde_json::to_value(&typed).unwrap();
+    if let Some(path) = unknown(manifest, &back, String::new()) {
+        panic!("{what}: {path} is not in the schema");
+    }
+}
+
+/// The first place `read` has what `known` has not.
+fn unknown(read: &serde_json::Value, known: &serde_json::Value, at: String) -> Option<String> {
+    use serde_json::Value;
+    match (read, known) {
+        (Value::Object(r), Value::Object(k)) => r.iter().find_map(|(key, v)| match k.get(key) {
+            Some(kv) => unknown(v, kv, format!("{at}.{key}")),
+            None => Some(format!("{at}.{key}")),
+        }),
+        (Value::Array(r), Value::Array(k)) if r.len() == k.len() => r
+            .iter()
+            .zip(k)
+            .enumerate()
+            .find_map(|(i, (r, k))| unknown(r, k, format!("{at}[{i}]"))),
+        (r, k) if r == k => None,
+        _ => Some(at),
+    }
+}
+
+#[test]
+fn the_kubernetes_manifests_match_the_api_schema() {
+    for m in manifests() {
+        let json = serde_json::to_value(&m).unwrap();
+        match m["kind"].as_str() {
+            Some("DaemonSet") => matches_schema::<DaemonSet>(&json),
+            Some("ConfigMap") => matches_schema::<ConfigMap>(&json),
+            Some("Namespace") => matches_schema::<Namespace>(&json),
+            other => panic!("no schema checked for kind {other:?}: add it here"),
+        }
+    }
+    // The check can fail: a misspelt field is caught.
+    let mut ds = manifests()
+        .into_iter()
+        .find(|m| m["kind"] == "DaemonSet")
+        .unwrap();
+    ds["spec"]["template"]["spec"]["hostNetwrok"] = true.into();
+    let json = serde_json::to_value(&ds).unwrap();
+    let caught = std::panic::catch_unwind(|| matches_schema::<DaemonSet>(&json));
+    assert!(caught.is_err(), "a misspelt field must not pass");
 }
 
 #[test]
