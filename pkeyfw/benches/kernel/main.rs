@@ -5,7 +5,10 @@
 //! test kit's baseline, an object of its own), the
 //! same at table sizes from 1 to 1,000,000 QPs, the maps' kernel memory, and
 //! the wall-clock time to load a filter and apply a policy, what P_Key
-//! stamping costs by frame size, and a switch port's paths. Needs root.
+//! stamping costs by frame size, a switch port's paths, and the rates of
+//! the real receive path (`live`). Needs root.
+
+mod live;
 
 use std::{
     collections::BTreeMap,
@@ -61,7 +64,7 @@ fn main() -> Result<()> {
     let baseline = Baseline::load(BASELINE)?;
 
     // Every path, each table size, stamping: a bar on a terminal only.
-    let progress = pkeyfw::reporting::progress::bar(SIZES.len() as u64 + 3, "bench");
+    let progress = pkeyfw::reporting::progress::bar(SIZES.len() as u64 + 4, "bench");
     progress.set_message(format!("bench: every path at {PATH_QPS} QPs"));
     let per_path = bench_at(PATH_QPS, &paths, &baseline)?;
     progress.inc(1);
@@ -76,6 +79,9 @@ fn main() -> Result<()> {
     let stamping = stamping_table()?;
     progress.set_message("bench: switch ports");
     let switch = switch_table(&baseline)?;
+    progress.inc(1);
+    progress.set_message("bench: live frames");
+    let live = live_table()?;
     progress.finish_and_clear();
     let tables = [
         cost_table(&paths, &per_path),
@@ -85,6 +91,7 @@ fn main() -> Result<()> {
         partitions_table()?,
         stamping,
         switch,
+        live,
     ];
     for table in &tables {
         println!("{}\n", table.text());
@@ -690,6 +697,33 @@ fn switch_table(baseline: &Baseline) -> Result<Table> {
         ),
         columns: Vec::from(["path", "ns", "vs empty XDP"].map(String::from)),
         rows: out,
+    })
+}
+
+/// The live rates: pkeyfw with the per-path table's policy, nftables with
+/// the same QPs.
+fn live_table() -> Result<Table> {
+    let policy = policy(PATH_QPS, QpType::Rc);
+    let mut filter = Filter::load(PATH_QPS)?;
+    filter.apply(&policy)?;
+    let pass = Packet::rc(PKEY, TARGET_QPN).bytes();
+    let refused = Packet::rc(OTHER_PKEY, TARGET_QPN).bytes();
+    let rates = live::bench(&policy, filter, BASELINE, &pass, &refused)?;
+    Ok(Table {
+        title: format!("Live frames (median of {})", live::ROUNDS),
+        columns: Vec::from(["row", "attached", "delivered", "Mpps", "ns/frame"].map(String::from)),
+        rows: rates
+            .iter()
+            .map(|r| {
+                vec![
+                    r.name.clone(),
+                    r.attached.clone(),
+                    r.delivered.to_string(),
+                    format!("{:.2}", r.mpps),
+                    format!("{:.1}", r.ns),
+                ]
+            })
+            .collect(),
     })
 }
 
