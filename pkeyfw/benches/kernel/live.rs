@@ -18,10 +18,10 @@ use pkeyfw_testkit::{
 use serde::Serialize;
 
 /// Frames per timed run: a few hundred ms at the rates of this path.
-const FRAMES: u32 = 1_000_000;
+pub const FRAMES: u32 = 1_000_000;
 /// Frames per live-frames batch: the kernel's default, well under veth's
 /// ring of 256, so that no frame is lost between flushes.
-const BATCH: u32 = 64;
+pub const BATCH: u32 = 64;
 /// Runs per row; the median is reported.
 pub const ROUNDS: usize = 5;
 /// The bench's namespaces `pklive-a`/`pklive-b` and veths `pklivea`/`pkliveb`.
