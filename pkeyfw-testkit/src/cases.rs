@@ -134,7 +134,7 @@ fn with(mut p: Packet, f: impl FnOnce(&mut Packet)) -> Packet {
 
 /// Cases whose verdict path reads no QP entry, so that any policy holding
 /// the default P_Key 0xFFFF and [`GROUP`] judges them as the table does: the
-/// bench (pkeyfw/benches/kernel.rs) times these very frames.
+/// bench (pkeyfw/benches/kernel/main.rs) times these very frames.
 pub mod frames {
     use super::*;
 

@@ -7,7 +7,8 @@
 //! - [`cases`]: the verdict case table, as data (policies are TOML text);
 //! - [`stamping`]: the stamping fixtures and the checks of rewritten frames;
 //! - [`fixtures`]: the fixture files (a real capture, partitions.conf files);
-//! - [`baseline`]: the empty XDP program the bench times the filter beside.
+//! - [`baseline`]: the empty XDP program the bench times the filter beside,
+//!   and the live bench's traffic generator.
 
 pub mod baseline;
 pub mod cases;

@@ -124,7 +124,7 @@ fn enter(ns: &str) -> Result<()> {
 }
 
 /// The index of interface `name` in this thread's network namespace.
-fn if_index(name: &str) -> Result<u32> {
+pub fn if_index(name: &str) -> Result<u32> {
     let c = std::ffi::CString::new(name).context("interface name")?;
     // SAFETY: a valid NUL-terminated string.
     match unsafe { libc::if_nametoindex(c.as_ptr()) } {

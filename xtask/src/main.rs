@@ -1,4 +1,5 @@
-//! Project tasks: `cargo xtask setup | build | lab | rxe-lab | test | bench`.
+//! Project tasks: `cargo xtask setup | build | lab | rxe-lab | test | bench |
+//! bench-readme`.
 //!
 //! xtask must build with whatever stable toolchain the machine has: it is what
 //! installs the pinned ones.
@@ -42,7 +43,13 @@ enum Task {
     /// Set up, then run every test of the project (needs root).
     Test,
     /// Set up, then benchmark the XDP program in the kernel (needs root).
-    Bench,
+    Bench {
+        /// Also write every figure of the kernel bench to FILE, as JSON.
+        #[arg(long, value_name = "FILE")]
+        json: Option<std::path::PathBuf>,
+    },
+    /// Rewrite the README's Benchmarks figures from docs/bench.json.
+    BenchReadme,
 }
 
 fn main() -> std::process::ExitCode {
@@ -58,7 +65,8 @@ fn main() -> std::process::ExitCode {
             .and_then(|()| build())
             .and_then(|()| rxe_lab::explore(&script)),
         Task::Test => setup::run().and_then(|()| test::run()),
-        Task::Bench => setup::run().and_then(|()| bench::run()),
+        Task::Bench { json } => setup::run().and_then(|()| bench::run(json.as_deref())),
+        Task::BenchReadme => bench::readme(),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,0 +1,327 @@
+//! The real receive path: frames made in the kernel (the test kit's
+//! generator: BPF_PROG_TEST_RUN in live-frames mode, redirecting a template
+//! frame into a veth, as xdp-trafficgen sends) and received on the peer,
+//! side by side with no program, the empty program, pkeyfw and the
+//! nftables rule a user would write by hand. Each rate is what the receiver
+//! handled, as its own counters tell, and each verdict is checked there.
+
+use std::{process::Command, time::Duration};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use aya::programs::XdpMode;
+use pkeyfw::{loading::filter::Filter, policy::Policy};
+use pkeyfw_common::{Reason, Verdict};
+use pkeyfw_testkit::{
+    baseline::{Baseline, Generator},
+    netns::{self, VethPair},
+};
+use serde::Serialize;
+
+/// Frames per timed run: a few hundred ms at the rates of this path.
+pub const FRAMES: u32 = 1_000_000;
+/// Frames per live-frames batch: the kernel's default, well under veth's
+/// ring of 256, so that no frame is lost between flushes.
+pub const BATCH: u32 = 64;
+/// Runs per row; the median is reported.
+pub const ROUNDS: usize = 5;
+/// The bench's namespaces `pklive-a`/`pklive-b` and veths `pklivea`/`pkliveb`.
+const TAG: &str = "pklive";
+/// The nftables table of the nftables rows.
+const NFT_TABLE: &str = "pkeyfw_bench";
+
+/// One row: the receiver's rate for one frame.
+#[derive(Serialize)]
+pub struct Rate {
+    pub name: String,
+    /// What the receiving veth has attached.
+    pub attached: String,
+    /// Frames the receiver handled in a run (and counted with the verdict).
+    pub delivered: u64,
+    /// Median of the runs: delivered frames per second, in millions.
+    pub mpps: f64,
+    /// Median of the runs: wall-clock ns per delivered frame, the
+    /// generator's share included (it runs on the same CPU).
+    pub ns: f64,
+}
+
+/// What the receiving end runs.
+enum Receiver {
+    /// No program: frames go to the stack (GRO on, for veth's NAPI).
+    Stack,
+    Empty(Baseline),
+    Pkeyfw(Box<Filter>),
+    /// The netdev ingress chain of [`nft_ruleset`].
+    Nftables,
+}
+
+/// Benchmarks every receiver in namespaces of its own, removed on return
+/// (the veth pair's drop). `pass` and `refused` are RoCE v2 frames that
+/// `policy` passes and refuses for a P_Key violation; `filter` is a loaded
+/// filter with `policy` applied; `baseline` the baseline object's bytes.
+pub fn bench(
+    policy: &Policy,
+    filter: Filter,
+    baseline: &[u8],
+    pass: &[u8],
+    refused: &[u8],
+) -> Result<Vec<Rate>> {
+    let pair = VethPair::create(TAG)?;
+    // veth's ndo_xdp_xmit needs the peer's NAPI: an XDP program enables
+    // it, and so does GRO, which the rows without a program need. On in
+    // every row, so that a passed frame takes the same path after XDP.
+    in_ns(&pair.ns_b, "ethtool", &["-K", &pair.b, "gro", "on"])?;
+    let ifindex = netns::in_netns(&pair.ns_a, || netns::if_index(&pair.a))??;
+    let generator = Generator::load(baseline, ifindex)?;
+    let qps = policy.qps.len();
+    let receivers = [
+        (Receiver::Stack, "nothing (GRO on)".to_string()),
+        (
+            Receiver::Empty(Baseline::load(baseline)?),
+            "XDP_PASS program, native".to_string(),
+        ),
+        (
+            Receiver::Pkeyfw(Box::new(filter)),
+            format!("pkeyfw XDP, native; {qps} QPs"),
+        ),
+        (
+            Receiver::Nftables,
+            format!("netdev ingress chain; set of {qps} DestQP . P_Key"),
+        ),
+    ];
+    let mut rates = Vec::new();
+    for (mut receiver, attached) in receivers {
+        receiver.attach(&pair, policy)?;
+        let frames: &[(&str, &[u8], bool)] = match receiver {
+            Receiver::Stack => &[("no program", pass, true)],
+            Receiver::Empty(_) => &[("empty program", pass, true)],
+            Receiver::Pkeyfw(_) => &[
+                ("pkeyfw: pass (ok RC)", pass, true),
+                ("pkeyfw: refused (pkey_violation)", refused, false),
+            ],
+            Receiver::Nftables => &[
+                ("nftables: pass", pass, true),
+                ("nftables: refused", refused, false),
+            ],
+        };
+        for &(name, frame, passes) in frames {
+            let mut runs = Vec::with_capacity(ROUNDS);
+            for _ in 0..ROUNDS {
+                runs.push(run(&pair, &generator, &receiver, frame, passes).context(name)?);
+            }
+            runs.sort_by(|a, b| a.1.total_cmp(&b.1));
+            let (delivered, mpps) = runs[ROUNDS / 2];
+            rates.push(Rate {
+                name: name.to_string(),
+                attached: attached.clone(),
+                delivered,
+                mpps,
+                ns: 1e3 / mpps,
+            });
+        }
+    }
+    Ok(rates)
+}
+
+/// One timed run: (frames delivered, Mpps).
+fn run(
+    pair: &VethPair,
+    generator: &Generator,
+    receiver: &Receiver,
+    frame: &[u8],
+    passes: bool,
+) -> Result<(u64, f64)> {
+    let before = (veth_counts(pair)?, receiver.verdicts(pair, passes)?);
+    let took = netns::in_netns(&pair.ns_a, || generator.send(frame, FRAMES, BATCH))??;
+    let veth = settled(pair)?;
+    let delivered = veth.packets - before.0.packets;
+    let dropped_by_xdp = veth.xdp_drops - before.0.xdp_drops;
+    let verdicts = receiver.verdicts(pair, passes)? - before.1;
+    ensure!(
+        delivered > u64::from(FRAMES) * 9 / 10,
+        "the receiver handled {delivered} of {FRAMES} frames"
+    );
+    ensure!(
+        verdicts == delivered,
+        "{delivered} frames delivered, {verdicts} counted with the expected verdict"
+    );
+    let xdp_drops = if passes || matches!(receiver, Receiver::Nftables) {
+        0
+    } else {
+        delivered
+    };
+    ensure!(
+        dropped_by_xdp == xdp_drops,
+        "veth counted {dropped_by_xdp} XDP drops, expected {xdp_drops}"
+    );
+    Ok((delivered, delivered as f64 / took.as_secs_f64() / 1e6))
+}
+
+impl Receiver {
+    /// Attaches to the receiving veth.
+    fn attach(&mut self, pair: &VethPair, policy: &Policy) -> Result<()> {
+        let b = &pair.b;
+        match self {
+            Receiver::Stack => Ok(()),
+            Receiver::Empty(baseline) => netns::in_netns(&pair.ns_b, || baseline.attach(b))?,
+            Receiver::Pkeyfw(filter) => {
+                netns::in_netns(&pair.ns_b, || filter.attach(b, XdpMode::Driver))?
+            }
+            Receiver::Nftables => {
+                nft(&pair.ns_b, &["-f", "-"], Some(&nft_ruleset(b, policy)))?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Frames the receiver counted with the verdict expected (`passes`);
+    /// with no counter of its own, every frame veth's queue handled.
+    fn verdicts(&self, pair: &VethPair, passes: bool) -> Result<u64> {
+        match self {
+            Receiver::Stack | Receiver::Empty(_) => Ok(veth_counts(pair)?.packets),
+            Receiver::Pkeyfw(filter) => {
+                let counts = filter.maps().reasons()?;
+                Ok(if passes {
+                    counts.get(Reason::Ok, Verdict::Pass)
+                } else {
+                    counts.get(Reason::PkeyViolation, Verdict::Drop)
+                })
+            }
+            Receiver::Nftables => {
+                let [accepted, dropped] = nft_counters(&pair.ns_b)?;
+                Ok(if passes { accepted } else { dropped })
+            }
+        }
+    }
+}
+
+/// The rule a user would write by hand: the allowed DestQP . P_Key pairs
+/// in a set, matched on the raw BTH bits after the UDP header (`@th` is
+/// the transport header: 8 bytes of UDP, then the BTH, whose P_Key is
+/// bytes 2-3 and DestQP bytes 5-7); any other RoCE v2 frame dropped.
+fn nft_ruleset(dev: &str, policy: &Policy) -> String {
+    let elements: Vec<String> = policy
+        .qps
+        .iter()
+        .map(|(qpn, rule)| format!("{qpn} . {:#06x}", rule.pkey))
+        .collect();
+    format!(
+        "table netdev {NFT_TABLE} {{
+    set allowed {{
+        typeof @th,104,24 . @th,80,16
+        elements = {{ {} }}
+    }}
+    chain ingress {{
+        type filter hook ingress device \"{dev}\" priority 0; policy accept;
+        udp dport 4791 @th,104,24 . @th,80,16 @allowed counter accept
+        udp dport 4791 counter drop
+    }}
+}}
+",
+        elements.join(", ")
+    )
+}
+
+/// The packet counters of the ingress chain's two rules: [accept, drop].
+fn nft_counters(ns: &str) -> Result<[u64; 2]> {
+    let out = nft(
+        ns,
+        &["-j", "list", "chain", "netdev", NFT_TABLE, "ingress"],
+        None,
+    )?;
+    let json: serde_json::Value = serde_json::from_str(&out).context("nft -j output")?;
+    let counters: Vec<u64> = json["nftables"]
+        .as_array()
+        .context("nft -j: no nftables array")?
+        .iter()
+        .filter_map(|item| item["rule"]["expr"].as_array())
+        .filter_map(|expr| expr.iter().find_map(|e| e["counter"]["packets"].as_u64()))
+        .collect();
+    match counters[..] {
+        [accepted, dropped] => Ok([accepted, dropped]),
+        _ => bail!("expected two rule counters in {NFT_TABLE}, found {counters:?}"),
+    }
+}
+
+/// Runs `nft ARGS` in namespace `ns`, with `input` on its standard input.
+fn nft(ns: &str, args: &[&str], input: Option<&str>) -> Result<String> {
+    use std::io::Write as _;
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns, "nft"])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("running nft (cargo xtask bench installs nftables)")?;
+    if let Some(text) = input {
+        child
+            .stdin
+            .take()
+            .expect("piped")
+            .write_all(text.as_bytes())?;
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output()?;
+    ensure!(
+        out.status.success(),
+        "nft {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs a command in namespace `ns` and returns its standard output.
+fn in_ns(ns: &str, program: &str, args: &[&str]) -> Result<String> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, program])
+        .args(args)
+        .output()
+        .with_context(|| format!("running {program}"))?;
+    ensure!(
+        out.status.success(),
+        "{program} {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// veth's counters of the receiving queue (`ethtool -S`).
+#[derive(Clone, Copy)]
+struct VethCounts {
+    /// Frames the queue's NAPI handled, whatever became of them.
+    packets: u64,
+    /// Frames an XDP program dropped.
+    xdp_drops: u64,
+}
+
+fn veth_counts(pair: &VethPair) -> Result<VethCounts> {
+    let out = in_ns(&pair.ns_b, "ethtool", &["-S", &pair.b])?;
+    let stat = |name: &str| -> Result<u64> {
+        out.lines()
+            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+            .with_context(|| format!("ethtool -S {}: no {name}", pair.b))?
+            .trim()
+            .parse()
+            .with_context(|| format!("ethtool -S {}: {name}", pair.b))
+    };
+    Ok(VethCounts {
+        packets: stat("rx_queue_0_xdp_packets")?,
+        xdp_drops: stat("rx_queue_0_xdp_drops")?,
+    })
+}
+
+/// veth's counters once the last frames of a run have been handled (NAPI
+/// may finish a run's last batch after the test run returns).
+fn settled(pair: &VethPair) -> Result<VethCounts> {
+    let mut last = veth_counts(pair)?;
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = veth_counts(pair)?;
+        if now.packets == last.packets {
+            return Ok(now);
+        }
+        last = now;
+    }
+}

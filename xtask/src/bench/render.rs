@@ -1,0 +1,345 @@
+//! The kernel bench's JSON document as tables: the terminal's and the
+//! README's come from the same rendering, so a committed document and the
+//! README's Benchmarks section cannot disagree.
+
+use anyhow::{Context as _, Result};
+use serde_json::Value;
+
+use super::table::Table;
+
+/// The maps the memory table shows one by one; the others are summed.
+const BIG_MAPS: [&str; 3] = ["QPS", "QP_STATS", "PORT_KEYS"];
+
+/// The line that says where and how the figures were measured.
+pub fn header(doc: &Value) -> Result<String> {
+    let machine = &doc["machine"];
+    let per_path = &doc["per_path"];
+    Ok(format!(
+        "`cargo xtask bench` on Linux {}, {} ({} CPUs); \
+         BPF_PROG_TEST_RUN, {} repetitions per run, median of {} interleaved runs",
+        text(machine, "kernel")?,
+        text(machine, "cpu")?,
+        int(machine, "cpus")?,
+        thousands(int(per_path, "repeat")?),
+        int(per_path, "rounds")?,
+    ))
+}
+
+/// Every table of the document, in the README's order.
+pub fn tables(doc: &Value) -> Result<Vec<Table>> {
+    Ok(vec![
+        per_path(&doc["per_path"])?,
+        sweep(&doc["sweep"])?,
+        memory(&doc["memory"])?,
+        load(&doc["load"])?,
+        partitions(&doc["partitions"])?,
+        stamping(&doc["stamping"])?,
+        switch(&doc["switch"])?,
+        live(&doc["live"])?,
+        live_goals(&doc["live"])?,
+    ])
+}
+
+/// The README's Benchmarks figures: the header line and every table.
+pub fn markdown(doc: &Value) -> Result<String> {
+    let mut out = header(doc)?;
+    for table in tables(doc)? {
+        out += "\n\n";
+        out += &table.markdown();
+    }
+    Ok(out)
+}
+
+fn per_path(v: &Value) -> Result<Table> {
+    Ok(Table {
+        title: format!(
+            "Per-packet cost, {} QPs (unknown_qp = \"{}\")",
+            thousands(int(v, "qps")?),
+            text(v, "unknown_qp")?
+        ),
+        columns: columns(&["path", "filter ns", "empty ns", "filter/empty"]),
+        rows: each(v, "paths", |p| {
+            Ok(vec![
+                text(p, "path")?.to_string(),
+                format!("{:.0}", num(p, "ns")?),
+                format!("{:.0}", num(p, "empty_ns")?),
+                format!("{:.2}x", num(p, "ratio")?),
+            ])
+        })?,
+    })
+}
+
+/// Filter ns per path at every table size, and the spread across sizes.
+fn sweep(v: &Value) -> Result<Table> {
+    let mut cols = vec!["path".to_string()];
+    for qps in list(v, "qps")? {
+        cols.push(thousands(qps.as_u64().context("a QP count")?));
+    }
+    cols.push("spread".to_string());
+    let row = |name: &str, ns: Vec<f64>| {
+        let mut row = vec![name.to_string()];
+        row.extend(ns.iter().map(|v| format!("{v:.0}")));
+        row.push(format!("{:.1}%", spread(&ns)));
+        row
+    };
+    let mut rows = each(v, "paths", |p| Ok(row(text(p, "path")?, nums(p, "ns")?)))?;
+    rows.push(row("(empty program)", nums(v, "empty_ns")?));
+    Ok(Table {
+        title: "Filter ns/packet by QPs in the table (spread: max/min - 1)".to_string(),
+        columns: cols,
+        rows,
+    })
+}
+
+/// max/min - 1, in percent.
+fn spread(values: &[f64]) -> f64 {
+    let max = values.iter().copied().fold(f64::MIN, f64::max);
+    let min = values.iter().copied().fold(f64::MAX, f64::min);
+    (max / min - 1.0) * 100.0
+}
+
+/// The big maps, then the rest together.
+fn memory(v: &Value) -> Result<Table> {
+    let mut cols = vec!["QPs"];
+    cols.extend(BIG_MAPS);
+    cols.extend(["other maps", "total"]);
+    let rows = v
+        .as_array()
+        .context("memory: not a list")?
+        .iter()
+        .map(|size| {
+            let bytes = size["bytes"].as_object().context("memory: no bytes")?;
+            let of = |map: &str| bytes.get(map).and_then(Value::as_u64);
+            let total: u64 = bytes.values().filter_map(Value::as_u64).sum();
+            let mut row = vec![thousands(int(size, "qps")?)];
+            let mut big = 0;
+            for map in BIG_MAPS {
+                let b = of(map).with_context(|| format!("no memory figure for map {map}"))?;
+                big += b;
+                row.push(mib(b));
+            }
+            row.push(mib(total - big));
+            row.push(mib(total));
+            Ok(row)
+        })
+        .collect::<Result<_>>()?;
+    Ok(Table {
+        title: "Kernel memory of the maps, MiB (fdinfo memlock)".to_string(),
+        columns: columns(&cols),
+        rows,
+    })
+}
+
+fn load(v: &Value) -> Result<Table> {
+    let rows = v
+        .as_array()
+        .context("load: not a list")?
+        .iter()
+        .map(|r| {
+            let (qps, apply) = (int(r, "qps")?, num(r, "apply_s")?);
+            Ok(vec![
+                thousands(qps),
+                duration(num(r, "load_s")?),
+                duration(apply),
+                format!("{:.1} µs", apply * 1e6 / qps as f64),
+            ])
+        })
+        .collect::<Result<_>>()?;
+    Ok(Table {
+        title: "Wall-clock time to load a filter and apply a policy into it".to_string(),
+        columns: columns(&["QPs", "load", "apply", "apply per QP"]),
+        rows,
+    })
+}
+
+fn partitions(v: &Value) -> Result<Table> {
+    Ok(Table {
+        title: format!("Parsing partitions.conf (median of {})", int(v, "runs")?),
+        columns: columns(&["partitions", "member GUIDs", "size", "parse"]),
+        rows: vec![vec![
+            thousands(int(v, "partitions")?),
+            thousands(int(v, "guids")?),
+            format!("{:.1} MiB", int(v, "bytes")? as f64 / f64::from(1 << 20)),
+            duration(num(v, "parse_s")?),
+        ]],
+    })
+}
+
+fn stamping(v: &Value) -> Result<Table> {
+    let small = int(v, "small_payload")?;
+    Ok(Table {
+        title: format!(
+            "P_Key stamping by payload, ns/frame (median of {} single runs; \
+             the large/small ratio must stay within 1.2x)",
+            int(v, "runs")?
+        ),
+        columns: columns(&[
+            "path",
+            "large payload",
+            &format!("{small} B ns"),
+            "large ns",
+            &format!("large/{small} B"),
+        ]),
+        rows: each(v, "paths", |p| {
+            let (small_ns, large_ns) = (num(p, "small_ns")?, num(p, "large_ns")?);
+            Ok(vec![
+                text(p, "path")?.to_string(),
+                int(p, "large_payload")?.to_string(),
+                format!("{small_ns:.0}"),
+                format!("{large_ns:.0}"),
+                format!("{:.2}x", large_ns / small_ns),
+            ])
+        })?,
+    })
+}
+
+fn switch(v: &Value) -> Result<Table> {
+    let empty = num(v, "empty_ns")?;
+    Ok(Table {
+        title: format!(
+            "Switch port paths, ns/frame (median of {} single runs, {} B payload; \
+             the empty XDP program: {empty:.0} ns)",
+            int(v, "runs")?,
+            int(v, "payload")?
+        ),
+        columns: columns(&["path", "ns", "vs empty XDP"]),
+        rows: each(v, "paths", |p| {
+            let ns = num(p, "ns")?;
+            Ok(vec![
+                text(p, "path")?.to_string(),
+                format!("{ns:.0}"),
+                format!("{:.1}x", ns / empty),
+            ])
+        })?,
+    })
+}
+
+/// The live rows beside the empty program's rate.
+fn live(v: &Value) -> Result<Table> {
+    let empty = live_mpps(v, "empty program")?;
+    Ok(Table {
+        title: format!(
+            "Live frames: generated in the kernel into a veth, received on its peer \
+             (GRO on); delivered Mpps and wall-clock ns per frame, the generator's \
+             share included; {} frames per run, median of {}",
+            thousands(int(v, "frames")?),
+            int(v, "rounds")?
+        ),
+        columns: columns(&[
+            "row",
+            "on the receiving veth",
+            "Mpps",
+            "ns/frame",
+            "vs empty",
+        ]),
+        rows: each(v, "rows", |r| {
+            let mpps = num(r, "mpps")?;
+            Ok(vec![
+                text(r, "name")?.to_string(),
+                text(r, "attached")?.to_string(),
+                format!("{mpps:.2}"),
+                format!("{:.0}", num(r, "ns")?),
+                format!("{:.2}x", mpps / empty),
+            ])
+        })?,
+    })
+}
+
+/// Issue 15's goals for the live rates, and whether this run reached them.
+fn live_goals(v: &Value) -> Result<Table> {
+    let drop =
+        live_mpps(v, "pkeyfw: refused (pkey_violation)")? / live_mpps(v, "nftables: refused")?;
+    let pass = live_mpps(v, "pkeyfw: pass (ok RC)")? / live_mpps(v, "empty program")?;
+    let row = |goal: &str, measured: String, reached: bool| {
+        vec![
+            goal.to_string(),
+            measured,
+            if reached { "yes" } else { "no" }.to_string(),
+        ]
+    };
+    Ok(Table {
+        title: "Live goals".to_string(),
+        columns: columns(&["goal", "measured", "reached"]),
+        rows: vec![
+            row(
+                "pkeyfw drop rate ≥ 3× nftables'",
+                format!("{drop:.2}×"),
+                drop >= 3.0,
+            ),
+            row(
+                "pkeyfw pass rate within 10% of the empty program's",
+                format!("{:+.1}%", (pass - 1.0) * 100.0),
+                pass >= 0.9,
+            ),
+        ],
+    })
+}
+
+/// The Mpps of live row `name`.
+fn live_mpps(v: &Value, name: &str) -> Result<f64> {
+    let row = list(v, "rows")?
+        .iter()
+        .find(|r| r["name"] == name)
+        .with_context(|| format!("no live row {name:?}"))?;
+    num(row, "mpps")
+}
+
+fn columns(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
+fn list<'a>(v: &'a Value, key: &str) -> Result<&'a Vec<Value>> {
+    v[key].as_array().with_context(|| format!("no list {key}"))
+}
+
+/// A row for each element of list `key`.
+fn each(
+    v: &Value,
+    key: &str,
+    row: impl Fn(&Value) -> Result<Vec<String>>,
+) -> Result<Vec<Vec<String>>> {
+    list(v, key)?.iter().map(row).collect()
+}
+
+fn num(v: &Value, key: &str) -> Result<f64> {
+    v[key].as_f64().with_context(|| format!("no number {key}"))
+}
+
+fn nums(v: &Value, key: &str) -> Result<Vec<f64>> {
+    list(v, key)?
+        .iter()
+        .map(|n| n.as_f64().with_context(|| format!("{key}: not a number")))
+        .collect()
+}
+
+fn int(v: &Value, key: &str) -> Result<u64> {
+    v[key].as_u64().with_context(|| format!("no integer {key}"))
+}
+
+fn text<'a>(v: &'a Value, key: &str) -> Result<&'a str> {
+    v[key].as_str().with_context(|| format!("no string {key}"))
+}
+
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / f64::from(1 << 20))
+}
+
+fn duration(seconds: f64) -> String {
+    match seconds {
+        s if s < 1e-3 => format!("{:.0} µs", s * 1e6),
+        s if s < 1.0 => format!("{:.0} ms", s * 1e3),
+        s => format!("{s:.2} s"),
+    }
+}
