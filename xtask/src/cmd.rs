@@ -48,7 +48,12 @@ pub fn run(cmd: &mut Command) -> Result<()> {
         .with_context(|| format!("cannot start {shown}"))?;
     if !status.success() {
         if let Some(log) = log {
-            eprintln!("{}", tail(&log, 30));
+            let tail = tail(&log, 30);
+            match &*PROGRESS.lock().unwrap_or_else(|e| e.into_inner()) {
+                // Printed under the bar, which would redraw over it.
+                Some(p) => p.bar.suspend(|| eprintln!("{tail}")),
+                None => eprintln!("{tail}"),
+            }
         }
         bail!("{shown} failed ({status})");
     }
@@ -96,17 +101,15 @@ impl Progress {
         Progress
     }
 
-    /// The next step begins.
+    /// The next step begins (shown on the bar only: off a terminal the
+    /// commands' echo says it).
     pub fn step(&self, what: &str) {
-        match &mut *PROGRESS.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some(p) => {
-                if p.stepping {
-                    p.bar.inc(1);
-                }
-                p.stepping = true;
-                p.bar.set_prefix(format!("{}: {what}", p.what));
+        if let Some(p) = &mut *PROGRESS.lock().unwrap_or_else(|e| e.into_inner()) {
+            if p.stepping {
+                p.bar.inc(1);
             }
-            None => eprintln!("xtask: {what}"),
+            p.stepping = true;
+            p.bar.set_prefix(format!("{}: {what}", p.what));
         }
     }
 }

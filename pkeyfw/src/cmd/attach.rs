@@ -35,7 +35,7 @@ use crate::{
     policy::Policy,
     reporting::describe,
     reporting::events,
-    reporting::kernel_log::KernelLog,
+    reporting::kernel_log::{self, KernelLog},
 };
 
 /// `--mode`.
@@ -92,7 +92,8 @@ pub struct AttachArgs {
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub log_rate: u64,
     /// For debugging: the programs log every RoCE frame they judge (where,
-    /// verdict, reason, P_Key, Q_Key, QPs, opcode, addresses) and every
+    /// verdict, reason, P_Key, Q_Key, QPs, opcode, addresses: every
+    /// tenant's, into this output and so the service's journal) and every
     /// stamping outcome, printed from the kernel's log (aya-log). Each line
     /// costs its frame a ring-buffer write. Without it the verifier removes
     /// the logging code at load: the packet path is as if it were not there.
@@ -189,26 +190,24 @@ pub fn run(opts: &AttachArgs) -> Result<()> {
         let _entered = runtime.enter();
         start_probes(&binder, &pins, &kernel_log)
     };
-    let logs = {
-        let _entered = runtime.enter();
-        KernelLogs {
-            probes: probes
-                .as_mut()
-                .and_then(|p| p.get_mut().log.take())
-                .map(readable)
-                .transpose()?,
-            trace: match opts.trace {
-                true => Some(readable(filter.kernel_log(kernel_log.clone())?)?),
-                false => None,
-            },
-            log: kernel_log,
-        }
-    };
     // QPs made between the snapshot the attach bound and the probes' start
     // are bound now.
     let mut caught = Vec::new();
     if probes.is_some() && binder.active() {
         caught = binder.sync(filter.maps_mut())?;
+    }
+    // Enforcement is on: the logs' readers are extras, whose failure is
+    // said, not fatal. A pinned attachment has no reader.
+    if !opts.pin {
+        if let Some(log) = probes.as_mut().and_then(|p| p.get_mut().log.take()) {
+            follow_or_warn(log, "the probes' kernel log");
+        }
+        if opts.trace {
+            follow_or_warn(
+                filter.kernel_log(kernel_log.clone()),
+                "--trace's kernel log",
+            );
+        }
     }
     println!(
         "pkeyfw: attached to {} ({} mode, {how}): {}",
@@ -239,7 +238,7 @@ pub fn run(opts: &AttachArgs) -> Result<()> {
         opts,
         signals,
         probes,
-        logs,
+        &kernel_log,
     ));
     // Only an explicit request (Ctrl-C, SIGTERM, `detach`) removes
     // enforcement: after an error the filter stays, held by its pinned
@@ -254,6 +253,11 @@ pub fn run(opts: &AttachArgs) -> Result<()> {
         Err(e) => return Err(e.context(stays)),
         Ok(Exit::KeepEnforcing) => {
             println!("pkeyfw: exiting on SIGQUIT; {stays}");
+            if opts.trace {
+                eprintln!(
+                    "pkeyfw: warning: it keeps tracing, into a ring no process reads, until an attach replaces it"
+                );
+            }
             return Ok(());
         }
         Ok(Exit::Detach) => {}
@@ -571,7 +575,7 @@ async fn foreground(
     opts: &AttachArgs,
     mut signals: Signals,
     mut probes: Option<AsyncFd<Probes>>,
-    mut logs: KernelLogs,
+    kernel_log: &KernelLog,
 ) -> Result<Exit> {
     // The event ring has one reader: this process, unless `pkeyfw events`
     // reads it already.
@@ -611,10 +615,8 @@ async fn foreground(
                 }
                 guard.clear_ready();
             }
-            printed = kernel_lines(&mut logs.probes) => printed?,
-            printed = kernel_lines(&mut logs.trace) => printed?,
             _ = second.tick() => {
-                logs.log.tick();
+                kernel_log.tick();
                 let now = refused_so_far(filter)?;
                 if let Some(hidden) = limiter.tick(now - last) {
                     println!("… and {hidden} more refused frames in the last second");
@@ -641,11 +643,7 @@ async fn foreground(
             _ = signals.quit.recv() => break Exit::KeepEnforcing,
         }
     };
-    // The kernel's last lines, before the programs go.
-    for log in [&mut logs.probes, &mut logs.trace].into_iter().flatten() {
-        log.get_mut().flush();
-    }
-    logs.log.finish();
+    kernel_log.finish();
     Ok(exit)
 }
 
@@ -706,33 +704,11 @@ async fn qp_created(probes: &mut Option<AsyncFd<Probes>>) -> Result<()> {
     Ok(())
 }
 
-/// The kernel's log lines a foreground attachment prints.
-struct KernelLogs {
-    log: KernelLog,
-    /// The probes' warnings.
-    probes: Option<AsyncFd<EbpfLogger<KernelLog>>>,
-    /// `--trace`: the filter's line per frame.
-    trace: Option<AsyncFd<EbpfLogger<KernelLog>>>,
-}
-
-/// A log ring, for its readiness. Needs the runtime's context.
-fn readable(log: EbpfLogger<KernelLog>) -> Result<AsyncFd<EbpfLogger<KernelLog>>> {
-    // SAFETY: the logger owns its ring's fd, which closes only when the
-    // AsyncFd drops it; flushing neither closes nor replaces it.
-    unsafe { AsyncFd::register_with_interest(log, Interest::READABLE) }
-        .map_err(|e| e.into_parts().1)
-        .context("watching a kernel log ring")
-}
-
-/// Prints a log ring's lines once it has some (forever without a ring).
-async fn kernel_lines(log: &mut Option<AsyncFd<EbpfLogger<KernelLog>>>) -> Result<()> {
-    let Some(log) = log else {
-        return std::future::pending().await;
-    };
-    let mut guard = log.readable_mut().await?;
-    guard.get_inner_mut().flush();
-    guard.clear_ready();
-    Ok(())
+/// Starts printing a kernel log ring, or says why it cannot.
+fn follow_or_warn(log: Result<EbpfLogger<KernelLog>>, what: &str) {
+    if let Err(e) = log.and_then(kernel_log::follow) {
+        eprintln!("pkeyfw: warning: {what} is not read: {e:#}");
+    }
 }
 
 /// Brings the QP bindings up to date, printing what changed; a failed read

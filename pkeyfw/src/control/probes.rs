@@ -62,8 +62,8 @@ pub struct Probes {
     /// Why the connection and multicast probes are not attached, if not.
     pub readers: Result<(), String>,
     /// Their rare failures (a table full, a structure unreadable), for the
-    /// attachment to print; taken once.
-    pub log: Option<EbpfLogger<KernelLog>>,
+    /// attachment to print, or why they cannot be read; taken once.
+    pub log: Option<Result<EbpfLogger<KernelLog>>>,
 }
 
 impl Probes {
@@ -121,7 +121,7 @@ impl Probes {
                 .ok_or_else(|| anyhow!("the probes object has no ring buffer"))?,
         )?;
         let log = EbpfLogger::init_with_logger(&mut ebpf, log)
-            .context("reading the probes' kernel log (aya-log)")?;
+            .context("reading the probes' kernel log (aya-log)");
         Ok(Probes {
             _ebpf: ebpf,
             ring,

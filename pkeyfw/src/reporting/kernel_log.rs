@@ -11,10 +11,13 @@
 
 use std::{
     collections::BTreeMap,
+    os::fd::AsRawFd as _,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
+use anyhow::{Context as _, Result};
+use aya_log::EbpfLogger;
 use log::{Level, Log, Metadata, Record};
 use pkeyfw_common::{Reason, Stamp, Verdict};
 
@@ -109,6 +112,29 @@ impl KernelLog {
             self.iface
         ))
     }
+}
+
+/// Prints a kernel log ring's lines from a thread of its own, until the
+/// process ends: however fast the kernel writes (a traced flood), the
+/// attachment's loop (signals, QP binding, violation lines) never waits on
+/// it.
+pub fn follow(mut logger: EbpfLogger<KernelLog>) -> Result<()> {
+    std::thread::Builder::new()
+        .name("pkeyfw-klog".into())
+        .spawn(move || {
+            loop {
+                let mut ready = libc::pollfd {
+                    fd: logger.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one pollfd, of a descriptor the logger holds open.
+                unsafe { libc::poll(&mut ready, 1, 1000) };
+                logger.flush();
+            }
+        })
+        .context("starting the kernel log's reader")?;
+    Ok(())
 }
 
 /// A trace line with its numbers named: the programs log `frame AT VERDICT
