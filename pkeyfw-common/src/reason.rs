@@ -56,6 +56,18 @@ crate::named_enum! {
 }
 
 impl Verdict {
+    /// What was done with a frame the rules `allowed` or not, that was let
+    /// through (`pass`) or not, `corrupt`ed or not (see [`Outcome`]).
+    #[inline(always)]
+    pub const fn of(allowed: bool, pass: bool, corrupt: bool) -> Verdict {
+        match (allowed, pass, corrupt) {
+            (true, _, _) => Verdict::Pass,
+            (false, false, _) => Verdict::Drop,
+            (false, true, false) => Verdict::Monitor,
+            (false, true, true) => Verdict::Corrupt,
+        }
+    }
+
     /// Whether the partition rules refused the frame.
     pub const fn refused(self) -> bool {
         !matches!(self, Verdict::Pass)
@@ -92,11 +104,6 @@ impl Outcome {
     /// What was done with the frame.
     #[inline(always)]
     pub const fn verdict(&self) -> Verdict {
-        match (self.allowed, self.pass, self.corrupt) {
-            (true, _, _) => Verdict::Pass,
-            (false, false, _) => Verdict::Drop,
-            (false, true, false) => Verdict::Monitor,
-            (false, true, true) => Verdict::Corrupt,
-        }
+        Verdict::of(self.allowed, self.pass, self.corrupt)
     }
 }

@@ -16,7 +16,7 @@
 
 use aya_ebpf::{Global, btf_maps::PerCpuArray, macros::btf_map};
 use aya_log_ebpf::trace;
-use pkeyfw_common::{Direction, Frame, Outcome, Reason, Stamp, parse::Roce};
+use pkeyfw_common::{Direction, Frame, Outcome, Reason, Stamp, Verdict, parse::Roce};
 
 /// 1 when the programs trace; set at load.
 #[unsafe(no_mangle)]
@@ -93,15 +93,7 @@ pub fn emit<F: Frame>(frame: &F) {
     let t = unsafe { &mut *t };
     let kind = t.kind;
     t.kind = NONE;
-    let verdict = Outcome {
-        reason: Reason::Ok,
-        allowed: t.allowed,
-        pass: t.pass,
-        corrupt: t.corrupt,
-        qp_slot: None,
-        roce: None,
-    }
-    .verdict() as u8;
+    let verdict = Verdict::of(t.allowed, t.pass, t.corrupt) as u8;
     match (kind, t.roce) {
         (FRAME, Some(roce)) => trace!(
             &(),
