@@ -42,7 +42,7 @@ pub const LAYOUT_VERSION: u32 = LAYOUT << 24
     | (crate::Stamp::COUNT as u32) << 8
     | crate::Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 9;
+const LAYOUT: u32 = 10;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -99,7 +99,7 @@ pub const MAPS: [MapSpec; 23] = {
         spec(name::CONFIG, Array, Fixed),
         spec(name::QPS, HashMap, PerQp(GENERATIONS)),
         spec(name::GROUPS, HashMap, Fixed),
-        spec(name::PORT_KEYS, HashMap, Fixed),
+        spec(name::PORT_KEYS, Array, Fixed),
         spec(name::REASONS, PerCpuArray, Fixed),
         spec(name::XMIT_REASONS, PerCpuArray, Fixed),
         spec(name::QP_STATS, Array, Slots),
@@ -178,6 +178,26 @@ pub const fn port_key_index(generation: u32, pkey: u16) -> u32 {
     generation * PARTITIONS + crate::pkey::key(pkey) as u32
 }
 
+/// Bits of [`Config::port_serial`]: a `PORT_KEYS` entry keeps the rest
+/// for the membership flags.
+pub const PORT_SERIAL_BITS: u32 = 24;
+
+/// A `PORT_KEYS` entry: a partition's membership flags, valid only while
+/// its generation's [`Config::port_serial`] is `serial`. Writing a
+/// generation takes a new serial, which empties it of every older entry at
+/// once: an array lookup, where a hash kept clearing cheap.
+#[inline(always)]
+pub const fn port_entry(serial: u32, flags: u8) -> u32 {
+    serial << 8 | flags as u32
+}
+
+/// The membership flags of a `PORT_KEYS` entry under `serial` (none for
+/// an entry of an older policy).
+#[inline(always)]
+pub const fn port_entry_flags(entry: u32, serial: u32) -> u8 {
+    if entry >> 8 == serial { entry as u8 } else { 0 }
+}
+
 crate::named_enum! {
     /// A QP's transport, numbered as the BTH opcode's top three bits.
     pub enum QpType: u8 {
@@ -232,6 +252,10 @@ pub struct Config {
     /// A switch access port's P_Key: frames entering with 0xFFFF get it,
     /// frames leaving get 0xFFFF back. 0: not an access port.
     pub access_pkey: u16,
+    /// Which `PORT_KEYS` entries of this generation are its policy's (see
+    /// [`port_entry`]); kept when a generation is cleared, so that a serial
+    /// is never reused.
+    pub port_serial: u32,
 }
 
 /// [`Config::switch`] bits.
@@ -436,10 +460,14 @@ pub const EVENTS_BYTES: u32 = 1 << 16;
 /// Events each CPU may send per window: a flood of violations costs the host
 /// a counter increment per frame, not a ring-buffer write.
 pub const EVENTS_PER_WINDOW: u32 = 64;
+/// Over budget, the clock is read once per this many refused frames, to
+/// see whether a new window has begun: a flood costs no helper call per frame.
+pub const CLOCK_EVERY: u64 = 64;
 /// The window: 2^30 ns, about a second.
 pub const EVENT_WINDOW_SHIFT: u32 = 30;
 
-/// `EVENT_BUDGET`: per CPU, the current window and the events sent in it.
+/// `EVENT_BUDGET`: per CPU, the current window and the events sent in it
+/// (counting on past the budget, the refused frames since).
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default)]
 pub struct EventBudget {
@@ -448,10 +476,17 @@ pub struct EventBudget {
 }
 
 impl EventBudget {
-    /// Whether one more event may be sent at `now_ns`; counts it if so.
+    /// Whether one more event may be sent now (`now_ns` reads the clock);
+    /// counts it if so.
     #[inline(always)]
-    pub fn spend(&mut self, now_ns: u64) -> bool {
-        let window = now_ns >> EVENT_WINDOW_SHIFT;
+    pub fn spend(&mut self, now_ns: impl FnOnce() -> u64) -> bool {
+        if self.sent >= EVENTS_PER_WINDOW as u64 {
+            self.sent += 1;
+            if !(self.sent - EVENTS_PER_WINDOW as u64).is_multiple_of(CLOCK_EVERY) {
+                return false;
+            }
+        }
+        let window = now_ns() >> EVENT_WINDOW_SHIFT;
         if self.window != window {
             self.window = window;
             self.sent = 0;
@@ -468,7 +503,7 @@ impl EventBudget {
 // LAYOUT_VERSION.
 const _: () = {
     use core::mem::size_of;
-    assert!(size_of::<Config>() == 8);
+    assert!(size_of::<Config>() == 12);
     assert!(size_of::<QpEntry>() == 12);
     assert!(size_of::<GroupKey>() == 20);
     assert!(size_of::<GroupEntry>() == 8);
@@ -497,4 +532,46 @@ mod pod {
     unsafe impl aya::Pod for super::QpStats {}
     unsafe impl aya::Pod for super::KernelSlot {}
     unsafe impl aya::Pod for crate::tenant::BindSpec {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_entries_of_an_older_serial_are_empty() {
+        let entry = port_entry(7, 0b11);
+        assert_eq!(port_entry_flags(entry, 7), 0b11);
+        assert_eq!(port_entry_flags(entry, 8), 0);
+        assert_eq!(port_entry_flags(0, 1), 0);
+    }
+
+    #[test]
+    fn over_budget_the_clock_is_read_once_per_clock_every_frames() {
+        let mut budget = EventBudget::default();
+        let reads = core::cell::Cell::new(0);
+        let clock = |ns: u64| {
+            reads.set(reads.get() + 1);
+            ns
+        };
+        for _ in 0..EVENTS_PER_WINDOW {
+            assert!(budget.spend(|| clock(0)));
+        }
+        let before = reads.get();
+        for _ in 0..CLOCK_EVERY * 3 {
+            assert!(!budget.spend(|| clock(0)));
+        }
+        assert_eq!(
+            reads.get() - before,
+            3,
+            "a read per CLOCK_EVERY refused frames"
+        );
+        // The next read sees a new window: events flow again.
+        let next = 1 << EVENT_WINDOW_SHIFT;
+        let mut sent = false;
+        for _ in 0..CLOCK_EVERY {
+            sent |= budget.spend(|| clock(next));
+        }
+        assert!(sent, "a new window is seen within CLOCK_EVERY frames");
+    }
 }

@@ -30,7 +30,7 @@ use pkeyfw_common::{
     abi::{
         Config, ConnKey, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget, EventKind,
         GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot, PARTITIONS,
-        QpEntry, QpStats, VIOLATION_SLOTS, port_key_index, qp_key, violation_key,
+        QpEntry, QpStats, VIOLATION_SLOTS, port_entry_flags, port_key_index, qp_key, violation_key,
     },
     capture::PeerKey,
     frame::MAX_OFFSET,
@@ -40,6 +40,10 @@ use pkeyfw_common::{
     switch,
     tenant::{BindSpec, MAX_RULES},
 };
+
+/// The hash maps' flags: entries are allocated as they are made, so that
+/// memory follows what is bound rather than the capacity.
+const GROWN: usize = BPF_F_NO_PREALLOC as usize;
 
 /// `LAYOUT_VERSION`, written by the loader: what a later pkeyfw checks
 /// before it reads these maps through their pins.
@@ -53,15 +57,16 @@ static ACTIVE: Array<u32, 1> = Array::new();
 static CONFIG: Array<Config, { GENERATIONS as usize }> = Array::new();
 /// (generation, QPN) → the receiving QP's type, P_Key, Q_Key, stats slot.
 #[btf_map]
-static QPS: HashMap<u32, QpEntry, { (GENERATIONS * DEFAULT_QP_CAPACITY) as usize }> =
+static QPS: HashMap<u32, QpEntry, { (GENERATIONS * DEFAULT_QP_CAPACITY) as usize }, GROWN> =
     HashMap::new();
 /// (generation, multicast address) → the group's P_Key and Q_Key.
 #[btf_map]
-static GROUPS: HashMap<GroupKey, GroupEntry, { GROUP_CAPACITY as usize }> = HashMap::new();
-/// (generation, partition) → which memberships the port's P_Key table holds.
-/// Only QP1 frames look here; a hash keeps a generation cheap to clear.
+static GROUPS: HashMap<GroupKey, GroupEntry, { GROUP_CAPACITY as usize }, GROWN> = HashMap::new();
+/// (generation, partition) → which memberships the port's P_Key table
+/// holds, under the generation's serial (`port_entry`): QP1 frames and the
+/// violation counters look here.
 #[btf_map]
-static PORT_KEYS: HashMap<u32, u8, { (GENERATIONS * PARTITIONS) as usize }> = HashMap::new();
+static PORT_KEYS: Array<u32, { (GENERATIONS * PARTITIONS) as usize }> = Array::new();
 /// Frames per (reason, verdict), per CPU: received (a host port, or a
 /// switch port's inbound check) and forwarded out (a switch port's outbound
 /// check).
@@ -76,7 +81,7 @@ static QP_STATS: Array<QpStats, { (DEFAULT_QP_CAPACITY + KERNEL_SLOTS) as usize 
 /// (generation, remote QPN, peer address) → the local QP connected to it:
 /// the sender of a connected frame, for stamping.
 #[btf_map]
-static CONNS: HashMap<ConnKey, u32, { (GENERATIONS * DEFAULT_QP_CAPACITY) as usize }> =
+static CONNS: HashMap<ConnKey, u32, { (GENERATIONS * DEFAULT_QP_CAPACITY) as usize }, GROWN> =
     HashMap::new();
 /// Frames per stamping outcome, per CPU.
 #[btf_map]
@@ -84,17 +89,17 @@ static STAMPS: PerCpuArray<u64, { Stamp::COUNT }> = PerCpuArray::new();
 /// Peer → the local QP the RDMA-core probes saw connected to it, across
 /// generations (see `pkeyfw_common::capture`); read first, as it is exact.
 #[btf_map]
-static PEERS: HashMap<PeerKey, u32, { DEFAULT_QP_CAPACITY as usize }> = HashMap::new();
+static PEERS: HashMap<PeerKey, u32, { DEFAULT_QP_CAPACITY as usize }, GROWN> = HashMap::new();
 /// Local QP → its recorded peer, and the probes' counters: written by the
 /// probes only, declared here so that they are pinned with the filter.
 #[btf_map]
-static OWNERS: HashMap<u32, PeerKey, { DEFAULT_QP_CAPACITY as usize }> = HashMap::new();
+static OWNERS: HashMap<u32, PeerKey, { DEFAULT_QP_CAPACITY as usize }, GROWN> = HashMap::new();
 #[btf_map]
 static CAPTURES: PerCpuArray<u64, { Capture::COUNT }> = PerCpuArray::new();
 /// rdma_rxe QP socket (its `struct sock`'s address) → its QPN: tagged by the
 /// probes when the QP is created, read here to know a frame's sender.
 #[btf_map]
-static SOCKETS: HashMap<u64, u32, { DEFAULT_QP_CAPACITY as usize }> = HashMap::new();
+static SOCKETS: HashMap<u64, u32, { DEFAULT_QP_CAPACITY as usize }, GROWN> = HashMap::new();
 
 /// The `[[bind]]` rules, per generation, that the QP-creation probe
 /// matches; the probe's stats slots (QPN → slot, the freed ones, the
@@ -104,19 +109,18 @@ static SOCKETS: HashMap<u64, u32, { DEFAULT_QP_CAPACITY as usize }> = HashMap::n
 #[btf_map]
 static BIND_RULES: Array<BindSpec, { (GENERATIONS * MAX_RULES) as usize }> = Array::new();
 #[btf_map]
-static KSLOTS: HashMap<u32, KernelSlot, { KERNEL_SLOTS as usize }> = HashMap::new();
+static KSLOTS: HashMap<u32, KernelSlot, { KERNEL_SLOTS as usize }, GROWN> = HashMap::new();
 #[btf_map]
 static FREE_SLOTS: Stack<u32, { KERNEL_SLOTS as usize }> = Stack::new();
 #[btf_map]
 static NEXT_SLOT: Array<u64, 1> = Array::new();
 #[btf_map]
-static QKEYS: HashMap<u32, u32, { KERNEL_SLOTS as usize }> = HashMap::new();
+static QKEYS: HashMap<u32, u32, { KERNEL_SLOTS as usize }, GROWN> = HashMap::new();
 
 /// P_Key and Q_Key violations per partition (`violation_key`), as an IB
 /// port counts them; entries made on first use, updated atomically.
 #[btf_map]
-static VIOLATIONS: HashMap<u32, u64, { VIOLATION_SLOTS as usize }, { BPF_F_NO_PREALLOC as usize }> =
-    HashMap::new();
+static VIOLATIONS: HashMap<u32, u64, { VIOLATION_SLOTS as usize }, GROWN> = HashMap::new();
 /// Refused frames, for the CLI's violation lines.
 #[btf_map]
 static EVENTS: RingBuf<Event, { EVENTS_BYTES as usize }> = RingBuf::new();
@@ -135,7 +139,13 @@ fn policy() -> (Generation, Config) {
         Some(c) => *c,
         None => Config::default(),
     };
-    (Generation { generation }, config)
+    (
+        Generation {
+            generation,
+            port_serial: config.port_serial,
+        },
+        config,
+    )
 }
 
 /// Ingress in the driver (native XDP). Multi-buffer aware (`xdp.frags`), so
@@ -296,11 +306,15 @@ fn refused<F: Frame>(
 /// Counts a violation of one partition, making its counter on first use.
 #[inline(always)]
 fn count_violation(key: u32) {
-    if VIOLATIONS.get_ptr_mut(&key).is_none() {
-        // Another CPU may make it first: then this insert fails, harmlessly.
-        let _ = VIOLATIONS.insert(&key, &0, BPF_NOEXIST as u64);
-    }
-    if let Some(count) = VIOLATIONS.get_ptr_mut(&key) {
+    let count = match VIOLATIONS.get_ptr_mut(&key) {
+        Some(count) => Some(count),
+        None => {
+            // Another CPU may make it first: then this insert fails, harmlessly.
+            let _ = VIOLATIONS.insert(&key, &0, BPF_NOEXIST as u64);
+            VIOLATIONS.get_ptr_mut(&key)
+        }
+    };
+    if let Some(count) = count {
         // SAFETY: a live map value, shared between CPUs.
         unsafe { atomic_inc(count) };
     }
@@ -401,9 +415,9 @@ fn report<F: Frame>(frame: &F, outcome: &Outcome, monitor: bool, port: Option<Di
     // SAFETY: this CPU's slot; nothing else writes it.
     let budget = unsafe { &mut *budget };
     // The coarse clock (tick resolution) is plenty for a ~1 s window and
-    // costs a fraction of bpf_ktime_get_ns on every refused frame.
+    // costs a fraction of bpf_ktime_get_ns.
     // SAFETY: no preconditions.
-    if !budget.spend(unsafe { bpf_ktime_get_coarse_ns() }) {
+    if !budget.spend(|| unsafe { bpf_ktime_get_coarse_ns() }) {
         return;
     }
     let mut event = Event {
@@ -467,7 +481,7 @@ impl Frame for Packet {
             return None;
         }
         // SAFETY: within [data, data_end); header types are plain bytes.
-        Some(unsafe { core::ptr::read_unaligned(at as *const T) })
+        Some(unsafe { load_packet(at) })
     }
 
     /// The linear part and any fragments (a multi-buffer frame).
@@ -476,6 +490,59 @@ impl Frame for Packet {
         // SAFETY: a live XDP context.
         unsafe { bpf_xdp_get_buff_len(self.ctx) as usize }
     }
+}
+
+/// Copies a `T` out of packet memory at `at` in the widest loads that fit
+/// (8, 4, 2, then 1 bytes). Header types are byte arrays, so a plain read
+/// is compiled byte by byte, a load and a shift or two per byte: these
+/// loads are written out because the verifier takes a misaligned packet
+/// read where the CPU does it efficiently (x86-64, arm64), while LLVM's
+/// misaligned-access mode would also misalign stack slots, which it
+/// refuses. The copy lands in an 8-aligned buffer, so that the fields are
+/// then read from it whole.
+///
+/// # Safety
+/// `[at, at + size_of::<T>())` must be packet memory the verifier has seen
+/// bounded, and `T` valid for any bytes.
+#[inline(always)]
+unsafe fn load_packet<T: Copy>(at: usize) -> T {
+    #[repr(C, align(8))]
+    struct Aligned<T>(core::mem::MaybeUninit<T>);
+    let mut buf = Aligned(core::mem::MaybeUninit::<T>::uninit());
+    let dst = buf.0.as_mut_ptr().cast::<u8>();
+    let mut done = 0;
+    macro_rules! chunk {
+        ($ty:ty, $insn:literal) => {
+            let v: $ty;
+            // SAFETY: within the bounded range (the caller's promise); the
+            // store is aligned: `done` is a multiple of the chunk's size.
+            unsafe {
+                core::arch::asm!(
+                    $insn,
+                    v = out(reg) v,
+                    p = in(reg) at + done,
+                    options(pure, readonly, nostack),
+                );
+                dst.add(done).cast::<$ty>().write(v);
+            }
+            done += size_of::<$ty>();
+        };
+    }
+    while done + 8 <= size_of::<T>() {
+        chunk!(u64, "{v} = *(u64 *)({p} + 0)");
+    }
+    if done + 4 <= size_of::<T>() {
+        chunk!(u32, "{v} = *(u32 *)({p} + 0)");
+    }
+    if done + 2 <= size_of::<T>() {
+        chunk!(u16, "{v} = *(u16 *)({p} + 0)");
+    }
+    if done < size_of::<T>() {
+        chunk!(u8, "{v} = *(u8 *)({p} + 0)");
+    }
+    let _ = done;
+    // SAFETY: every byte written above; T is valid for any bytes.
+    unsafe { buf.0.assume_init() }
 }
 
 /// Rewrites XDP packet bytes through the helpers (Linux 5.18+), whose
@@ -586,6 +653,8 @@ impl Skb<'_> {
 /// The maps of one policy generation: what the verdict reads.
 struct Generation {
     generation: u32,
+    /// Its `PORT_KEYS` entries' serial.
+    port_serial: u32,
 }
 
 impl Tables for Generation {
@@ -607,10 +676,9 @@ impl Tables for Generation {
 
     #[inline(always)]
     fn port_flags(&self, key: u16) -> u8 {
-        // SAFETY: the value is copied out at once.
-        unsafe { PORT_KEYS.get(&port_key_index(self.generation, key)) }
-            .copied()
-            .unwrap_or(0)
+        PORT_KEYS
+            .get(port_key_index(self.generation, key))
+            .map_or(0, |&entry| port_entry_flags(entry, self.port_serial))
     }
 }
 

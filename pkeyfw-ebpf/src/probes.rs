@@ -32,7 +32,7 @@ use core::ptr;
 
 use aya_ebpf::{
     Global,
-    bindings::BPF_RB_FORCE_WAKEUP,
+    bindings::{BPF_F_NO_PREALLOC, BPF_RB_FORCE_WAKEUP},
     btf_maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, Stack},
     helpers::{
         bpf_get_current_ancestor_cgroup_id, bpf_get_current_pid_tgid, bpf_get_current_task,
@@ -62,35 +62,38 @@ static QP_CREATED: RingBuf<u32, 4096> = RingBuf::new();
 #[btf_map]
 static PENDING: LruHashMap<u64, Pending, 4096> = LruHashMap::new();
 
+/// As the filter object's hash maps: allocated as entries are made.
+const GROWN: usize = BPF_F_NO_PREALLOC as usize;
+
 /// The filter's maps, shared through their pins (same definitions as in
 /// the filter object; the loader sets the real sizes).
 #[btf_map]
 static ACTIVE: Array<u32, 1> = Array::new();
 #[btf_map]
-static QPS: HashMap<u32, QpEntry, { (GENERATIONS * DEFAULT_QP_CAPACITY) as usize }> =
+static QPS: HashMap<u32, QpEntry, { (GENERATIONS * DEFAULT_QP_CAPACITY) as usize }, GROWN> =
     HashMap::new();
 #[btf_map]
-static GROUPS: HashMap<GroupKey, GroupEntry, { GROUP_CAPACITY as usize }> = HashMap::new();
+static GROUPS: HashMap<GroupKey, GroupEntry, { GROUP_CAPACITY as usize }, GROWN> = HashMap::new();
 #[btf_map]
-static PEERS: HashMap<PeerKey, u32, { DEFAULT_QP_CAPACITY as usize }> = HashMap::new();
+static PEERS: HashMap<PeerKey, u32, { DEFAULT_QP_CAPACITY as usize }, GROWN> = HashMap::new();
 #[btf_map]
-static OWNERS: HashMap<u32, PeerKey, { DEFAULT_QP_CAPACITY as usize }> = HashMap::new();
+static OWNERS: HashMap<u32, PeerKey, { DEFAULT_QP_CAPACITY as usize }, GROWN> = HashMap::new();
 #[btf_map]
 static CAPTURES: PerCpuArray<u64, { Capture::COUNT }> = PerCpuArray::new();
 #[btf_map]
-static SOCKETS: HashMap<u64, u32, { DEFAULT_QP_CAPACITY as usize }> = HashMap::new();
+static SOCKETS: HashMap<u64, u32, { DEFAULT_QP_CAPACITY as usize }, GROWN> = HashMap::new();
 #[btf_map]
 static QP_STATS: Array<QpStats, { (DEFAULT_QP_CAPACITY + KERNEL_SLOTS) as usize }> = Array::new();
 #[btf_map]
 static BIND_RULES: Array<BindSpec, { (GENERATIONS * MAX_RULES) as usize }> = Array::new();
 #[btf_map]
-static KSLOTS: HashMap<u32, KernelSlot, { KERNEL_SLOTS as usize }> = HashMap::new();
+static KSLOTS: HashMap<u32, KernelSlot, { KERNEL_SLOTS as usize }, GROWN> = HashMap::new();
 #[btf_map]
 static FREE_SLOTS: Stack<u32, { KERNEL_SLOTS as usize }> = Stack::new();
 #[btf_map]
 static NEXT_SLOT: Array<u64, 1> = Array::new();
 #[btf_map]
-static QKEYS: HashMap<u32, u32, { KERNEL_SLOTS as usize }> = HashMap::new();
+static QKEYS: HashMap<u32, u32, { KERNEL_SLOTS as usize }, GROWN> = HashMap::new();
 #[btf_map]
 static EVENTS: RingBuf<Event, { EVENTS_BYTES as usize }> = RingBuf::new();
 #[btf_map]
@@ -381,7 +384,7 @@ fn report(event: Event) {
     };
     // SAFETY: this CPU's slot, and no preconditions for the clock
     // (the coarse clock is not offered to probes).
-    if !unsafe { (*budget).spend(bpf_ktime_get_ns()) } {
+    if !unsafe { (*budget).spend(|| bpf_ktime_get_ns()) } {
         return;
     }
     let _ = EVENTS.output(&event, 0);

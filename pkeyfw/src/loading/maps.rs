@@ -17,19 +17,23 @@ use std::{
 use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
     Ebpf,
-    maps::{Array, HashMap, Map, MapData, MapError, MapInfo, PerCpuArray, RingBuf},
+    maps::{
+        Array, HashMap, IterableMap as _, Map, MapData, MapError, MapInfo, PerCpuArray, RingBuf,
+    },
 };
 use pkeyfw_common::{
     Capture, Reason, Stamp, Verdict,
     abi::{
         Config, ConnKey, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS,
-        KernelSlot, LAYOUT_VERSION, MAPS, MapKind, OTHER_PARTITION, QPN_MASK, QpEntry, QpStats,
-        name, port_key_index, qp_flags, qp_key, violation_key,
+        KernelSlot, LAYOUT_VERSION, MAPS, MapKind, OTHER_PARTITION, PARTITIONS, PORT_SERIAL_BITS,
+        QPN_MASK, QpEntry, QpStats, name, port_entry, port_key_index, qp_flags, qp_key,
+        violation_key,
     },
     reason::{REASON_SLOTS, reason_slot},
     tenant::{BindSpec, MAX_RULES},
 };
 
+use super::batch;
 use crate::policy::{Conn, Policy, QpRule};
 
 /// How long a retired policy generation stays untouched before it is
@@ -101,7 +105,7 @@ pub struct Maps {
     config: Array<MapData, Config>,
     qps: HashMap<MapData, u32, QpEntry>,
     groups: HashMap<MapData, GroupKey, GroupEntry>,
-    port_keys: HashMap<MapData, u32, u8>,
+    port_keys: Array<MapData, u32>,
     reasons: PerCpuArray<MapData, u64>,
     xmit_reasons: PerCpuArray<MapData, u64>,
     qp_stats: Array<MapData, QpStats>,
@@ -121,7 +125,6 @@ pub struct Maps {
 struct Held {
     qps: Vec<(u32, QpEntry)>,
     groups: Vec<GroupKey>,
-    port_keys: Vec<u32>,
     conns: Vec<ConnKey>,
 }
 
@@ -599,33 +602,44 @@ impl Maps {
         mut slots: StdHashMap<u32, u32>,
     ) -> Result<()> {
         self.write_rules(g, rules)?;
-        self.config
-            .set(g, &policy.config(), 0)
-            .context("writing CONFIG")?;
+        // A new serial first: it empties the generation's port table, and
+        // stays taken even if what follows fails.
+        let serial = self.next_port_serial(g)?;
+        let config = Config {
+            port_serial: serial,
+            ..policy.config()
+        };
+        self.config.set(g, &config, 0).context("writing CONFIG")?;
         for (key, flags) in policy.port_flags() {
             self.port_keys
-                .insert(&port_key_index(g, key), &flags, 0)
+                .set(port_key_index(g, key), &port_entry(serial, flags), 0)
                 .context("writing PORT_KEYS")?;
         }
         let used: HashSet<u32> = slots.values().copied().collect();
         let mut free = (0..self.capacity).filter(|s| !used.contains(s));
+        let mut zeroed = Vec::new();
+        let mut qps = Vec::with_capacity(policy.qps.len());
         for (&qpn, rule) in &policy.qps {
             let slot = match slots.get(&qpn) {
                 Some(&slot) => slot,
                 None => {
                     let slot = free.next().context("no free QP stats slot")?;
-                    self.qp_stats
-                        .set(slot, &QpStats::default(), 0)
-                        .context("resetting QP_STATS")?;
+                    zeroed.push((slot, QpStats::default()));
                     slots.insert(qpn, slot);
                     slot
                 }
             };
             let rule = self.with_qkey(qpn, rule);
-            self.qps
-                .insert(&qp_key(g, qpn), &Policy::qp_entry(&rule, slot), 0)
-                .with_context(|| format!("writing QPS entry {qpn:#x}"))?;
+            qps.push((qp_key(g, qpn), Policy::qp_entry(&rule, slot)));
         }
+        batch::update(self.qp_stats.map(), &zeroed)
+            .map_err(|f| anyhow!(f.error).context("resetting QP_STATS"))?;
+        batch::update(self.qps.map(), &qps).map_err(|f| {
+            anyhow!(f.error).context(format!(
+                "writing QPS entry {:#x}",
+                qps[f.index].0 & QPN_MASK
+            ))
+        })?;
         for (addr, group) in &policy.groups {
             let key = GroupKey {
                 generation: g,
@@ -635,15 +649,39 @@ impl Maps {
                 .insert(&key, &group.entry(), 0)
                 .with_context(|| format!("writing GROUPS entry {}", group.addr))?;
         }
-        for (conn, &local) in &policy.conns {
-            self.conns
-                .insert(&conn_key(g, conn), &local, 0)
-                .with_context(|| format!("writing CONNS entry for local QP {local:#x}"))?;
-        }
-        Ok(())
+        let conns: Vec<_> = (policy.conns.iter())
+            .map(|(conn, &local)| (conn_key(g, conn), local))
+            .collect();
+        batch::update(self.conns.map(), &conns).map_err(|f| {
+            anyhow!(f.error).context(format!(
+                "writing CONNS entry for local QP {:#x}",
+                conns[f.index].1
+            ))
+        })
     }
 
-    /// What generation `g` holds, read from the maps.
+    /// The `PORT_KEYS` serial for a new policy in generation `g`, which no
+    /// frame reads: one more than its last, or, once the serials run out, 1
+    /// with every entry of the generation zeroed.
+    fn next_port_serial(&mut self, g: u32) -> Result<u32> {
+        let last = self
+            .config
+            .get(&g, 0)
+            .context("reading CONFIG")?
+            .port_serial;
+        if last + 1 < 1 << PORT_SERIAL_BITS {
+            return Ok(last + 1);
+        }
+        for partition in 0..PARTITIONS {
+            self.port_keys
+                .set(g * PARTITIONS + partition, &0, 0)
+                .context("clearing PORT_KEYS")?;
+        }
+        Ok(1)
+    }
+
+    /// What generation `g` holds, read from the maps (its port table is
+    /// emptied by a new serial, so not listed).
     fn held(&self, g: u32) -> Result<Held> {
         let qps = self
             .qps
@@ -661,38 +699,24 @@ impl Maps {
             .filter(|k| k.as_ref().map_or(true, |k| k.generation == g))
             .collect::<Result<_, _>>()
             .context("reading GROUPS")?;
-        let port_keys = self
-            .port_keys
-            .keys()
-            .filter(|k| {
-                k.as_ref().map_or(true, |&k| {
-                    port_key_index(g, 0) <= k && k < port_key_index(g + 1, 0)
-                })
-            })
-            .collect::<Result<_, _>>()
-            .context("reading PORT_KEYS")?;
         let conns = self
             .conns
             .keys()
             .filter(|k| k.as_ref().map_or(true, |k| k.generation == g))
             .collect::<Result<_, _>>()
             .context("reading CONNS")?;
-        Ok(Held {
-            qps,
-            groups,
-            port_keys,
-            conns,
-        })
+        Ok(Held { qps, groups, conns })
     }
 
     /// Empties generation `g`, once nothing can still be reading it.
     fn clear(&mut self, g: u32) -> Result<()> {
         let held = self.held(g)?;
-        if held.qps.is_empty()
-            && held.groups.is_empty()
-            && held.port_keys.is_empty()
-            && held.conns.is_empty()
-        {
+        if held.qps.is_empty() && held.groups.is_empty() && held.conns.is_empty() {
+            // Its settings and port table are rewritten next all the same:
+            // after a retirement this process made, wait out its grace.
+            if let Some(retired) = self.retired {
+                std::thread::sleep(GRACE.saturating_sub(retired.elapsed()));
+            }
             return Ok(());
         }
         let since = self.retired.map_or(Duration::ZERO, |r| r.elapsed());
@@ -702,9 +726,6 @@ impl Maps {
         }
         for key in held.groups {
             ignore_missing(self.groups.remove(&key))?;
-        }
-        for key in held.port_keys {
-            ignore_missing(self.port_keys.remove(&key))?;
         }
         for key in held.conns {
             ignore_missing(self.conns.remove(&key))?;

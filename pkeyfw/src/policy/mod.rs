@@ -165,6 +165,8 @@ impl Policy {
                     }
             }),
             access_pkey: self.switch.and_then(|role| role.access).unwrap_or(0),
+            // The loader's, when it writes the port table.
+            port_serial: 0,
         }
     }
 
