@@ -460,14 +460,10 @@ pub const EVENTS_BYTES: u32 = 1 << 16;
 /// Events each CPU may send per window: a flood of violations costs the host
 /// a counter increment per frame, not a ring-buffer write.
 pub const EVENTS_PER_WINDOW: u32 = 64;
-/// Over budget, the clock is read once per this many refused frames, to
-/// see whether a new window has begun: a flood costs no helper call per frame.
-pub const CLOCK_EVERY: u64 = 64;
 /// The window: 2^30 ns, about a second.
 pub const EVENT_WINDOW_SHIFT: u32 = 30;
 
-/// `EVENT_BUDGET`: per CPU, the current window and the events sent in it
-/// (counting on past the budget, the refused frames since).
+/// `EVENT_BUDGET`: per CPU, the current window and the events sent in it.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default)]
 pub struct EventBudget {
@@ -476,17 +472,10 @@ pub struct EventBudget {
 }
 
 impl EventBudget {
-    /// Whether one more event may be sent now (`now_ns` reads the clock);
-    /// counts it if so.
+    /// Whether one more event may be sent at `now_ns`; counts it if so.
     #[inline(always)]
-    pub fn spend(&mut self, now_ns: impl FnOnce() -> u64) -> bool {
-        if self.sent >= EVENTS_PER_WINDOW as u64 {
-            self.sent += 1;
-            if !(self.sent - EVENTS_PER_WINDOW as u64).is_multiple_of(CLOCK_EVERY) {
-                return false;
-            }
-        }
-        let window = now_ns() >> EVENT_WINDOW_SHIFT;
+    pub fn spend(&mut self, now_ns: u64) -> bool {
+        let window = now_ns >> EVENT_WINDOW_SHIFT;
         if self.window != window {
             self.window = window;
             self.sent = 0;
@@ -544,34 +533,5 @@ mod tests {
         assert_eq!(port_entry_flags(entry, 7), 0b11);
         assert_eq!(port_entry_flags(entry, 8), 0);
         assert_eq!(port_entry_flags(0, 1), 0);
-    }
-
-    #[test]
-    fn over_budget_the_clock_is_read_once_per_clock_every_frames() {
-        let mut budget = EventBudget::default();
-        let reads = core::cell::Cell::new(0);
-        let clock = |ns: u64| {
-            reads.set(reads.get() + 1);
-            ns
-        };
-        for _ in 0..EVENTS_PER_WINDOW {
-            assert!(budget.spend(|| clock(0)));
-        }
-        let before = reads.get();
-        for _ in 0..CLOCK_EVERY * 3 {
-            assert!(!budget.spend(|| clock(0)));
-        }
-        assert_eq!(
-            reads.get() - before,
-            3,
-            "a read per CLOCK_EVERY refused frames"
-        );
-        // The next read sees a new window: events flow again.
-        let next = 1 << EVENT_WINDOW_SHIFT;
-        let mut sent = false;
-        for _ in 0..CLOCK_EVERY {
-            sent |= budget.spend(|| clock(next));
-        }
-        assert!(sent, "a new window is seen within CLOCK_EVERY frames");
     }
 }

@@ -384,7 +384,7 @@ fn report(event: Event) {
     };
     // SAFETY: this CPU's slot, and no preconditions for the clock
     // (the coarse clock is not offered to probes).
-    if !unsafe { (*budget).spend(|| bpf_ktime_get_ns()) } {
+    if !unsafe { (*budget).spend(bpf_ktime_get_ns()) } {
         return;
     }
     let _ = EVENTS.output(&event, 0);

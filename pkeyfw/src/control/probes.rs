@@ -21,6 +21,7 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{MapData, RingBuf},
     programs::{KProbe, links::FdLink},
+    util::KernelVersion,
 };
 use aya_log::EbpfLogger;
 use pkeyfw_common::abi::{KERNEL_SLOTS, MAPS, MapSize, QpLayout, name};
@@ -70,6 +71,13 @@ impl Probes {
     /// Loads and attaches the probes for the filter pinned under `pins`,
     /// on interface `ifindex`.
     pub fn start(pins: &Path, ifindex: u32, log: KernelLog) -> Result<Probes> {
+        // The maps the probes write allocate their entries at run time,
+        // which Linux takes from kprobes since 6.1 (its BPF memory
+        // allocator) and only warns about before, tainting the kernel.
+        let kernel = KernelVersion::current().context("reading the kernel version")?;
+        if kernel < KernelVersion::new(6, 1, 0) {
+            bail!("the probes need Linux 6.1 or later, this is {kernel}");
+        }
         let mut layout = layout(ifindex);
         let mut loader = EbpfLoader::new();
         for spec in MAPS {

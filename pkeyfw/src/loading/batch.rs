@@ -25,15 +25,17 @@ struct BatchAttr {
     flags: u64,
 }
 
-/// A batch write that stopped: the entry it stopped at and why.
+/// A batch write that stopped: the entry it stopped at, if the kernel got
+/// as far as the entries, and why.
 #[derive(Debug)]
 pub struct Failed {
-    pub index: usize,
+    pub index: Option<usize>,
     pub error: std::io::Error,
 }
 
 /// Writes `entries` into `map` in order (`BPF_ANY`), a chunk per call. On
-/// failure the entries before `index` are written, the rest not.
+/// failure the entries before `index` are written, the rest not (with no
+/// index, an unknown number of them).
 pub fn update<K: Pod, V: Pod>(map: &MapData, entries: &[(K, V)]) -> Result<(), Failed> {
     let fd = map.fd().as_fd().as_raw_fd();
     for (n, chunk) in entries.chunks(CHUNK).enumerate() {
@@ -57,10 +59,13 @@ pub fn update<K: Pod, V: Pod>(map: &MapData, entries: &[(K, V)]) -> Result<(), F
             )
         };
         if rc < 0 {
+            let error = std::io::Error::last_os_error();
+            // The kernel reports how many it wrote, unless it refused the
+            // call before the first (then `count` is left as it was).
+            let written = attr.count as usize;
             return Err(Failed {
-                // The kernel reports how many it wrote.
-                index: n * CHUNK + attr.count as usize,
-                error: std::io::Error::last_os_error(),
+                index: (written < chunk.len()).then_some(n * CHUNK + written),
+                error,
             });
         }
     }

@@ -635,10 +635,10 @@ impl Maps {
         batch::update(self.qp_stats.map(), &zeroed)
             .map_err(|f| anyhow!(f.error).context("resetting QP_STATS"))?;
         batch::update(self.qps.map(), &qps).map_err(|f| {
-            anyhow!(f.error).context(format!(
-                "writing QPS entry {:#x}",
-                qps[f.index].0 & QPN_MASK
-            ))
+            anyhow!(f.error).context(match f.index.and_then(|i| qps.get(i)) {
+                Some((key, _)) => format!("writing QPS entry {:#x}", key & QPN_MASK),
+                None => "writing QPS".to_string(),
+            })
         })?;
         for (addr, group) in &policy.groups {
             let key = GroupKey {
@@ -653,10 +653,10 @@ impl Maps {
             .map(|(conn, &local)| (conn_key(g, conn), local))
             .collect();
         batch::update(self.conns.map(), &conns).map_err(|f| {
-            anyhow!(f.error).context(format!(
-                "writing CONNS entry for local QP {:#x}",
-                conns[f.index].1
-            ))
+            anyhow!(f.error).context(match f.index.and_then(|i| conns.get(i)) {
+                Some((_, local)) => format!("writing CONNS entry for local QP {local:#x}"),
+                None => "writing CONNS".to_string(),
+            })
         })
     }
 
@@ -669,14 +669,12 @@ impl Maps {
             .get(&g, 0)
             .context("reading CONFIG")?
             .port_serial;
-        if last + 1 < 1 << PORT_SERIAL_BITS {
-            return Ok(last + 1);
+        if let Some(next) = last.checked_add(1).filter(|&s| s < 1 << PORT_SERIAL_BITS) {
+            return Ok(next);
         }
-        for partition in 0..PARTITIONS {
-            self.port_keys
-                .set(g * PARTITIONS + partition, &0, 0)
-                .context("clearing PORT_KEYS")?;
-        }
+        let zeroed: Vec<(u32, u32)> = (0..PARTITIONS).map(|p| (g * PARTITIONS + p, 0)).collect();
+        batch::update(self.port_keys.map(), &zeroed)
+            .map_err(|f| anyhow!(f.error).context("clearing PORT_KEYS"))?;
         Ok(1)
     }
 
@@ -711,12 +709,11 @@ impl Maps {
     /// Empties generation `g`, once nothing can still be reading it.
     fn clear(&mut self, g: u32) -> Result<()> {
         let held = self.held(g)?;
-        if held.qps.is_empty() && held.groups.is_empty() && held.conns.is_empty() {
-            // Its settings and port table are rewritten next all the same:
-            // after a retirement this process made, wait out its grace.
-            if let Some(retired) = self.retired {
-                std::thread::sleep(GRACE.saturating_sub(retired.elapsed()));
-            }
+        let empty = held.qps.is_empty() && held.groups.is_empty() && held.conns.is_empty();
+        // A generation never written needs no wait; any other may still be
+        // read, if only its settings and port table, which are rewritten
+        // next.
+        if empty && self.config.get(&g, 0).context("reading CONFIG")? == Config::default() {
             return Ok(());
         }
         let since = self.retired.map_or(Duration::ZERO, |r| r.elapsed());
