@@ -534,4 +534,17 @@ mod tests {
         assert_eq!(port_entry_flags(entry, 8), 0);
         assert_eq!(port_entry_flags(0, 1), 0);
     }
+
+    /// A tenant's burst of refused frames or probe events on one CPU spends
+    /// that window's budget only: the next window's first event is sent,
+    /// however many frames came in between or how long after.
+    #[test]
+    fn a_burst_does_not_silence_a_later_window() {
+        let mut budget = EventBudget::default();
+        for _ in 0..EVENTS_PER_WINDOW {
+            assert!(budget.spend(0));
+        }
+        assert!(!budget.spend(0));
+        assert!(budget.spend(5 << EVENT_WINDOW_SHIFT));
+    }
 }
