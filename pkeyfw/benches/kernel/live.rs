@@ -69,7 +69,7 @@ pub fn bench(
     // veth's ndo_xdp_xmit needs the peer's NAPI: an XDP program enables
     // it, and so does GRO, which the rows without a program need. On in
     // every row, so that a passed frame takes the same path after XDP.
-    in_ns(&pair.ns_b, "ethtool", &["-K", &pair.b, "gro", "on"])?;
+    in_ns(&pair.ns_b, "ethtool", &["-K", &pair.b, "gro", "on"], None)?;
     let ifindex = netns::in_netns(&pair.ns_a, || netns::if_index(&pair.a))??;
     let generator = Generator::load(baseline, ifindex)?;
     let qps = policy.qps.len();
@@ -167,7 +167,12 @@ impl Receiver {
                 netns::in_netns(&pair.ns_b, || filter.attach(b, XdpMode::Driver))?
             }
             Receiver::Nftables => {
-                nft(&pair.ns_b, &["-f", "-"], Some(&nft_ruleset(b, policy)))?;
+                in_ns(
+                    &pair.ns_b,
+                    "nft",
+                    &["-f", "-"],
+                    Some(&nft_ruleset(b, policy)),
+                )?;
                 Ok(())
             }
         }
@@ -223,8 +228,9 @@ fn nft_ruleset(dev: &str, policy: &Policy) -> String {
 
 /// The packet counters of the ingress chain's two rules: [accept, drop].
 fn nft_counters(ns: &str) -> Result<[u64; 2]> {
-    let out = nft(
+    let out = in_ns(
         ns,
+        "nft",
         &["-j", "list", "chain", "netdev", NFT_TABLE, "ingress"],
         None,
     )?;
@@ -242,17 +248,19 @@ fn nft_counters(ns: &str) -> Result<[u64; 2]> {
     }
 }
 
-/// Runs `nft ARGS` in namespace `ns`, with `input` on its standard input.
-fn nft(ns: &str, args: &[&str], input: Option<&str>) -> Result<String> {
-    use std::io::Write as _;
+/// Runs `program ARGS` in namespace `ns`, with `input` on its standard
+/// input, and returns its standard output (the bench installs the tools it
+/// runs: nftables, ethtool).
+fn in_ns(ns: &str, program: &str, args: &[&str], input: Option<&str>) -> Result<String> {
+    use std::{io::Write as _, process::Stdio};
     let mut child = Command::new("ip")
-        .args(["netns", "exec", ns, "nft"])
+        .args(["netns", "exec", ns, program])
         .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
-        .context("running nft (cargo xtask bench installs nftables)")?;
+        .with_context(|| format!("running {program} (cargo xtask bench installs it)"))?;
     if let Some(text) = input {
         child
             .stdin
@@ -262,22 +270,6 @@ fn nft(ns: &str, args: &[&str], input: Option<&str>) -> Result<String> {
     }
     drop(child.stdin.take());
     let out = child.wait_with_output()?;
-    ensure!(
-        out.status.success(),
-        "nft {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// Runs a command in namespace `ns` and returns its standard output.
-fn in_ns(ns: &str, program: &str, args: &[&str]) -> Result<String> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, program])
-        .args(args)
-        .output()
-        .with_context(|| format!("running {program}"))?;
     ensure!(
         out.status.success(),
         "{program} {}: {}",
@@ -297,7 +289,7 @@ struct VethCounts {
 }
 
 fn veth_counts(pair: &VethPair) -> Result<VethCounts> {
-    let out = in_ns(&pair.ns_b, "ethtool", &["-S", &pair.b])?;
+    let out = in_ns(&pair.ns_b, "ethtool", &["-S", &pair.b], None)?;
     let stat = |name: &str| -> Result<u64> {
         out.lines()
             .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))

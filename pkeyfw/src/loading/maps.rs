@@ -672,7 +672,9 @@ impl Maps {
         if let Some(next) = last.checked_add(1).filter(|&s| s < 1 << PORT_SERIAL_BITS) {
             return Ok(next);
         }
-        let zeroed: Vec<(u32, u32)> = (0..PARTITIONS).map(|p| (g * PARTITIONS + p, 0)).collect();
+        let zeroed: Vec<(u32, u32)> = (0..PARTITIONS)
+            .map(|p| (port_key_index(g, p as u16), 0))
+            .collect();
         batch::update(self.port_keys.map(), &zeroed)
             .map_err(|f| anyhow!(f.error).context("clearing PORT_KEYS"))?;
         Ok(1)
