@@ -18,12 +18,8 @@ pub mod name {
     pub const QP_STATS: &str = "QP_STATS";
     pub const EVENTS: &str = "EVENTS";
     pub const EVENT_BUDGET: &str = "EVENT_BUDGET";
-    pub const CONNS: &str = "CONNS";
     pub const STAMPS: &str = "STAMPS";
-    pub const PEERS: &str = "PEERS";
-    pub const OWNERS: &str = "OWNERS";
     pub const CAPTURES: &str = "CAPTURES";
-    pub const SOCKETS: &str = "SOCKETS";
     pub const VIOLATIONS: &str = "VIOLATIONS";
     pub const BIND_RULES: &str = "BIND_RULES";
     pub const KSLOTS: &str = "KSLOTS";
@@ -42,7 +38,7 @@ pub const LAYOUT_VERSION: u32 = LAYOUT << 24
     | (crate::Stamp::COUNT as u32) << 8
     | crate::Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 10;
+const LAYOUT: u32 = 11;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -87,7 +83,7 @@ pub struct MapSpec {
 
 /// Every map of the filter object: the loader takes, pins, opens and sizes
 /// the maps from this table, and refuses an object with a map it lacks.
-pub const MAPS: [MapSpec; 23] = {
+pub const MAPS: [MapSpec; 19] = {
     use MapKind::*;
     use MapSize::*;
     const fn spec(name: &'static str, kind: MapKind, size: MapSize) -> MapSpec {
@@ -105,14 +101,8 @@ pub const MAPS: [MapSpec; 23] = {
         spec(name::QP_STATS, Array, Slots),
         spec(name::EVENTS, RingBuf, Fixed),
         spec(name::EVENT_BUDGET, PerCpuArray, Fixed),
-        spec(name::CONNS, HashMap, PerQp(GENERATIONS)),
         spec(name::STAMPS, PerCpuArray, Fixed),
-        // Only rdma_rxe QPs are recorded and tagged (an rxe device has at
-        // most 65,536), however many QPs the filter is sized for.
-        spec(name::PEERS, HashMap, Fixed),
-        spec(name::OWNERS, HashMap, Fixed),
         spec(name::CAPTURES, PerCpuArray, Fixed),
-        spec(name::SOCKETS, HashMap, Fixed),
         spec(name::VIOLATIONS, HashMap, Fixed),
         spec(name::BIND_RULES, Array, Fixed),
         spec(name::KSLOTS, HashMap, Fixed),
@@ -309,17 +299,6 @@ pub struct GroupKey {
     pub addr: [u8; 16],
 }
 
-/// `CONNS` key: a connected local QP's peer, as its outgoing frames name it
-/// (BTH DestQP, IP destination as v4-mapped IPv6; all zeros when unknown),
-/// in a generation. The value is the local QPN.
-#[repr(C)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnKey {
-    pub generation: u32,
-    pub remote_qpn: u32,
-    pub addr: [u8; 16],
-}
-
 /// What the RDMA probes (pkeyfw-probes) need to read the kernel's RDMA
 /// structures: byte offsets, from the kernel's BTF since they change between
 /// kernels, and the RDMA devices (by index) of the attachment's interface.
@@ -332,19 +311,8 @@ pub struct QpLayout {
     pub qp_num: u32,
     /// `struct ib_device`: `index`.
     pub device_index: u32,
-    /// `struct ib_qp_attr`: `dest_qp_num`, `ah_attr.grh.dgid`.
-    pub attr_dest_qp_num: u32,
-    pub attr_dgid: u32,
-    /// Device indices; [`QpLayout::NO_DEVICE`] where unused.
-    pub devices: [u32; QpLayout::DEVICES],
-    /// Bit `i`: `devices[i]` is an rdma_rxe device, whose QPs send through
-    /// a kernel socket of their own.
-    pub rxe_devices: u32,
-    /// From a `struct ib_qp` of rdma_rxe to its `struct rxe_qp`'s `sk` (the
-    /// QP's `struct socket`), from rdma_rxe's BTF; 0 when unknown.
-    pub rxe_qp_sk: u32,
-    /// `struct socket`: `sk`.
-    pub socket_sk: u32,
+    /// Device indices; [`NO_DEVICE`] where unused.
+    pub devices: [u32; DEVICES],
     /// `struct ib_qp`: `qp_type`, `res`; `struct rdma_restrack_entry`:
     /// `type`, `user`, `kern_name`.
     pub qp_type: u32,
@@ -367,14 +335,57 @@ pub struct QpLayout {
 }
 
 impl QpLayout {
-    pub const DEVICES: usize = 4;
-    pub const NO_DEVICE: u32 = u32::MAX;
-    /// `enum ib_qp_attr_mask` bits (the same values as libibverbs').
+    /// `enum ib_qp_attr_mask`: `IB_QP_QKEY` (the same value as libibverbs').
     pub const MASK_QKEY: u32 = 1 << 6;
     /// `enum rdma_restrack_type`: `RDMA_RESTRACK_QP` (PD, CQ, QP, …).
     pub const RESTRACK_QP: u32 = 2;
-    pub const MASK_AV: u32 = 1 << 7;
-    pub const MASK_DEST_QPN: u32 = 1 << 20;
+}
+
+/// RDMA devices an attachment follows, at most.
+pub const DEVICES: usize = 4;
+/// An unused device slot (device indices start at 0).
+pub const NO_DEVICE: u32 = u32::MAX;
+
+/// What the egress program reads to learn, from rdma_rxe's own state, which
+/// QP sent a frame: rxe sends each QP's frames through a kernel socket it
+/// made for that QP and keeps the QP in the socket's user data. A frame is
+/// a QP's only when its socket's user data is an rxe QP whose socket is
+/// this one, on one of `devices` (the rdma_rxe devices of the attached
+/// interface). Byte offsets from the kernel's, ib_core's and rdma_rxe's
+/// BTF; the filter object's global `SENDER`, set at load.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SenderLayout {
+    /// `struct sk_buff`: `sk`; `struct sock`: `sk_user_data`.
+    pub skb_sk: u32,
+    pub sk_user_data: u32,
+    /// `struct rxe_qp`: `ibqp` (its `struct ib_qp`), `sk` (its `struct
+    /// socket`); `struct socket`: `sk`.
+    pub rxe_ibqp: u32,
+    pub rxe_sk: u32,
+    pub socket_sk: u32,
+    /// `struct ib_qp`: `device`, `qp_num`; `struct ib_device`: `index`.
+    pub qp_device: u32,
+    pub qp_num: u32,
+    pub device_index: u32,
+    /// The rdma_rxe devices' indices; [`NO_DEVICE`] where unused. With none,
+    /// no frame is any QP's.
+    pub devices: [u32; DEVICES],
+}
+
+impl SenderLayout {
+    /// No rdma_rxe device: every frame is a process's.
+    pub const NONE: SenderLayout = SenderLayout {
+        skb_sk: 0,
+        sk_user_data: 0,
+        rxe_ibqp: 0,
+        rxe_sk: 0,
+        socket_sk: 0,
+        qp_device: 0,
+        qp_num: 0,
+        device_index: 0,
+        devices: [NO_DEVICE; DEVICES],
+    };
 }
 
 /// `GROUPS` value.
@@ -496,13 +507,12 @@ const _: () = {
     assert!(size_of::<QpEntry>() == 12);
     assert!(size_of::<GroupKey>() == 20);
     assert!(size_of::<GroupEntry>() == 8);
-    assert!(size_of::<ConnKey>() == 24);
-    assert!(size_of::<crate::capture::PeerKey>() == 20);
     assert!(size_of::<QpStats>() == 16);
     assert!(size_of::<KernelSlot>() == 16);
     assert!(size_of::<Event>() == 52);
     assert!(size_of::<EventBudget>() == 16);
-    assert!(size_of::<QpLayout>() == 84 + 4 * QpLayout::DEVICES);
+    assert!(size_of::<QpLayout>() == 64 + 4 * DEVICES);
+    assert!(size_of::<SenderLayout>() == 32 + 4 * DEVICES);
     assert!(size_of::<crate::tenant::BindSpec>() == 64);
 };
 
@@ -514,9 +524,8 @@ mod pod {
     unsafe impl aya::Pod for super::Config {}
     unsafe impl aya::Pod for super::QpEntry {}
     unsafe impl aya::Pod for super::GroupKey {}
-    unsafe impl aya::Pod for super::ConnKey {}
-    unsafe impl aya::Pod for crate::capture::PeerKey {}
     unsafe impl aya::Pod for super::QpLayout {}
+    unsafe impl aya::Pod for super::SenderLayout {}
     unsafe impl aya::Pod for super::GroupEntry {}
     unsafe impl aya::Pod for super::QpStats {}
     unsafe impl aya::Pod for super::KernelSlot {}

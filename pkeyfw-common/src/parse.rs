@@ -425,4 +425,13 @@ impl Roce {
     pub fn udp_at(&self) -> Option<usize> {
         (self.udp != 0).then_some(self.udp)
     }
+
+    /// Whether `frame`, which this BTH starts, holds several RoCE packets
+    /// (a GSO/GRO super-packet): the skb says so (`gso_size`), or only its
+    /// length does (an aggregate XDP sees as one multi-buffer frame). Its
+    /// later BTHs are never parsed, yet the UDP stack delivers each of them.
+    #[inline(always)]
+    pub fn aggregate<F: Frame + ?Sized>(&self, frame: &F) -> bool {
+        frame.gso_size() != 0 || self.len > MAX_ROCE_LEN
+    }
 }

@@ -27,7 +27,8 @@ crate::named_enum! {
         Stamped = 0 => "stamped",
         /// Egress: the frame already carried the binding's P_Key.
         Unchanged = 1 => "unchanged",
-        /// Egress: no binding for the sending QP (or connection); left as is.
+        /// Egress: not from a bound QP, and already carrying the port's
+        /// default P_Key; left as is.
         Unbound = 2 => "unbound",
         /// Egress: to or from QP0/QP1, which keep the port's P_Key.
         Management = 3 => "management",
@@ -42,12 +43,21 @@ crate::named_enum! {
         /// not be made writable, say): dropped on egress, where the frame
         /// could leave with a P_Key the port may not send; left on ingress.
         HelperFailed = 7 => "helper_failed",
-        /// Egress: not from a bound QP's socket, so it leaves with the
-        /// port's default P_Key (index 0) instead of the one it carried.
+        /// Egress: not from a bound QP, so it leaves with the port's
+        /// default P_Key (index 0) instead of the one it carried.
         Defaulted = 8 => "defaulted",
-        /// Egress: a management frame with a P_Key not in the port's table;
-        /// dropped, as an HCA sends only keys of its port's table.
+        /// Egress: a management frame with a P_Key not in the port's table,
+        /// or from anything but a QP; dropped, as an HCA sends only keys of
+        /// its port's table, and only its QPs send.
         Forged = 9 => "forged",
+        /// Egress: RoCE v2 in several packets at once (a GSO super-packet,
+        /// or longer than one RoCE packet); dropped, as its later packets
+        /// would leave with keys no one judged.
+        Gso = 10 => "gso",
+        /// Egress: what could be RoCE but cannot be read safely (a header
+        /// cut short, a first IP fragment to UDP 4791, ...); dropped, as
+        /// the far end may read it otherwise.
+        Malformed = 11 => "malformed",
     }
 }
 
@@ -63,26 +73,17 @@ pub enum Action {
     Drop(Stamp),
 }
 
-/// Where an outgoing frame comes from, as far as the egress hook can tell.
+/// Who sends an outgoing frame, as rdma_rxe's own state says.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Origin {
-    /// A socket that never bound a UDP port: rdma_rxe's per-QP kernel
-    /// socket, with its QP when the probes tagged the socket at the QP's
-    /// creation. Only such a frame is attributed to a QP: the tagged
-    /// socket's, else the one the frame names (UD: its DETH source QP;
-    /// RC/UC: the local QP recorded as connected to its destination).
-    QpSocket(Option<u32>),
-    /// Anything else: a process's UDP socket (it has a port), a forwarded
-    /// frame (no socket), a packet or tap socket (not inet UDP). It names a
-    /// QP, but nothing says that QP sent it.
+    /// QP `qpn` of an rdma_rxe device on this interface: the frame's socket
+    /// is the one rxe made for that QP (rxe keeps the QP in the socket's
+    /// user data, and the QP's socket is this one).
+    Qp(u32),
+    /// Anything else: a process's UDP socket (open or closed), a forwarded
+    /// frame, a packet or tap socket. What it names (a DETH source QP, a
+    /// connected peer) claims nothing.
     Other,
-}
-
-/// The connection table (`CONNS`): which local QP sends a connected frame.
-pub trait Conns {
-    /// The local QP connected to `remote_qpn` at `peer` (IPv4 as v4-mapped
-    /// IPv6; all zeros: a connection whose peer address is unknown).
-    fn local_qp(&self, remote_qpn: u32, peer: &[u8; 16]) -> Option<u32>;
 }
 
 /// A P_Key rewrite, located: where the bytes are and what they become.
@@ -156,12 +157,13 @@ impl Plan {
 /// What egress does with an outgoing frame, or `None` when the policy does
 /// not stamp (nothing is counted then). An HCA sends only keys of its port's
 /// table, each QP its own: a bound QP's frame gets its QP's P_Key; a
-/// management frame (QP0/QP1 as source or destination) from a QP's socket
-/// keeps a key of the port's table, or is dropped; anything else leaves with
-/// the port's default P_Key, whatever key its sender wrote. A rewrite that cannot be done drops
-/// the frame rather than let the key it carries out.
+/// management frame (QP0/QP1 as source or destination) from a QP keeps a
+/// key of the port's table, or is dropped, and so is one from anything but
+/// a QP; anything else leaves with the port's default P_Key, whatever key
+/// its sender wrote. What cannot be judged as one packet is dropped, and so
+/// is a rewrite that cannot be done, rather than let the key it carries out.
 #[inline(always)]
-pub fn egress<F: Frame + ?Sized, T: Tables + Conns>(
+pub fn egress<F: Frame + ?Sized, T: Tables>(
     frame: &F,
     tables: &T,
     config: &Config,
@@ -171,6 +173,11 @@ pub fn egress<F: Frame + ?Sized, T: Tables + Conns>(
         return None;
     }
     let roce = match parse::classify(frame) {
+        // rdma_rxe sends one well-formed packet per skb: anything else
+        // could carry packets past what is judged here, and any process
+        // may send it (UDP_SEGMENT, a datagram the stack fragments).
+        Parsed::Roce(roce) if roce.aggregate(frame) => return Some(Action::Drop(Stamp::Gso)),
+        Parsed::Malformed => return Some(Action::Drop(Stamp::Malformed)),
         // RoCE v1 has no UDP header to attribute or patch; sending it takes
         // a raw socket, which takes privilege.
         Parsed::Roce(roce) if roce.udp_at().is_some() => roce,
@@ -179,27 +186,20 @@ pub fn egress<F: Frame + ?Sized, T: Tables + Conns>(
     let ud = roce.transport == Transport::Ud;
     let management = matches!(roce.dest_qp, SMI_QPN | GSI_QPN) || (ud && roce.src_qp <= GSI_QPN);
     // Asked only of a RoCE v2 frame while the policy stamps.
-    let origin = origin();
-    // Only a QP's socket may keep a key it chose: a process's frame naming
-    // QP0/QP1 could otherwise carry any key of the table to any remote QP.
-    if management && matches!(origin, Origin::QpSocket(_)) {
+    let sender = match origin() {
+        Origin::Qp(qpn) => Some(qpn),
+        Origin::Other => None,
+    };
+    // Only a QP may send a management frame, and only with a key of the
+    // table: a process's frame naming QP0/QP1 could otherwise carry any key
+    // of the table to any remote QP.
+    if management {
         let flags = tables.port_flags(pkey::key(roce.pkey));
-        return Some(if pkey::port::holds(roce.pkey, flags) {
-            Action::Leave(Stamp::Management)
-        } else {
-            Action::Drop(Stamp::Forged)
+        return Some(match sender {
+            Some(_) if pkey::port::holds(roce.pkey, flags) => Action::Leave(Stamp::Management),
+            _ => Action::Drop(Stamp::Forged),
         });
     }
-    let sender = match origin {
-        Origin::Other => None,
-        Origin::QpSocket(Some(qpn)) => Some(qpn),
-        Origin::QpSocket(None) if ud => Some(roce.src_qp),
-        Origin::QpSocket(None) => roce.addrs.read(frame, true).and_then(|peer| {
-            tables
-                .local_qp(roce.dest_qp, &peer)
-                .or_else(|| tables.local_qp(roce.dest_qp, &[0; 16]))
-        }),
-    };
     let (key, kept, done) = match sender.and_then(|q| tables.qp(q)) {
         Some(qp) => (qp.pkey, Stamp::Unchanged, Stamp::Stamped),
         None => (config.default_pkey, Stamp::Unbound, Stamp::Defaulted),

@@ -118,9 +118,7 @@ pub fn judge<F: Frame + ?Sized, T: Tables>(
         Parsed::NotRoce => (None, Reason::NotRoce, true),
         // Fail closed where the port checks, exactly as a host does.
         Parsed::Malformed => (None, Reason::Malformed, !checks),
-        Parsed::Roce(roce) if frame.gso_size() != 0 || roce.len > parse::MAX_ROCE_LEN => {
-            (Some(roce), Reason::Gso, !checks)
-        }
+        Parsed::Roce(roce) if roce.aggregate(frame) => (Some(roce), Reason::Gso, !checks),
         // The SMI is a member of every partition.
         Parsed::Roce(roce) if roce.dest_qp == SMI_QPN => (Some(roce), Reason::Smi, true),
         Parsed::Roce(roce) => {

@@ -34,13 +34,8 @@ pub fn judge<F: Frame + ?Sized, T: Tables>(frame: &F, tables: &T, config: &Confi
     let (roce, (reason, allowed, qp_slot)) = match parse::classify(frame) {
         Parsed::NotRoce => (None, (Reason::NotRoce, true, None)),
         Parsed::Malformed => (None, (Reason::Malformed, false, None)),
-        // A super-packet's later segments have BTHs the parse does not
-        // see, yet the UDP stack delivers each of them: refuse it whole,
-        // whether the skb says so (gso_size) or only its length does (an
-        // aggregate XDP sees as one multi-buffer frame).
-        Parsed::Roce(roce) if frame.gso_size() != 0 || roce.len > parse::MAX_ROCE_LEN => {
-            (Some(roce), (Reason::Gso, false, None))
-        }
+        // A super-packet is refused whole: its later segments go unjudged.
+        Parsed::Roce(roce) if roce.aggregate(frame) => (Some(roce), (Reason::Gso, false, None)),
         Parsed::Roce(roce) => (Some(roce), decide(frame, &roce, tables, config)),
     };
     Outcome {

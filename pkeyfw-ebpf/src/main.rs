@@ -12,14 +12,14 @@
 mod trace;
 
 use aya_ebpf::{
-    EbpfContext as _,
+    EbpfContext as _, Global,
     bindings::{
         __sk_buff, BPF_F_MARK_MANGLED_0, BPF_F_NO_PREALLOC, BPF_NOEXIST, TC_ACT_SHOT,
         TC_ACT_UNSPEC, xdp_action, xdp_md,
     },
     btf_maps::{Array, HashMap, PerCpuArray, RingBuf, Stack},
     helpers::{
-        bpf_ktime_get_coarse_ns, bpf_sk_fullsock, bpf_xdp_get_buff_len, bpf_xdp_load_bytes,
+        bpf_ktime_get_coarse_ns, bpf_probe_read_kernel, bpf_xdp_get_buff_len, bpf_xdp_load_bytes,
         bpf_xdp_store_bytes,
     },
     macros::{btf_map, classifier, xdp},
@@ -28,15 +28,15 @@ use aya_ebpf::{
 use pkeyfw_common::{
     Capture, Direction, Frame, Outcome, Stamp, Tables,
     abi::{
-        Config, ConnKey, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget, EventKind,
-        GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot, PARTITIONS,
-        QpEntry, QpStats, VIOLATION_SLOTS, port_entry_flags, port_key_index, qp_key, violation_key,
+        Config, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget, EventKind, GENERATIONS,
+        GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot, NO_DEVICE, PARTITIONS,
+        QPN_MASK, QpEntry, QpStats, SenderLayout, VIOLATION_SLOTS, port_entry_flags,
+        port_key_index, qp_key, violation_key,
     },
-    capture::PeerKey,
     frame::MAX_OFFSET,
     judge, pkey,
     reason::{REASON_SLOTS, reason_slot},
-    stamp::{self, Action, Conns, Origin, Plan, UDP_CHECK},
+    stamp::{self, Action, Origin, Plan, UDP_CHECK},
     switch,
     tenant::{BindSpec, MAX_RULES},
 };
@@ -78,28 +78,16 @@ static XMIT_REASONS: PerCpuArray<u64, REASON_SLOTS> = PerCpuArray::new();
 #[btf_map]
 static QP_STATS: Array<QpStats, { (DEFAULT_QP_CAPACITY + KERNEL_SLOTS) as usize }> = Array::new();
 
-/// (generation, remote QPN, peer address) → the local QP connected to it:
-/// the sender of a connected frame, for stamping.
-#[btf_map]
-static CONNS: HashMap<ConnKey, u32, { (GENERATIONS * DEFAULT_QP_CAPACITY) as usize }, GROWN> =
-    HashMap::new();
 /// Frames per stamping outcome, per CPU.
 #[btf_map]
 static STAMPS: PerCpuArray<u64, { Stamp::COUNT }> = PerCpuArray::new();
-/// Peer → the local QP the RDMA-core probes saw connected to it, across
-/// generations (see `pkeyfw_common::capture`); read first, as it is exact.
-#[btf_map]
-static PEERS: HashMap<PeerKey, u32, { DEFAULT_QP_CAPACITY as usize }, GROWN> = HashMap::new();
-/// Local QP → its recorded peer, and the probes' counters: written by the
-/// probes only, declared here so that they are pinned with the filter.
-#[btf_map]
-static OWNERS: HashMap<u32, PeerKey, { DEFAULT_QP_CAPACITY as usize }, GROWN> = HashMap::new();
+/// The probes' counters: written by the probes only, declared here so that
+/// they are pinned with the filter.
 #[btf_map]
 static CAPTURES: PerCpuArray<u64, { Capture::COUNT }> = PerCpuArray::new();
-/// rdma_rxe QP socket (its `struct sock`'s address) → its QPN: tagged by the
-/// probes when the QP is created, read here to know a frame's sender.
-#[btf_map]
-static SOCKETS: HashMap<u64, u32, { DEFAULT_QP_CAPACITY as usize }, GROWN> = HashMap::new();
+/// Where rdma_rxe keeps a frame's sending QP: set by the loader from BTF.
+#[unsafe(no_mangle)]
+static SENDER: Global<SenderLayout> = Global::new(SenderLayout::NONE);
 
 /// The `[[bind]]` rules, per generation, that the QP-creation probe
 /// matches; the probe's stats slots (QPN → slot, the freed ones, the
@@ -371,30 +359,46 @@ fn egress(ctx: &TcContext) -> i32 {
     }
 }
 
-/// Whether the frame comes from rdma_rxe's per-QP kernel socket: a full
-/// socket that never bound a UDP port. Every process's UDP socket has one
-/// by the time it sends; a forwarded frame has no socket. With the QP the
-/// probes tagged the socket with, if they did.
+/// Who sent an outgoing frame: an rdma_rxe QP of this interface only when
+/// rxe's own state says so (see `SenderLayout`), never by what the frame
+/// names.
 #[inline(always)]
 fn origin(ctx: &TcContext) -> Origin {
-    let skb = ctx.as_ptr() as *mut __sk_buff;
-    // SAFETY: the program's own context.
-    let sk = unsafe { (*skb).__bindgen_anon_2.sk };
-    if sk.is_null() {
-        return Origin::Other;
+    sender(ctx).map_or(Origin::Other, Origin::Qp)
+}
+
+/// The skb's socket, its user data (rxe's QP, for rxe's sockets), that QP's
+/// socket, which must be this one, and the QP's device, which must be one
+/// of this interface's rxe devices: then the QP's number. Kernel reads, each
+/// of which may fail (a null or stale pointer): then no QP sent the frame.
+#[inline(always)]
+fn sender(ctx: &TcContext) -> Option<u32> {
+    let l = SENDER.load();
+    if l.devices[0] == NO_DEVICE {
+        return None;
     }
-    // SAFETY: a socket pointer from the context, checked for null.
-    let full = unsafe { bpf_sk_fullsock(sk) };
-    // SAFETY: checked for null; the verifier allows reading a full socket.
-    if !full.is_null() && unsafe { (*full).src_port } == 0 {
-        // The socket's address is the key (loading as root lets a program
-        // use a pointer's value so).
-        let key = full as u64;
-        // SAFETY: the value is copied out at once.
-        Origin::QpSocket(unsafe { SOCKETS.get(&key) }.copied())
-    } else {
-        Origin::Other
+    // The context is the kernel's `struct sk_buff`.
+    let skb = ctx.as_ptr() as *const u8;
+    let sk: *const u8 = read_kernel(skb, l.skb_sk)?;
+    let qp: *const u8 = read_kernel(sk, l.sk_user_data)?;
+    let socket: *const u8 = read_kernel(qp, l.rxe_sk)?;
+    if read_kernel::<*const u8>(socket, l.socket_sk)? != sk {
+        return None;
     }
+    let ibqp = qp.wrapping_add(l.rxe_ibqp as usize);
+    let device: *const u8 = read_kernel(ibqp, l.qp_device)?;
+    let index: u32 = read_kernel(device, l.device_index)?;
+    if !l.devices.contains(&index) {
+        return None;
+    }
+    Some(read_kernel::<u32>(ibqp, l.qp_num)? & QPN_MASK)
+}
+
+/// A `T` at `base + offset` in kernel memory.
+#[inline(always)]
+fn read_kernel<T>(base: *const u8, offset: u32) -> Option<T> {
+    // SAFETY: bpf_probe_read_kernel checks the address.
+    unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize).cast::<T>()) }.ok()
 }
 
 /// Counts a stamping outcome.
@@ -679,31 +683,6 @@ impl Tables for Generation {
         PORT_KEYS
             .get(port_key_index(self.generation, key))
             .map_or(0, |&entry| port_entry_flags(entry, self.port_serial))
-    }
-}
-
-impl Conns for Generation {
-    #[inline(always)]
-    fn local_qp(&self, remote_qpn: u32, peer: &[u8; 16]) -> Option<u32> {
-        let seen = PeerKey {
-            remote_qpn,
-            addr: *peer,
-        };
-        // A recorded QP that is no longer bound says nothing: the policy's
-        // entry may.
-        // SAFETY: the value is copied out at once.
-        if let Some(&qpn) = unsafe { PEERS.get(&seen) }
-            && self.qp(qpn).is_some()
-        {
-            return Some(qpn);
-        }
-        let key = ConnKey {
-            generation: self.generation,
-            remote_qpn,
-            addr: *peer,
-        };
-        // SAFETY: the value is copied out at once.
-        unsafe { CONNS.get(&key).copied() }
     }
 }
 

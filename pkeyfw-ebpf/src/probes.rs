@@ -9,19 +9,13 @@
 //!   a foreground attachment, which reconciles with RDMA netlink (an entry
 //!   probe on rdma_restrack_add, where a new QP becomes visible).
 //! - `pkeyfw_modify` / `pkeyfw_modified` capture the Q_Key a QP's program
-//!   sets (`IB_QP_QKEY`), and record a bound QP's peer when a
-//!   modify that gives it one (ib_modify_qp_with_udata with a destination
-//!   QPN) succeeds, so the stamping program knows the QP's first frame: a
-//!   program sends right after that call returns, far sooner than userspace
-//!   could read the connection from RDMA netlink. The entry probe keeps the
-//!   arguments per thread, the return probe acts on the result.
-//! - `pkeyfw_resource_added` also tags an rdma_rxe QP's kernel socket with its
-//!   QPN (`SOCKETS`), so that stamping knows the sender of every frame of a
-//!   QP created while the probes run, whatever the frame names.
+//!   sets (`IB_QP_QKEY`, ib_modify_qp_with_udata) when the call succeeds.
+//!   The entry probe keeps the arguments per thread, the return probe acts
+//!   on the result.
 //! - `pkeyfw_resource_removed` (rdma_restrack_finish_del, or
-//!   rdma_restrack_del, reached once a destroy succeeded) forgets a
-//!   destroyed QP's peer and socket tag, unbinds it if a rule bound it,
-//!   frees its stats slot and forgets its Q_Key.
+//!   rdma_restrack_del, reached once a destroy succeeded) unbinds a
+//!   destroyed QP if a rule bound it, frees its stats slot and forgets its
+//!   Q_Key.
 //! - `pkeyfw_join` / `pkeyfw_joined` report a QP that joins a multicast
 //!   group of another partition (ib_attach_mcast).
 #![no_std]
@@ -45,11 +39,11 @@ use aya_log_ebpf::{error, warn};
 use pkeyfw_common::{
     Capture,
     abi::{
-        DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget, EventKind, GENERATIONS,
-        GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot, QPN_MASK, QpEntry,
-        QpLayout, QpStats, QpType, qp_flags, qp_key,
+        DEFAULT_QP_CAPACITY, DEVICES, EVENTS_BYTES, Event, EventBudget, EventKind, GENERATIONS,
+        GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot, NO_DEVICE, QPN_MASK,
+        QpEntry, QpLayout, QpStats, QpType, qp_flags, qp_key,
     },
-    capture::{self, PeerKey, Peers},
+    capture,
     tenant::{self, BindSpec, Creator, MAX_RULES},
 };
 
@@ -75,13 +69,7 @@ static QPS: HashMap<u32, QpEntry, { (GENERATIONS * DEFAULT_QP_CAPACITY) as usize
 #[btf_map]
 static GROUPS: HashMap<GroupKey, GroupEntry, { GROUP_CAPACITY as usize }, GROWN> = HashMap::new();
 #[btf_map]
-static PEERS: HashMap<PeerKey, u32, { DEFAULT_QP_CAPACITY as usize }, GROWN> = HashMap::new();
-#[btf_map]
-static OWNERS: HashMap<u32, PeerKey, { DEFAULT_QP_CAPACITY as usize }, GROWN> = HashMap::new();
-#[btf_map]
 static CAPTURES: PerCpuArray<u64, { Capture::COUNT }> = PerCpuArray::new();
-#[btf_map]
-static SOCKETS: HashMap<u64, u32, { DEFAULT_QP_CAPACITY as usize }, GROWN> = HashMap::new();
 #[btf_map]
 static QP_STATS: Array<QpStats, { (DEFAULT_QP_CAPACITY + KERNEL_SLOTS) as usize }> = Array::new();
 #[btf_map]
@@ -105,12 +93,7 @@ static LAYOUT: Global<QpLayout> = Global::new(QpLayout {
     qp_device: 0,
     qp_num: 0,
     device_index: 0,
-    attr_dest_qp_num: 0,
-    attr_dgid: 0,
-    devices: [QpLayout::NO_DEVICE; QpLayout::DEVICES],
-    rxe_devices: 0,
-    rxe_qp_sk: 0,
-    socket_sk: 0,
+    devices: [NO_DEVICE; DEVICES],
     qp_type: 0,
     qp_res: 0,
     res_type: 0,
@@ -130,23 +113,21 @@ static LAYOUT: Global<QpLayout> = Global::new(QpLayout {
 #[repr(C)]
 #[derive(Copy, Clone)]
 struct Pending {
-    /// What the call does: [`CONNECT`] and/or [`SET_QKEY`] (a modify), or
-    /// [`JOIN`], so that a return never acts on another verb's arguments.
+    /// What the call does: [`SET_QKEY`] (a modify) or [`JOIN`], so that a
+    /// return never acts on another verb's arguments.
     verb: u32,
     qpn: u32,
-    /// The peer (connect), or the group's GID in `addr` (join).
-    peer: PeerKey,
+    /// The group's GID (join).
+    group: [u8; 16],
+    /// The Q_Key set (modify).
     qkey: u32,
 }
 
-const CONNECT: u32 = 1;
 const JOIN: u32 = 2;
 const SET_QKEY: u32 = 4;
 
-/// ib_modify_qp_with_udata(qp, attr, attr_mask, udata): a destination QPN
-/// for a QP of ours is kept until the call returns. The GID of a RoCE v2
-/// IPv4 peer is its v4-mapped address, the key stamping looks up; without
-/// an address vector in the call, the peer's address is unknown (zeros).
+/// ib_modify_qp_with_udata(qp, attr, attr_mask, udata): a Q_Key set on a
+/// QP of ours is kept until the call returns.
 #[kprobe]
 pub fn pkeyfw_modify(ctx: ProbeContext) -> u32 {
     let _ = modify(&ctx);
@@ -158,60 +139,25 @@ fn modify(ctx: &ProbeContext) -> Option<()> {
     // return probe missed) must not be taken for this one's.
     let _ = PENDING.remove(&bpf_get_current_pid_tgid());
     let mask: u32 = ctx.arg(2)?;
-    if mask & (QpLayout::MASK_DEST_QPN | QpLayout::MASK_QKEY) == 0 {
+    let layout = LAYOUT.load();
+    if mask & QpLayout::MASK_QKEY == 0 || layout.attr_qkey == 0 {
         return None;
     }
-    let layout = LAYOUT.load();
-    let (qpn, _) = our_qp(&layout, ctx.arg(0)?)?;
+    let qpn = our_qp(&layout, ctx.arg(0)?)?;
     let attr: *const u8 = ctx.arg(1)?;
-    let mut p = Pending {
-        verb: 0,
+    keep(Pending {
+        verb: SET_QKEY,
         qpn,
-        peer: PeerKey::default(),
-        qkey: 0,
-    };
-    if mask & QpLayout::MASK_DEST_QPN != 0 {
-        p.verb |= CONNECT;
-        let remote: u32 = read(attr, layout.attr_dest_qp_num)?;
-        p.peer.remote_qpn = remote & QPN_MASK;
-        if mask & QpLayout::MASK_AV != 0 {
-            p.peer.addr = read(attr, layout.attr_dgid)?;
-        }
-    }
-    if mask & QpLayout::MASK_QKEY != 0 && layout.attr_qkey != 0 {
-        p.verb |= SET_QKEY;
-        p.qkey = read(attr, layout.attr_qkey)?;
-    }
-    keep(p)
+        group: [0; 16],
+        qkey: read(attr, layout.attr_qkey)?,
+    })
 }
 
 #[kretprobe]
 pub fn pkeyfw_modified(ctx: RetProbeContext) -> u32 {
-    let Some(p) = take(CONNECT | SET_QKEY) else {
-        return 0;
-    };
-    let ok = ctx.ret::<i32>() == 0;
-    if p.verb & CONNECT != 0 {
-        let outcome = capture::connected(&mut Live::now(), p.qpn, &p.peer, ok);
-        count(outcome);
-        match outcome {
-            Capture::Full => warn!(
-                &ctx,
-                "QP {}: the connection tables are full: its peer QP {} is not recorded, and its frames are stamped as an unbound QP's",
-                p.qpn,
-                p.peer.remote_qpn
-            ),
-            Capture::Taken => warn!(
-                &ctx,
-                "QP {}: peer QP {} {:i} is another bound QP's: not recorded for this one",
-                p.qpn,
-                p.peer.remote_qpn,
-                p.peer.addr
-            ),
-            _ => {}
-        }
-    }
-    if ok && p.verb & SET_QKEY != 0 {
+    if let Some(p) = take(SET_QKEY)
+        && ctx.ret::<i32>() == 0
+    {
         qkey_set(p.qpn, p.qkey);
     }
     0
@@ -264,28 +210,17 @@ pub fn pkeyfw_resource_removed(ctx: ProbeContext) -> u32 {
     let Some((_, qp)) = restrack_qp(&ctx, &layout) else {
         return 0;
     };
-    let Some((qpn, device)) = our_qp(&layout, qp) else {
+    let Some(qpn) = our_qp(&layout, qp) else {
         return 0;
     };
-    // Its socket's tag goes (the driver has stopped its sending: none of
-    // its frames leaves untagged).
-    if let Some(sk) = qp_socket(&layout, qp, device)
-        // SAFETY: the value is copied out at once.
-        && unsafe { SOCKETS.get(&sk) }.copied() == Some(qpn)
-    {
-        let _ = SOCKETS.remove(&sk);
-    }
     // SAFETY: the value is copied out at once.
     let slot = match unsafe { KSLOTS.get(&qpn) }.copied() {
         Some(k) if k.qp == qp as u64 => Some(k.slot),
-        // Another QP's now: its peer and bindings stay.
+        // Another QP's now: its bindings stay.
         Some(_) => return 0,
         // Bound by userspace, if at all.
         None => None,
     };
-    if let Some(outcome) = capture::destroyed(&mut Live::now(), qpn) {
-        count(outcome);
-    }
     unbind(qpn, slot);
     0
 }
@@ -322,15 +257,11 @@ pub fn pkeyfw_join(ctx: ProbeContext) -> u32 {
 fn join(ctx: &ProbeContext) -> Option<()> {
     let _ = PENDING.remove(&bpf_get_current_pid_tgid());
     let layout = LAYOUT.load();
-    let (qpn, _) = our_qp(&layout, ctx.arg(0)?)?;
-    let addr: [u8; 16] = read(ctx.arg(1)?, 0)?;
+    let qpn = our_qp(&layout, ctx.arg(0)?)?;
     keep(Pending {
         verb: JOIN,
         qpn,
-        peer: PeerKey {
-            remote_qpn: 0,
-            addr,
-        },
+        group: read(ctx.arg(1)?, 0)?,
         qkey: 0,
     })
 }
@@ -347,7 +278,7 @@ pub fn pkeyfw_joined(ctx: RetProbeContext) -> u32 {
     let qp = live.bound(p.qpn);
     let key = GroupKey {
         generation: live.generation,
-        addr: p.peer.addr,
+        addr: p.group,
     };
     // SAFETY: the value is copied out at once.
     let Some(group) = unsafe { GROUPS.get(&key) }.map(|g| g.pkey) else {
@@ -357,7 +288,7 @@ pub fn pkeyfw_joined(ctx: RetProbeContext) -> u32 {
     let outcome = capture::joined(qp, Some(group));
     count(outcome);
     if outcome == Capture::ForeignJoin {
-        report_join(p.qpn, qp.map_or(0, |q| q.pkey), &p.peer.addr, group);
+        report_join(p.qpn, qp.map_or(0, |q| q.pkey), &p.group, group);
     }
     0
 }
@@ -390,26 +321,15 @@ fn report(event: Event) {
     let _ = EVENTS.output(&event, 0);
 }
 
-/// The QPN of `qp`, and its device's slot in the layout, if it is on one
-/// of the attachment's RDMA devices.
+/// The QPN of `qp`, if it is on one of the attachment's RDMA devices.
 #[inline(always)]
-fn our_qp(layout: &QpLayout, qp: *const u8) -> Option<(u32, usize)> {
+fn our_qp(layout: &QpLayout, qp: *const u8) -> Option<u32> {
     let device: *const u8 = read(qp, layout.qp_device)?;
     let index: u32 = read(device, layout.device_index)?;
-    let slot = layout.devices.iter().position(|&d| d == index)?;
-    let qpn = read::<u32>(qp, layout.qp_num)? & QPN_MASK;
-    Some((qpn, slot))
-}
-
-/// The address of the `struct sock` an rxe QP sends through (`skb->sk` of
-/// its frames), if its device is rdma_rxe and the layout knows where.
-#[inline(always)]
-fn qp_socket(layout: &QpLayout, qp: *const u8, slot: usize) -> Option<u64> {
-    if layout.rxe_qp_sk == 0 || layout.rxe_devices & (1 << slot) == 0 {
+    if !layout.devices.contains(&index) {
         return None;
     }
-    let socket: *const u8 = read(qp, layout.rxe_qp_sk)?;
-    read(socket, layout.socket_sk)
+    Some(read::<u32>(qp, layout.qp_num)? & QPN_MASK)
 }
 
 fn keep(p: Pending) -> Option<()> {
@@ -432,7 +352,7 @@ fn count(outcome: Capture) {
     }
 }
 
-/// `PEERS`, `OWNERS` and the live generation's QP table.
+/// The live generation's QP table.
 struct Live {
     generation: u32,
 }
@@ -443,40 +363,11 @@ impl Live {
             generation: ACTIVE.get(0).map_or(0, |g| *g & 1),
         }
     }
-}
 
-impl Peers for Live {
-    fn owner(&self, peer: &PeerKey) -> Option<u32> {
-        // SAFETY: the value is copied out at once.
-        unsafe { PEERS.get(peer) }.copied()
-    }
-
-    fn peer_of(&self, qpn: u32) -> Option<PeerKey> {
-        // SAFETY: the value is copied out at once.
-        unsafe { OWNERS.get(&qpn) }.copied()
-    }
-
+    /// The live policy's entry for local QP `qpn`.
     fn bound(&self, qpn: u32) -> Option<QpEntry> {
         // SAFETY: the value is copied out at once.
         unsafe { QPS.get(&qp_key(self.generation, qpn)) }.copied()
-    }
-
-    fn record(&mut self, qpn: u32, peer: &PeerKey) -> bool {
-        if OWNERS.insert(&qpn, peer, 0).is_err() {
-            return false;
-        }
-        if PEERS.insert(peer, &qpn, 0).is_err() {
-            let _ = OWNERS.remove(&qpn);
-            return false;
-        }
-        true
-    }
-
-    fn forget(&mut self, qpn: u32, peer: &PeerKey) {
-        let _ = OWNERS.remove(&qpn);
-        if self.owner(peer) == Some(qpn) {
-            let _ = PEERS.remove(peer);
-        }
     }
 }
 
@@ -533,22 +424,11 @@ fn restrack_qp(ctx: &ProbeContext, layout: &QpLayout) -> Option<(*const u8, *con
 /// The module name uverbs gives the QPs it makes for a process.
 const UVERBS: [u8; 16] = *b"ib_uverbs\0\0\0\0\0\0\0";
 
-/// A QP was created: an rxe QP's socket is tagged with its QPN before the
-/// QP can send, so that the egress program knows which QP sent a frame from
-/// the socket alone; the QP is bound; userspace is woken to reconcile.
+/// A QP was created: it is bound; userspace is woken to reconcile.
 #[inline(always)]
 fn created<C: Creator>(layout: &QpLayout, qp: *const u8, creator: &C) {
     // An error pointer is no QP: reading through it fails.
-    if let Some((qpn, slot)) = our_qp(layout, qp) {
-        if let Some(sk) = qp_socket(layout, qp, slot)
-            && SOCKETS.insert(&sk, &qpn, 0).is_err()
-        {
-            warn!(
-                &(),
-                "QP {}: the socket table is full: its frames are attributed by the QP they name",
-                qpn
-            );
-        }
+    if let Some(qpn) = our_qp(layout, qp) {
         match read::<u32>(qp, layout.qp_type) {
             Some(t) => {
                 if let Some(transport) = transport(t) {

@@ -1,27 +1,15 @@
-//! Stamping fixtures: the connections of the stamping policy, frames with a
-//! chosen UDP checksum, and the checks every rewritten frame must pass.
+//! Stamping fixtures: QPs outgoing frames name, frames with a chosen UDP
+//! checksum, and the checks every rewritten frame must pass.
 
 use pkeyfw_common::csum;
 
-use crate::{
-    cases,
-    wire::{Net, Packet, icrc_of},
-};
+use crate::wire::{Net, Packet, icrc_of};
 
-/// RC peers the connection table knows: (remote QPN, peer) → local QP.
+/// Remote QPs an RC frame may name; none of them says who sends it.
 pub const TO_QPD_AT_PEER: u32 = 0x77;
 pub const TO_QPB_ANYWHERE: u32 = 0x78;
-pub const TO_QPA_AT_V6_PEER: u32 = 0x79;
 /// A UD QP the policy does not bind.
 pub const UNBOUND_QP: u32 = 0x55;
-
-/// The stamping policy is the case table's BASE, stamping, with these
-/// connections: (remote QPN, the peer's address or any, local QPN).
-pub const CONNS: [(u32, Option<&str>, u32); 3] = [
-    (TO_QPD_AT_PEER, Some("192.0.2.2"), cases::QPD),
-    (TO_QPB_ANYWHERE, None, cases::QPB),
-    (TO_QPA_AT_V6_PEER, Some("2001:db8::2"), cases::QPA),
-];
 
 /// Offsets of a v2 frame without VLANs: (IP header, UDP header, BTH).
 pub fn offsets(p: &Packet) -> (usize, usize, usize) {

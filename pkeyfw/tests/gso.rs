@@ -170,8 +170,18 @@ fn send_gso_unprivileged(ns: &str, payload: &[u8], gso_size: u16) {
 /// Sends the super-packet and returns the destination QPs of the datagrams
 /// B's port-4791 socket received.
 fn send_and_receive(pair: &VethPair) -> Vec<u32> {
-    let segs = segments();
-    let payloads: Vec<Vec<u8>> = segs.iter().map(|(p, _)| udp_payload(p)).collect();
+    let packets: Vec<Packet> = segments().into_iter().map(|(p, _)| p).collect();
+    send_and_receive_keys(pair, &packets)
+        .into_iter()
+        .map(|(qp, _)| qp)
+        .collect()
+}
+
+/// Sends `packets` as one super-packet from A, unprivileged, and returns
+/// the (destination QP, P_Key) of the datagrams B's port-4791 socket
+/// received.
+fn send_and_receive_keys(pair: &VethPair, packets: &[Packet]) -> Vec<(u32, u16)> {
+    let payloads: Vec<Vec<u8>> = packets.iter().map(udp_payload).collect();
     let size = payloads[0].len();
     assert!(payloads.iter().all(|p| p.len() == size));
     let socket = in_netns(&pair.ns_b, || {
@@ -186,7 +196,10 @@ fn send_and_receive(pair: &VethPair) -> Vec<u32> {
     let mut buf = [0u8; 65536];
     while let Ok(n) = socket.recv(&mut buf) {
         assert_eq!(n, size, "a datagram of one segment's size");
-        got.push(u32::from_be_bytes([0, buf[5], buf[6], buf[7]]));
+        got.push((
+            u32::from_be_bytes([0, buf[5], buf[6], buf[7]]),
+            u16::from_be_bytes([buf[2], buf[3]]),
+        ));
     }
     got
 }
@@ -283,4 +296,49 @@ fn gso_super_packet_tc_ingress_tcx_and_clsact() {
             "{how:?}"
         );
     }
+}
+
+/// Stamping judges what will actually leave: an unprivileged UDP_SEGMENT
+/// datagram whose first segment egress leaves alone (QP0, the default key)
+/// carries a bound QP's key and another partition's in its later segments,
+/// which the far end would judge one by one. The stamping egress drops the
+/// super-packet whole: nothing but the default key reaches the far end's
+/// port 4791.
+#[test]
+fn stamping_egress_drops_a_super_packet_whole() {
+    use pkeyfw::loading::filter::{Egress, Filter};
+    use pkeyfw_common::Stamp;
+    common::require_root();
+    let pair = pair_with_addresses(1500);
+    let packets = [
+        Packet::ud(0xffff, 0, 0x1234),
+        Packet::ud(0x8001, common::cases::QPA, 0x1234),
+        Packet::ud(0x8002, common::cases::UNKNOWN, 0x1234),
+    ];
+    let (got, gso) = in_netns(&pair.ns_a, || {
+        let mut filter = Filter::load(0).unwrap();
+        filter.apply(&common::stamping::stamping_policy()).unwrap();
+        filter.attach_egress(&pair.a, Egress::Auto).unwrap();
+        let got = send_and_receive_keys(&pair, &packets);
+        let gso = filter.maps().stamps().unwrap()[Stamp::Gso.index() as usize];
+        filter.detach().unwrap();
+        (got, gso)
+    })
+    .unwrap();
+    let foreign: Vec<&(u32, u16)> = got.iter().filter(|(_, k)| *k != 0xffff).collect();
+    assert!(
+        foreign.is_empty(),
+        "segments with other keys left the host: {foreign:x?} (all: {got:x?})"
+    );
+    assert_eq!((got, gso), (vec![], 1));
+    // Without stamping's egress, all three arrive: the test sends what it
+    // means to.
+    assert_eq!(
+        send_and_receive_keys(&pair, &packets),
+        vec![
+            (0, 0xffff),
+            (common::cases::QPA, 0x8001),
+            (common::cases::UNKNOWN, 0x8002)
+        ]
+    );
 }

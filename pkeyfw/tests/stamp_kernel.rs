@@ -1,7 +1,10 @@
-//! P_Key stamping in the kernel (BPF_PROG_TEST_RUN): the TC egress program
-//! writes the sending QP's P_Key, the XDP program writes 0xFFFF back into
-//! what it passes, each with a valid ICRC and UDP checksum; the counters say
-//! which outcome each frame had, as the host-side decision predicts.
+//! P_Key stamping in the kernel (BPF_PROG_TEST_RUN, veth pairs): the TC
+//! egress program gives every frame no rdma_rxe QP sent the port's default
+//! P_Key (or drops it), whatever it names; the XDP program writes 0xFFFF
+//! back into what it passes, each with a valid ICRC and UDP checksum; the
+//! counters say which outcome each frame had, as the host-side decision
+//! predicts. A QP's own frames need rdma_rxe (the soft-RoCE guest); here
+//! the host decision is checked for them.
 
 mod common;
 
@@ -22,7 +25,7 @@ use pkeyfw_common::{
 };
 use pkeyfw_testkit::{
     netns::{VethPair, capture_during, in_netns, send},
-    wire::{Net, Packet, icrc_of},
+    wire::{Packet, icrc_of},
 };
 use proptest::{collection::vec, prelude::*, test_runner::TestRunner};
 
@@ -53,118 +56,93 @@ fn moved(before: [u64; Stamp::COUNT], after: [u64; Stamp::COUNT]) -> Option<Stam
     }
 }
 
-/// What the host-side decision says of `frame` from a QP's socket (as
-/// BPF_PROG_TEST_RUN's unbound dummy socket is).
-fn predicted(policy: &Policy, frame: &[u8]) -> Option<Stamp> {
-    stamp::egress(frame, policy, &policy.config(), || Origin::QpSocket(None)).map(|e| match e {
-        Action::Rewrite(_, s) | Action::Leave(s) | Action::Drop(s) => s,
+/// What the host-side decision says of `frame` from `origin`.
+fn predicted(policy: &Policy, frame: &[u8], origin: Origin) -> Option<(Stamp, Option<u16>)> {
+    stamp::egress(frame, policy, &policy.config(), || origin).map(|e| match e {
+        Action::Rewrite(plan, s) => (s, Some(plan.new)),
+        Action::Leave(s) | Action::Drop(s) => (s, None),
     })
 }
 
-/// Outgoing frames, the P_Key each must leave with and the counter it moves.
-fn egress_cases() -> Vec<(&'static str, Packet, u16, Stamp)> {
-    let ud_from = |src_qp, pkey| Packet {
+/// Frames as a QP sends them (UD from `src_qp`, or RC) with P_Key `pkey`.
+fn ud_from(src_qp: u32, pkey: u16) -> Packet {
+    Packet {
         src_qp,
         ..Packet::ud(pkey, 0x99, 0x1111_1111)
-    };
+    }
+}
+
+/// Outgoing frames from no QP (a process's socket: BPF_PROG_TEST_RUN's
+/// dummy socket is none of rdma_rxe's), the P_Key each must leave with and
+/// the counter it moves. Naming a bound QP claims nothing.
+fn egress_cases() -> Vec<(&'static str, Packet, u16, Stamp)> {
     let mut tcp = Packet::rc(0xffff, TO_QPD_AT_PEER);
     tcp.ip_proto = 6;
+    let mut bad_version = ud_from(UD, 0x8001);
+    bad_version.tver = 1;
     vec![
         (
-            "UD from a bound QP",
+            "UD naming a bound QP",
             ud_from(UD, 0xffff),
-            0x8001,
-            Stamp::Stamped,
+            0xffff,
+            Stamp::Unbound,
         ),
         (
-            "UD from a limited QP",
-            ud_from(UD_LIMITED, 0xffff),
-            0x0003,
-            Stamp::Stamped,
-        ),
-        (
-            "UD from a bound QP, IPv6",
+            "UD naming a bound QP, IPv6",
             ud_from(UD, 0xffff).over_v6(vec![]),
-            0x8001,
-            Stamp::Stamped,
+            0xffff,
+            Stamp::Unbound,
         ),
         (
-            "RC to a known peer",
-            Packet::rc(0xffff, TO_QPD_AT_PEER),
-            0x8002,
-            Stamp::Stamped,
-        ),
-        (
-            "RC, peer unknown",
-            Packet::rc(0xffff, TO_QPB_ANYWHERE),
-            0x0001,
-            Stamp::Stamped,
-        ),
-        (
-            "RC to a known IPv6 peer",
-            Packet::rc(0xffff, TO_QPA_AT_V6_PEER).over_v6(vec![]),
-            0x8001,
-            Stamp::Stamped,
-        ),
-        (
-            "already stamped",
+            "UD naming a bound QP, its key",
             ud_from(UD, 0x8001),
-            0x8001,
-            Stamp::Unchanged,
+            0xffff,
+            Stamp::Defaulted,
         ),
         (
-            "UD from an unbound QP",
-            ud_from(UNBOUND_QP, 0xffff),
+            "UD naming a limited QP, its key, IPv6",
+            ud_from(UD_LIMITED, 0x0003).over_v6(vec![]),
+            0xffff,
+            Stamp::Defaulted,
+        ),
+        (
+            "RC to a peer",
+            Packet::rc(0xffff, TO_QPD_AT_PEER),
             0xffff,
             Stamp::Unbound,
         ),
         (
-            "RC to an unknown peer",
-            Packet::rc(0xffff, TO_QPA_AT_V6_PEER),
-            0xffff,
-            Stamp::Unbound,
-        ),
-        (
-            "QP1",
-            Packet {
-                src_qp: 1,
-                ..Packet::ud(0xffff, 1, 0x8001_0000)
-            },
-            0xffff,
-            Stamp::Management,
-        ),
-        (
-            "UD from an unbound QP, forged key",
+            "UD naming an unbound QP, forged key",
             ud_from(UNBOUND_QP, 0x8002),
             0xffff,
             Stamp::Defaulted,
         ),
         (
-            "RC to an unknown peer, forged key",
-            Packet::rc(0x8003, TO_QPA_AT_V6_PEER),
+            "RC, forged key",
+            Packet::rc(0x8003, TO_QPB_ANYWHERE),
             0xffff,
             Stamp::Defaulted,
         ),
         (
-            "QP1, a key of the table",
+            "from QP1",
             Packet {
                 src_qp: 1,
-                ..Packet::ud(0x8001, 1, 0x8001_0000)
+                ..Packet::ud(0xffff, 1, 0x8001_0000)
             },
-            0x8001,
-            Stamp::Management,
-        ),
-        (
-            "QP1, a key not in the table",
-            Packet {
-                src_qp: 1,
-                ..Packet::ud(0x8007, 1, 0x8001_0000)
-            },
-            0x8007,
+            0xffff,
             Stamp::Forged,
         ),
         (
-            "to QP1 from a QP, a key not in the table",
+            "from QP1 to another QP, a key of the table",
+            Packet {
+                src_qp: 1,
+                ..Packet::ud(0x8001, 0x99, 0x8001_0000)
+            },
+            0x8001,
+            Stamp::Forged,
+        ),
+        (
+            "to QP1, a key not in the table",
             Packet::ud(0x8007, 1, 0x8001_0000),
             0x8007,
             Stamp::Forged,
@@ -174,6 +152,12 @@ fn egress_cases() -> Vec<(&'static str, Packet, u16, Stamp)> {
             Packet::ud(0x0002, 0, 0),
             0x0002,
             Stamp::Forged,
+        ),
+        (
+            "a transport header version no RoCE stack sends",
+            bad_version,
+            0x8001,
+            Stamp::Malformed,
         ),
         ("TCP", tcp, 0xffff, Stamp::NotRoce),
         (
@@ -185,8 +169,83 @@ fn egress_cases() -> Vec<(&'static str, Packet, u16, Stamp)> {
     ]
 }
 
+/// The host decision for frames rdma_rxe says a QP sent: a bound QP's
+/// frames carry its key, an unbound one's the default, management frames
+/// keep a key of the table; the kernel side needs rxe (the guest's
+/// stamping scenarios).
 #[test]
-fn egress_stamps_the_sending_qps_pkey() {
+fn a_qps_frames_carry_its_own_key() {
+    let policy = stamping_policy();
+    let cases = [
+        (
+            "UD, bound",
+            UD,
+            ud_from(UD, 0xffff),
+            (Stamp::Stamped, Some(0x8001)),
+        ),
+        (
+            "UD, limited",
+            UD_LIMITED,
+            ud_from(UD_LIMITED, 0xffff),
+            (Stamp::Stamped, Some(0x0003)),
+        ),
+        (
+            "already stamped",
+            UD,
+            ud_from(UD, 0x8001),
+            (Stamp::Unchanged, None),
+        ),
+        // What a frame names is not who sends it: QP UD's key, whatever
+        // the DETH says.
+        (
+            "UD naming another QP",
+            UD,
+            ud_from(UD_LIMITED, 0xffff),
+            (Stamp::Stamped, Some(0x8001)),
+        ),
+        (
+            "RC, bound",
+            QPA,
+            Packet::rc(0xffff, TO_QPB_ANYWHERE),
+            (Stamp::Stamped, Some(0x8001)),
+        ),
+        (
+            "RC, unbound",
+            UNBOUND_QP,
+            Packet::rc(0x8003, TO_QPB_ANYWHERE),
+            (Stamp::Defaulted, Some(0xffff)),
+        ),
+        (
+            "QP1, a key of the table",
+            1,
+            Packet {
+                src_qp: 1,
+                ..Packet::ud(0x8001, 1, 0x8001_0000)
+            },
+            (Stamp::Management, None),
+        ),
+        (
+            "QP1, a key not in the table",
+            1,
+            Packet {
+                src_qp: 1,
+                ..Packet::ud(0x8007, 1, 0x8001_0000)
+            },
+            (Stamp::Forged, None),
+        ),
+    ];
+    for (name, qp, p, expected) in cases {
+        let input = frame(&p, true);
+        assert_eq!(
+            predicted(&policy, &input, Origin::Qp(qp)),
+            Some(expected),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn egress_gives_a_process_the_default_pkey() {
     let policy = stamping_policy();
     let filter = common::filter(&policy);
     for (name, template, pkey, outcome) in egress_cases() {
@@ -200,12 +259,16 @@ fn egress_stamps_the_sending_qps_pkey() {
                 let input = frame(&p, checksum);
                 let (out, counted) = egress(&filter, &input);
                 assert_eq!(counted, Some(outcome), "{what}: counter");
-                assert_eq!(predicted(&policy, &input), Some(outcome), "{what}: host");
+                assert_eq!(
+                    predicted(&policy, &input, Origin::Other).map(|(s, _)| s),
+                    Some(outcome),
+                    "{what}: host"
+                );
                 match outcome {
-                    Stamp::Stamped | Stamp::Defaulted => {
+                    Stamp::Defaulted => {
                         check_rewritten(&what, &p, &input, &out.expect("sent"), pkey)
                     }
-                    Stamp::Forged => assert_eq!(out, None, "{what}: sent"),
+                    Stamp::Forged | Stamp::Malformed => assert_eq!(out, None, "{what}: sent"),
                     _ => assert!(out.as_ref() == Some(&input), "{what}: changed"),
                 }
             }
@@ -272,12 +335,10 @@ fn ingress_restores_the_default_pkey_of_passed_frames() {
     assert_eq!(filter.run_out(&default).unwrap(), (true, default.clone()));
 }
 
-/// Sends a UD frame from the bound QP out of `pair.a`: the P_Key `pair.b` sees.
+/// Sends a UD frame naming the bound QP, with another partition's key, out
+/// of `pair.a` (a packet socket: no QP's): the P_Key `pair.b` sees.
 fn pkey_on_the_wire(pair: &VethPair) -> u16 {
-    let p = Packet {
-        src_qp: UD,
-        ..Packet::ud(0xffff, 0x99, 0x1111_1111)
-    };
+    let p = ud_from(UD, 0x8002);
     let (sent, got) = capture_during(&pair.ns_b, &pair.b, Duration::from_millis(300), || {
         send(&pair.ns_a, &pair.a, &[p.bytes()])
     })
@@ -313,17 +374,17 @@ fn egress_hooks_attach_pin_and_detach() {
             filter.apply(&stamping_policy()).unwrap();
             filter.attach(&pair.a, XdpMode::Skb).unwrap();
             filter.attach_egress(&pair.a, how).unwrap();
-            assert_eq!(pkey_on_the_wire(&pair), 0x8001, "{how:?}: attached");
+            assert_eq!(pkey_on_the_wire(&pair), 0xffff, "{how:?}: attached");
             filter.detach().unwrap();
-            assert_eq!(pkey_on_the_wire(&pair), 0xffff, "{how:?}: detached");
+            assert_eq!(pkey_on_the_wire(&pair), 0x8002, "{how:?}: detached");
 
             filter.attach(&pair.a, XdpMode::Skb).unwrap();
             filter.attach_egress(&pair.a, how).unwrap();
             filter.pin_link(&pins).unwrap();
             drop(filter);
-            assert_eq!(pkey_on_the_wire(&pair), 0x8001, "{how:?}: pinned");
+            assert_eq!(pkey_on_the_wire(&pair), 0xffff, "{how:?}: pinned");
             pins.remove().unwrap();
-            assert_eq!(pkey_on_the_wire(&pair), 0xffff, "{how:?}: pins removed");
+            assert_eq!(pkey_on_the_wire(&pair), 0x8002, "{how:?}: pins removed");
         })
         .unwrap();
     }
@@ -337,18 +398,13 @@ fn egress_then_ingress_ends_with_the_default_pkey() {
     let policy = stamping_policy();
     let filter = common::filter(&policy);
     let senders = prop_oneof![Just(UD), Just(UD_LIMITED), Just(UNBOUND_QP), Just(1)];
-    let peers = prop_oneof![
-        Just(TO_QPD_AT_PEER),
-        Just(TO_QPB_ANYWHERE),
-        Just(TO_QPA_AT_V6_PEER),
-        Just(0x1234u32)
-    ];
+    let keys = prop_oneof![Just(0xffffu16), Just(0x8001), Just(0x0001), Just(0x8002)];
     let strategy = (
         any::<bool>(),
         any::<bool>(),
         any::<bool>(),
         senders,
-        peers,
+        keys,
         prop_oneof![Just(QPA), Just(QPB), Just(UD), Just(UD_LIMITED), Just(1u32)],
         vec(any::<u8>(), 0..=1200),
     );
@@ -356,14 +412,14 @@ fn egress_then_ingress_ends_with_the_default_pkey() {
     runner
         .run(
             &strategy,
-            |(ud, v6, checksum, src_qp, peer, dest_qp, payload)| {
+            |(ud, v6, checksum, src_qp, pkey, dest_qp, payload)| {
                 let mut p = if ud {
                     Packet {
                         src_qp,
-                        ..Packet::ud(0xffff, dest_qp, 0x1111_1111)
+                        ..Packet::ud(pkey, dest_qp, 0x1111_1111)
                     }
                 } else {
-                    Packet::rc(0xffff, peer)
+                    Packet::rc(pkey, dest_qp)
                 };
                 p.payload = payload;
                 if ud && src_qp == 1 {
@@ -373,10 +429,17 @@ fn egress_then_ingress_ends_with_the_default_pkey() {
                     p = p.over_v6(vec![]);
                 }
                 let input = frame(&p, checksum);
-                // Every sender here is a QP or QP1 with a key of the table:
-                // nothing is dropped on the way out.
+                // No QP sends here: only management frames are dropped on
+                // the way out, the rest leave with the default key.
                 let (wire, _) = egress(&filter, &input);
-                let (pass, out) = filter.run_out(&wire.expect("sent")).unwrap();
+                let management = dest_qp <= 1 || (ud && src_qp <= 1);
+                let Some(wire) = wire else {
+                    prop_assert!(management);
+                    return Ok(());
+                };
+                prop_assert!(!management);
+                prop_assert_eq!(&wire[p.bth_at() + 2..p.bth_at() + 4], &[0xff, 0xff]);
+                let (pass, out) = filter.run_out(&wire).unwrap();
                 if pass {
                     let (l3, udp, bth) = offsets(&p);
                     prop_assert_eq!(&out[bth + 2..bth + 4], &[0xff, 0xff]);
@@ -419,7 +482,8 @@ fn send_unprivileged(ns: &str, to: std::net::SocketAddr, payloads: &[Vec<u8>]) {
 /// An unprivileged local user with a UDP socket writes BTHs by hand, with
 /// stamping on at its host's egress: it cannot claim a bound QP (and so its
 /// partition) by naming it, nor keep a key of the port's table by posing as
-/// QP1; every key it writes leaves as the port's default P_Key.
+/// QP1 (such a frame does not leave); every key it writes leaves as the
+/// port's default P_Key.
 #[test]
 fn forged_pkeys_from_a_udp_socket_do_not_leave_the_host() {
     common::require_root();
@@ -476,67 +540,80 @@ fn forged_pkeys_from_a_udp_socket_do_not_leave_the_host() {
             .collect();
         assert_eq!(
             seen,
-            [
-                (0x99, 0xffff),
-                (0x99, 0xffff),
-                (0x99, 0xffff),
-                (1, 0xffff),
-                (0x99, 0xffff)
-            ],
-            "P_Keys that left the host: a process's frames carry the default key only"
+            [(0x99, 0xffff), (0x99, 0xffff), (0x99, 0xffff)],
+            "P_Keys that left the host: a process's frames carry the default key only, and its management frames none"
         );
         let stamps = filter.maps().stamps().unwrap();
-        assert_eq!(stamps[Stamp::Defaulted.index() as usize], 4);
+        assert_eq!(stamps[Stamp::Defaulted.index() as usize], 2);
         assert_eq!(stamps[Stamp::Unbound.index() as usize], 1);
+        assert_eq!(stamps[Stamp::Forged.index() as usize], 2);
         assert_eq!(stamps[Stamp::Management.index() as usize], 0);
         assert_eq!(stamps[Stamp::Stamped.index() as usize], 0);
     })
     .unwrap();
 }
 
-/// A connection the RDMA probes recorded (`PEERS`, written here as the
-/// probe writes it) is exact: it decides over the policy's "any address"
-/// entry for the same remote QPN, and it outlives every policy apply, which
-/// rewrites the generations but never the probes' table.
+/// A process's datagram that waits for its neighbour (ARP unresolved) still
+/// leaves after the process closed its socket, which by then has no UDP
+/// port, as rdma_rxe's sockets have none: it must claim no QP. The far end
+/// ignores ARP for a moment (`arp_ignore = 8`), the unprivileged sender
+/// sends a UD frame naming the bound QP and closes its socket, then the far
+/// end answers: the frame leaves with the default key, not the QP's.
 #[test]
-fn recorded_peers_decide_and_outlive_applies() {
-    use aya::maps::{HashMap, MapData};
-    use pkeyfw_common::{abi::name, capture::PeerKey};
-
+fn a_closed_sockets_frame_waiting_for_arp_claims_no_qp() {
     common::require_root();
-    let dir = std::path::Path::new("/sys/fs/bpf").join(common::tag("pkeyfw-peers-"));
-    let policy = stamping_policy();
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut filter = Filter::load_pinned(0, &dir).unwrap();
-    filter.apply(&policy).unwrap();
-    let mut peers: HashMap<MapData, PeerKey, u32> = HashMap::try_from(aya::maps::Map::HashMap(
-        MapData::from_pin(dir.join(name::PEERS)).unwrap(),
-    ))
+    let pair = VethPair::create(&common::tag("pka")).unwrap();
+    for (ns, dev, addr) in [
+        (&pair.ns_a, &pair.a, "192.0.2.1/24"),
+        (&pair.ns_b, &pair.b, "192.0.2.2/24"),
+    ] {
+        common::succeed(
+            std::process::Command::new("ip").args(["-n", ns, "addr", "add", addr, "dev", dev]),
+        );
+    }
+    let arp_ignore = |value: u8| {
+        common::succeed(std::process::Command::new("ip").args([
+            "netns",
+            "exec",
+            &pair.ns_a,
+            "sysctl",
+            "-qw",
+            &format!("net.ipv4.conf.{}.arp_ignore={value}", pair.a),
+        ]));
+    };
+    let names_bound_qp = ud_from(UD, 0xffff);
+    let payload = names_bound_qp.bytes()[names_bound_qp.bth_at()..].to_vec();
+    in_netns(&pair.ns_b, || {
+        let mut filter = Filter::load(0).unwrap();
+        filter.apply(&stamping_policy()).unwrap();
+        filter.attach_egress(&pair.b, Egress::Auto).unwrap();
+        arp_ignore(8);
+        let (_, got) = capture_during(&pair.ns_a, &pair.a, Duration::from_secs(2), || {
+            // The socket is closed when this returns; its frame waits.
+            send_unprivileged(
+                &pair.ns_b,
+                "192.0.2.1:4791".parse().unwrap(),
+                std::slice::from_ref(&payload),
+            );
+            std::thread::sleep(Duration::from_millis(300));
+            arp_ignore(0);
+        })
+        .expect("capture");
+        let seen: Vec<(u32, u16)> = got
+            .iter()
+            .filter_map(|f| match pkeyfw_common::parse::classify(&f[..]) {
+                pkeyfw_common::parse::Parsed::Roce(r) => Some((r.dest_qp, r.pkey)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [(0x99, 0xffff)],
+            "a closed socket's frame must leave with the default key"
+        );
+        let stamps = filter.maps().stamps().unwrap();
+        assert_eq!(stamps[Stamp::Unbound.index() as usize], 1, "{stamps:?}");
+        assert_eq!(stamps[Stamp::Stamped.index() as usize], 0, "{stamps:?}");
+    })
     .unwrap();
-    let to_peer = Packet::rc(0xffff, TO_QPB_ANYWHERE);
-    let peer = PeerKey {
-        remote_qpn: TO_QPB_ANYWHERE,
-        addr: std::net::Ipv4Addr::new(192, 0, 2, 2)
-            .to_ipv6_mapped()
-            .octets(),
-    };
-    let stamped = |filter: &Filter, p: &Packet| {
-        let out = egress(filter, &frame(p, true)).0.expect("sent");
-        u16::from_be_bytes([out[p.bth_at() + 2], out[p.bth_at() + 3]])
-    };
-    // The policy's entry: QPB's key (limited 0x0001), wherever the peer is.
-    assert_eq!(stamped(&filter, &to_peer), 0x0001);
-    peers.insert(&peer, &common::cases::QPD, 0).unwrap();
-    for round in 0..3 {
-        assert_eq!(stamped(&filter, &to_peer), 0x8002, "after {round} applies");
-        filter.apply(&policy).unwrap();
-    }
-    // Another host's QP of the same number is still the policy's.
-    let mut elsewhere = to_peer.clone();
-    if let Net::V4 { dst, .. } = &mut elsewhere.net {
-        *dst = std::net::Ipv4Addr::new(192, 0, 2, 9);
-    }
-    assert_eq!(stamped(&filter, &elsewhere), 0x0001);
-    drop(filter);
-    let _ = std::fs::remove_dir_all(&dir);
 }

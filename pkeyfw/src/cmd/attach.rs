@@ -18,7 +18,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use aya::programs::XdpMode as AyaMode;
 use aya_log::EbpfLogger;
-use pkeyfw_common::abi::EventKind;
+use pkeyfw_common::abi::{EventKind, NO_DEVICE, SenderLayout};
 use tokio::{
     io::{Interest, unix::AsyncFd},
     signal::unix::{SignalKind, signal},
@@ -29,7 +29,7 @@ use crate::{
     cmd::stats::Snapshot,
     control::binder::{self, Binder},
     control::netlink::{self, XdpMode},
-    control::probes::Probes,
+    control::probes::{self, Probes},
     loading::filter::{Egress, Filter},
     loading::pins::{self, Aside, Holder, Pins, PolicyEvent, State},
     policy::Policy,
@@ -370,7 +370,13 @@ fn attach(
         eprintln!("pkeyfw: warning: cannot read the QPs ({e:#}); [[bind]] rules bind none yet");
         (binder.policy().clone(), Vec::new())
     });
-    let mut filter = Filter::load_with(policy.qps.len() as u32, Some(&pins.dir), opts.trace)?;
+    let sender = sender(binder.ifindex(), &policy);
+    let mut filter = Filter::load_with(
+        policy.qps.len() as u32,
+        Some(&pins.dir),
+        opts.trace,
+        &sender,
+    )?;
     filter.apply(&policy)?;
     let took_over = match old.filter(|old| old.link().exists()) {
         Some(old) => {
@@ -427,6 +433,25 @@ fn attach(
         old.remove()?;
     }
     Ok((filter, mode, bound))
+}
+
+/// Where the egress program learns which rdma_rxe QP sent a frame; where
+/// it cannot, every frame is a process's, which a stamping policy is warned
+/// of.
+fn sender(ifindex: u32, policy: &Policy) -> SenderLayout {
+    let layout = probes::sender_layout(ifindex);
+    if policy.stamp {
+        match &layout {
+            Ok(l) if l.devices[0] == NO_DEVICE => eprintln!(
+                "pkeyfw: warning: the interface has no rdma_rxe device: every outgoing RoCE frame leaves with the default P_Key"
+            ),
+            Ok(_) => {}
+            Err(e) => eprintln!(
+                "pkeyfw: warning: rdma_rxe's QPs cannot be told apart ({e:#}): every outgoing RoCE frame leaves with the default P_Key"
+            ),
+        }
+    }
+    layout.unwrap_or(SenderLayout::NONE)
 }
 
 fn summary(policy: &Policy, path: &Path) -> String {

@@ -1,15 +1,17 @@
 //! The RDMA-core probes of an attachment (see pkeyfw-ebpf's probes.rs): the
 //! QP-creation probes, which bind each new QP by the `[[bind]]` rules as it
 //! is created and wake a foreground attachment to reconcile; the modify
-//! probes, which capture the Q_Key a QP sets and record a bound QP's peer
-//! for stamping; the destroy probe, which unbinds; and the multicast probes,
-//! which report a QP that joins another partition's group. They share the
-//! filter's maps through its pins, and their links are pinned beside the
-//! filter's (`probe-NAME`), so they go on with no pkeyfw process and go
-//! with `pkeyfw detach`. Where the creation probes cannot attach (no
-//! ib_core, no kprobes), userspace binding alone remains; where the others
-//! cannot (no ib_core BTF), peers are learnt from RDMA netlink at the next
-//! poll and joins go unreported.
+//! probes, which capture the Q_Key a QP sets; the destroy probe, which
+//! unbinds; and the multicast probes, which report a QP that joins another
+//! partition's group. They share the filter's maps through its pins, and
+//! their links are pinned beside the filter's (`probe-NAME`), so they go on
+//! with no pkeyfw process and go with `pkeyfw detach`. Where the creation
+//! probes cannot attach (no ib_core, no kprobes), userspace binding alone
+//! remains; where the others cannot (no ib_core BTF), Q_Keys go uncaptured
+//! and joins unreported.
+//!
+//! Also here: where the egress program finds, in rdma_rxe's own state,
+//! which QP sent a frame ([`sender_layout`]).
 
 use std::{
     os::fd::{AsRawFd, RawFd},
@@ -24,7 +26,9 @@ use aya::{
     util::KernelVersion,
 };
 use aya_log::EbpfLogger;
-use pkeyfw_common::abi::{KERNEL_SLOTS, MAPS, MapSize, QpLayout, name};
+use pkeyfw_common::abi::{
+    DEVICES, KERNEL_SLOTS, MAPS, MapSize, NO_DEVICE, QpLayout, SenderLayout, name,
+};
 
 use crate::{control::rdma, loading::btf::Btf, reporting::kernel_log::KernelLog};
 
@@ -99,7 +103,7 @@ impl Probes {
             .override_global(
                 "LAYOUT",
                 layout.as_ref().unwrap_or(&QpLayout {
-                    devices: [QpLayout::NO_DEVICE; QpLayout::DEVICES],
+                    devices: [NO_DEVICE; DEVICES],
                     ..QpLayout::default()
                 }),
                 true,
@@ -176,39 +180,11 @@ fn attach(ebpf: &mut Ebpf, name: &str, function: &str, pins: &Path) -> Result<()
 fn layout(ifindex: u32) -> Result<QpLayout> {
     let btf = Btf::of_module("ib_core")?;
     let devices = rdma::devices_on(ifindex)?;
-    if devices.len() > QpLayout::DEVICES {
-        anyhow::bail!(
-            "{} RDMA devices on the interface; the probe follows at most {}",
-            devices.len(),
-            QpLayout::DEVICES
-        );
-    }
-    let mut indices = [QpLayout::NO_DEVICE; QpLayout::DEVICES];
-    for (slot, d) in indices.iter_mut().zip(&devices) {
-        *slot = d.index;
-    }
-    let mut rxe_devices = 0;
-    for (i, d) in devices.iter().enumerate() {
-        // rdma_rxe shows the netdev it runs on as `parent`.
-        if Path::new("/sys/class/infiniband")
-            .join(&d.name)
-            .join("parent")
-            .exists()
-        {
-            rxe_devices |= 1 << i;
-        }
-    }
-    let (rxe_qp_sk, socket_sk) = rxe_socket().unwrap_or((0, 0));
     Ok(QpLayout {
         qp_device: btf.offset("ib_qp", &["device"])?,
         qp_num: btf.offset("ib_qp", &["qp_num"])?,
         device_index: btf.offset("ib_device", &["index"])?,
-        attr_dest_qp_num: btf.offset("ib_qp_attr", &["dest_qp_num"])?,
-        attr_dgid: btf.offset("ib_qp_attr", &["ah_attr", "grh", "dgid"])?,
-        devices: indices,
-        rxe_devices,
-        rxe_qp_sk,
-        socket_sk,
+        devices: device_slots(devices.iter().map(|d| d.index))?,
         qp_type: btf.offset("ib_qp", &["qp_type"])?,
         qp_res: btf.offset("ib_qp", &["res"])?,
         res_type: btf.offset("rdma_restrack_entry", &["type"])?,
@@ -225,18 +201,54 @@ fn layout(ifindex: u32) -> Result<QpLayout> {
     })
 }
 
-/// Where an rdma_rxe QP's socket is: from its `struct ib_qp` (embedded in
-/// `struct rxe_qp`) to `sk`, and `struct socket`'s `sk`. Without rdma_rxe's
-/// BTF, sockets are not tagged and frames are attributed by what they name.
-fn rxe_socket() -> Result<(u32, u32)> {
+/// The layout's device slots for these device indices.
+fn device_slots(indices: impl ExactSizeIterator<Item = u32>) -> Result<[u32; DEVICES]> {
+    if indices.len() > DEVICES {
+        bail!(
+            "{} RDMA devices on the interface; pkeyfw follows at most {DEVICES}",
+            indices.len()
+        );
+    }
+    let mut slots = [NO_DEVICE; DEVICES];
+    for (slot, index) in slots.iter_mut().zip(indices) {
+        *slot = index;
+    }
+    Ok(slots)
+}
+
+/// Where the egress program reads which QP sent a frame, for the rdma_rxe
+/// devices on interface `ifindex` (see [`SenderLayout`]): none when the
+/// interface has none, or their BTF is missing (then every outgoing frame
+/// is a process's, and leaves with the default P_Key).
+pub fn sender_layout(ifindex: u32) -> Result<SenderLayout> {
+    let rxe: Vec<u32> = rdma::devices_on(ifindex)?
+        .into_iter()
+        // rdma_rxe shows the netdev it runs on as `parent`.
+        .filter(|d| {
+            Path::new("/sys/class/infiniband")
+                .join(&d.name)
+                .join("parent")
+                .exists()
+        })
+        .map(|d| d.index)
+        .collect();
+    if rxe.is_empty() {
+        return Ok(SenderLayout::NONE);
+    }
+    // rdma_rxe's BTF has the kernel's types beneath it, and ib_core's that
+    // it uses.
     let btf = Btf::of_module("rdma_rxe")?;
-    let sk = btf.offset("rxe_qp", &["sk"])?;
-    let ibqp = btf.offset("rxe_qp", &["ibqp"])?;
-    let from_ibqp = sk
-        .checked_sub(ibqp)
-        .filter(|&d| d != 0)
-        .context("struct rxe_qp has its socket before its ib_qp")?;
-    Ok((from_ibqp, btf.offset("socket", &["sk"])?))
+    Ok(SenderLayout {
+        skb_sk: btf.offset("sk_buff", &["sk"])?,
+        sk_user_data: btf.offset("sock", &["sk_user_data"])?,
+        rxe_ibqp: btf.offset("rxe_qp", &["ibqp"])?,
+        rxe_sk: btf.offset("rxe_qp", &["sk"])?,
+        socket_sk: btf.offset("socket", &["sk"])?,
+        qp_device: btf.offset("ib_qp", &["device"])?,
+        qp_num: btf.offset("ib_qp", &["qp_num"])?,
+        device_index: btf.offset("ib_device", &["index"])?,
+        devices: device_slots(rxe.into_iter())?,
+    })
 }
 
 impl AsRawFd for Probes {

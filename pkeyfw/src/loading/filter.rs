@@ -18,7 +18,7 @@ use aya::{
 use aya_log::EbpfLogger;
 use pkeyfw_common::{
     Reason, Verdict,
-    abi::{DEFAULT_QP_CAPACITY, MAPS},
+    abi::{DEFAULT_QP_CAPACITY, MAPS, SenderLayout},
 };
 
 use crate::{loading::maps::Maps, policy::Policy, reporting::kernel_log::KernelLog};
@@ -72,26 +72,35 @@ pub struct Filter {
 impl Filter {
     /// Loads the program into the kernel with room for `qp_capacity` QPs per
     /// policy. Nothing is attached; the policy is empty until [`apply`](Self::apply).
+    /// No outgoing frame is any QP's (there is no rdma_rxe device to ask).
     pub fn load(qp_capacity: u32) -> Result<Filter> {
-        Filter::load_with(qp_capacity, None, false)
+        Filter::load_with(qp_capacity, None, false, &SenderLayout::NONE)
     }
 
     /// [`load`](Self::load), pinning the program and its maps under `dir`
     /// so that other pkeyfw processes reach them.
     pub fn load_pinned(qp_capacity: u32, dir: &Path) -> Result<Filter> {
-        Filter::load_with(qp_capacity, Some(dir), false)
+        Filter::load_with(qp_capacity, Some(dir), false, &SenderLayout::NONE)
     }
 
     /// [`load`](Self::load) or [`load_pinned`](Self::load_pinned); with
     /// `trace`, the programs log every judged frame (`attach --trace`, read
     /// with [`kernel_log`](Self::kernel_log)). Without it the verifier
     /// removes the logging code: the programs run as if it were not there.
-    pub fn load_with(qp_capacity: u32, pin: Option<&Path>, trace: bool) -> Result<Filter> {
+    /// `sender`: where the egress program learns from rdma_rxe which QP
+    /// sent a frame.
+    pub fn load_with(
+        qp_capacity: u32,
+        pin: Option<&Path>,
+        trace: bool,
+        sender: &SenderLayout,
+    ) -> Result<Filter> {
         let capacity = qp_capacity.max(DEFAULT_QP_CAPACITY).next_power_of_two();
         raise_memlock();
         let trace = u8::from(trace);
         let mut loader = EbpfLoader::new();
         loader.override_global("TRACE", &trace, true);
+        loader.override_global("SENDER", sender, true);
         for spec in &MAPS {
             if let Some(n) = spec.size.entries(capacity) {
                 loader.map_max_entries(spec.name, n);

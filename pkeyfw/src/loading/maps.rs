@@ -24,17 +24,16 @@ use aya::{
 use pkeyfw_common::{
     Capture, Reason, Stamp, Verdict,
     abi::{
-        Config, ConnKey, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS,
-        KernelSlot, LAYOUT_VERSION, MAPS, MapKind, OTHER_PARTITION, PARTITIONS, PORT_SERIAL_BITS,
-        QPN_MASK, QpEntry, QpStats, name, port_entry, port_key_index, qp_flags, qp_key,
-        violation_key,
+        Config, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot,
+        LAYOUT_VERSION, MAPS, MapKind, OTHER_PARTITION, PARTITIONS, PORT_SERIAL_BITS, QPN_MASK,
+        QpEntry, QpStats, name, port_entry, port_key_index, qp_flags, qp_key, violation_key,
     },
     reason::{REASON_SLOTS, reason_slot},
     tenant::{BindSpec, MAX_RULES},
 };
 
 use super::batch;
-use crate::policy::{Conn, Policy, QpRule};
+use crate::policy::{Policy, QpRule};
 
 /// How long a retired policy generation stays untouched before it is
 /// rewritten: far longer than any XDP program run, which is all that could
@@ -110,7 +109,6 @@ pub struct Maps {
     xmit_reasons: PerCpuArray<MapData, u64>,
     qp_stats: Array<MapData, QpStats>,
     events: RingBuf<MapData>,
-    conns: HashMap<MapData, ConnKey, u32>,
     stamps: PerCpuArray<MapData, u64>,
     captures: PerCpuArray<MapData, u64>,
     violations: HashMap<MapData, u32, u64>,
@@ -125,7 +123,6 @@ pub struct Maps {
 struct Held {
     qps: Vec<(u32, QpEntry)>,
     groups: Vec<GroupKey>,
-    conns: Vec<ConnKey>,
 }
 
 /// The object's own maps for `--trace`: aya-log's ring buffer (read by
@@ -226,15 +223,14 @@ impl Maps {
             xmit_reasons: typed(take(name::XMIT_REASONS), name::XMIT_REASONS)?,
             qp_stats: typed(take(name::QP_STATS), name::QP_STATS)?,
             events: typed(take(name::EVENTS), name::EVENTS)?,
-            conns: typed(take(name::CONNS), name::CONNS)?,
             stamps: typed(take(name::STAMPS), name::STAMPS)?,
             captures: typed(take(name::CAPTURES), name::CAPTURES)?,
             violations: typed(take(name::VIOLATIONS), name::VIOLATIONS)?,
             bind_rules: typed(take(name::BIND_RULES), name::BIND_RULES)?,
             qkeys: typed(take(name::QKEYS), name::QKEYS)?,
             kslots: typed(take(name::KSLOTS), name::KSLOTS)?,
-            // Maps only the probes use (OWNERS) live no longer than their
-            // last handle when nothing pins them, as in a test run.
+            // Maps only the probes use (FREE_SLOTS) live no longer than
+            // their last handle when nothing pins them, as in a test run.
             _rest: maps.into_values().collect(),
         })
     }
@@ -395,13 +391,6 @@ impl Maps {
             bail!(
                 "the policy binds {} QPs; this filter was loaded for at most {}",
                 policy.qps.len(),
-                self.capacity
-            );
-        }
-        if policy.conns.len() > self.capacity as usize {
-            bail!(
-                "the policy has {} connections; this filter was loaded for at most {}",
-                policy.conns.len(),
                 self.capacity
             );
         }
@@ -649,15 +638,7 @@ impl Maps {
                 .insert(&key, &group.entry(), 0)
                 .with_context(|| format!("writing GROUPS entry {}", group.addr))?;
         }
-        let conns: Vec<_> = (policy.conns.iter())
-            .map(|(conn, &local)| (conn_key(g, conn), local))
-            .collect();
-        batch::update(self.conns.map(), &conns).map_err(|f| {
-            anyhow!(f.error).context(match f.index.and_then(|i| conns.get(i)) {
-                Some((_, local)) => format!("writing CONNS entry for local QP {local:#x}"),
-                None => "writing CONNS".to_string(),
-            })
-        })
+        Ok(())
     }
 
     /// The `PORT_KEYS` serial for a new policy in generation `g`, which no
@@ -699,19 +680,13 @@ impl Maps {
             .filter(|k| k.as_ref().map_or(true, |k| k.generation == g))
             .collect::<Result<_, _>>()
             .context("reading GROUPS")?;
-        let conns = self
-            .conns
-            .keys()
-            .filter(|k| k.as_ref().map_or(true, |k| k.generation == g))
-            .collect::<Result<_, _>>()
-            .context("reading CONNS")?;
-        Ok(Held { qps, groups, conns })
+        Ok(Held { qps, groups })
     }
 
     /// Empties generation `g`, once nothing can still be reading it.
     fn clear(&mut self, g: u32) -> Result<()> {
         let held = self.held(g)?;
-        let empty = held.qps.is_empty() && held.groups.is_empty() && held.conns.is_empty();
+        let empty = held.qps.is_empty() && held.groups.is_empty();
         // A generation never written needs no wait; any other may still be
         // read, if only its settings and port table, which are rewritten
         // next.
@@ -725,9 +700,6 @@ impl Maps {
         }
         for key in held.groups {
             ignore_missing(self.groups.remove(&key))?;
-        }
-        for key in held.conns {
-            ignore_missing(self.conns.remove(&key))?;
         }
         Ok(())
     }
@@ -743,15 +715,6 @@ fn summed<const N: usize>(map: &PerCpuArray<MapData, u64>, name: &str) -> Result
         *count = per_cpu.iter().sum();
     }
     Ok(counts)
-}
-
-/// The `CONNS` key of a connection in generation `g`.
-fn conn_key(g: u32, conn: &Conn) -> ConnKey {
-    ConnKey {
-        generation: g,
-        remote_qpn: conn.remote_qpn,
-        addr: conn.peer.map_or([0; 16], crate::policy::Group::key_addr),
-    }
 }
 
 fn typed<T: TryFrom<Map, Error = MapError>>(map: Option<Map>, name: &str) -> Result<T> {

@@ -21,7 +21,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{
-    Conn, Policy, PolicyError, QpRule,
+    Policy, PolicyError, QpRule,
     error::position,
     file::{Ctx, MIN_QPN},
     identity::{self, Cgroup, Netns},
@@ -249,18 +249,6 @@ impl Policy {
                 }
             })
             .collect::<Vec<Binding>>();
-        for (qp, binding) in qps.iter().zip(&bindings) {
-            let bound = matches!(binding, Binding::Entry(_) | Binding::Rule { .. });
-            if let (true, Some(remote_qpn)) = (bound, qp.remote_qpn)
-                && qp.qp_type.transport() != Some(QpType::Ud)
-            {
-                let conn = Conn {
-                    remote_qpn,
-                    peer: qp.peer.map(|a| a.ip()),
-                };
-                effective.conns.entry(conn).or_insert(qp.qpn);
-            }
-        }
         (effective, bindings)
     }
 }

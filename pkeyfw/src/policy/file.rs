@@ -285,7 +285,6 @@ pub(super) fn parse(
             .as_ref()
             .and_then(|e| e.stamp)
             .unwrap_or(false),
-        conns: BTreeMap::new(),
         switch: None,
     })
 }

@@ -15,7 +15,6 @@ use pkeyfw_common::{
     Tables,
     abi::{Config, GroupEntry, QpEntry, QpType, UnknownQp, qp_flags, switch_flags},
     pkey,
-    stamp::Conns,
     verdict::v4_mapped,
 };
 
@@ -48,9 +47,6 @@ pub struct Policy {
     /// Rewrite outgoing frames' P_Key to the sending QP's binding, and
     /// incoming passed frames' back to the default (`[enforcement] stamp`).
     pub stamp: bool,
-    /// Connected QPs bound here, by what their peers' frames carry: the
-    /// local QP that sends to (peer, remote QPN). Filled from discovery.
-    pub conns: BTreeMap<Conn, u32>,
     /// This port is a switch's (a switch policy's port), not a host's: only
     /// the table and the role apply.
     pub switch: Option<SwitchRole>,
@@ -66,14 +62,6 @@ pub struct QpRule {
     pub qkey: Option<u32>,
     /// `qp_flags::RULE` and `qp_flags::OWN_QKEY`, as the entry carries them.
     pub flags: u8,
-}
-
-/// A connection of a local RC, UC or XRC QP: its peer's QPN and, when
-/// rdma_cm made it, the peer's address.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Conn {
-    pub remote_qpn: u32,
-    pub peer: Option<IpAddr>,
 }
 
 /// A multicast group.
@@ -129,7 +117,6 @@ impl Policy {
             groups: BTreeMap::new(),
             binds: Vec::new(),
             stamp: false,
-            conns: BTreeMap::new(),
             switch: None,
         }
     }
@@ -238,18 +225,6 @@ impl Tables for Policy {
 
     fn port_flags(&self, key: u16) -> u8 {
         Policy::port_flags(self).get(&key).copied().unwrap_or(0)
-    }
-}
-
-/// The policy's connections, as the host-side stamping decision reads them.
-impl Conns for Policy {
-    fn local_qp(&self, remote_qpn: u32, peer: &[u8; 16]) -> Option<u32> {
-        self.conns
-            .iter()
-            .find(|(c, _)| {
-                c.remote_qpn == remote_qpn && c.peer.map_or([0; 16], Group::key_addr) == *peer
-            })
-            .map(|(_, &local)| local)
     }
 }
 

@@ -116,19 +116,15 @@ pub mod cases {
 
 /// The test kit's stamping fixtures, and their policy parsed.
 pub mod stamping {
-    use pkeyfw::policy::{Conn, Policy};
+    use pkeyfw::policy::Policy;
     pub use pkeyfw_testkit::stamping::*;
 
     use super::{cases, policy};
 
-    /// The case table's base policy, stamping, with the kit's connections.
+    /// The case table's base policy, stamping.
     pub fn stamping_policy() -> Policy {
         let mut p = policy(cases::BASE);
         p.stamp = true;
-        for (remote_qpn, peer, local) in CONNS {
-            let peer = peer.map(|a| a.parse().expect("literal"));
-            p.conns.insert(Conn { remote_qpn, peer }, local);
-        }
         p
     }
 }

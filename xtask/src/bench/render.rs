@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::table::Table;
 
 /// The maps the memory table shows one by one; the others are summed.
-const BIG_MAPS: [&str; 3] = ["QPS", "CONNS", "QP_STATS"];
+const BIG_MAPS: [&str; 2] = ["QPS", "QP_STATS"];
 
 /// The line that says where and how the figures were measured.
 pub fn header(doc: &Value) -> Result<String> {

@@ -8,7 +8,7 @@ use pkeyfw_common::abi::{QpType, qp_flags};
 use super::{BindRule, Binding};
 use crate::{
     control::rdma::{IbQpType, Qp},
-    policy::{Conn, Policy, PolicyError, QpRule},
+    policy::{Policy, PolicyError, QpRule},
 };
 
 const EXAMPLE: &str = r#"
@@ -477,41 +477,6 @@ fn the_same_qps_give_the_same_policy() {
     assert_ne!(fewer, p.with_discovered(&qps).0);
     let (none, bindings) = p.with_discovered(&[]);
     assert_eq!((none, bindings), (p, vec![]));
-}
-
-#[test]
-fn bound_connected_qps_give_their_connections() {
-    let p = parse(EXAMPLE).unwrap();
-    let mut cm = Qp::user(0x30, IbQpType::Rc, 7, "rping");
-    cm.remote_qpn = Some(0x44);
-    cm.peer = Some("192.0.2.9:7174".parse().unwrap());
-    let mut plain = Qp::user(0x31, IbQpType::Rc, 7, "rping");
-    plain.remote_qpn = Some(0x45);
-    let mut unbound = Qp::user(0x32, IbQpType::Rc, 8, "ib_send_bw");
-    unbound.remote_qpn = Some(0x46);
-    let mut ud = Qp::user(0x33, IbQpType::Ud, 9, "ibv_ud_pingpong");
-    ud.remote_qpn = Some(0x47);
-    let (effective, _) = p.with_discovered(&[cm, plain, unbound, ud]);
-    let conns: Vec<(Conn, u32)> = effective.conns.into_iter().collect();
-    assert_eq!(
-        conns,
-        [
-            (
-                Conn {
-                    remote_qpn: 0x44,
-                    peer: Some("192.0.2.9".parse().unwrap())
-                },
-                0x30
-            ),
-            (
-                Conn {
-                    remote_qpn: 0x45,
-                    peer: None
-                },
-                0x31
-            ),
-        ]
-    );
 }
 
 /// The creator matchers: each path is checked for what it claims, every

@@ -165,22 +165,16 @@ fn judge(sc: &Scenario, o: &Observed) -> bool {
         && attack_failed(sc, o)
 }
 
-/// Whether the scenario's attack, if any, failed as it must: the flood
-/// reached the probes and took no frame from its owner (every frame of the
-/// bound QPs stamped with their key, none left unattributed); the join
-/// was counted and reported.
+/// Whether the scenario's attack, if any, failed as it must: the flood of
+/// modifies and the squatted peers took no frame from its owner (every
+/// frame of the bound QPs stamped with their own key, as rxe's socket says
+/// who sends); the join was counted and reported.
 fn attack_failed(sc: &Scenario, o: &Observed) -> bool {
-    let [server, client] = o.probes.map(|p| move |c: Capture| p[c.index() as usize]);
+    let [server, _] = o.probes.map(|p| move |c: Capture| p[c.index() as usize]);
     match sc.attack {
         None => true,
-        // The flood reached the modify probe (its failed calls counted);
-        // the client's own peer need not be recorded: its socket says who
-        // sends (and its modify may precede its binding).
-        Some(Attack::ModifyFlood) => client(Capture::Failed) > 0 && o.unbound == 0,
+        Some(Attack::ModifyFlood | Attack::Squat) => o.unbound == 0,
         Some(Attack::ForeignJoin(_)) => server(Capture::ForeignJoin) > 0 && o.join_reported,
-        // Its claims were recorded, and took nothing: the programs
-        // completed with every frame stamped with its own QP's key.
-        Some(Attack::Squat) => client(Capture::Recorded) >= 4 && o.unbound == 0,
         // The program's Q_Key was captured, the other one refused.
         Some(Attack::ForeignQkey(_)) => {
             server(Capture::QkeyCaptured) > 0 && o.reasons.refused_by(Reason::QkeyViolation) > 0

@@ -1,6 +1,6 @@
 //! What a local tenant can do with ibverbs and no privilege, for the lab's
 //! attack checks: open a device, make a QP no rule binds, then loop
-//! `ibv_modify_qp` giving it peers (the connection-table flood), or attach
+//! `ibv_modify_qp` giving it other QPs' peers (a modify flood), or attach
 //! it to a multicast group. libibverbs is opened at run time, so pkeyfw
 //! builds and runs without it; only these few calls and the parts of their
 //! structures they touch are declared (x86-64 layouts of rdma-core's
