@@ -37,6 +37,9 @@ pub mod matcher {
     pub const KERNEL: u32 = 1 << 8;
     /// Matchers that describe a task, which a kernel QP has none of.
     pub const TASK: u32 = PID | CGROUP | UID | GID | NETNS;
+    /// Matchers a process cannot choose: only the administrator moves it
+    /// to another cgroup, ids or network namespace.
+    pub const BOUNDARY: u32 = CGROUP | UID | GID | NETNS;
     /// Set on every rule in use: an all-zero slot ends the list.
     pub const IN_USE: u32 = 1 << 31;
 }
@@ -112,6 +115,14 @@ impl BindSpec {
             | (u64::from(c.kernel()) ^ (given(matcher::KERNEL) & 1))
             | (u64::from(m >> 31) ^ 1);
         diff == 0
+    }
+
+    /// Whether a QP this rule matches is bound by it even where a `[[qp]]`
+    /// entry names its QPN: QPNs come in sequence (a tenant can create QPs
+    /// until it holds one an entry names), who made the QP does not.
+    #[inline(always)]
+    pub const fn beats_entries(&self) -> bool {
+        self.matchers & matcher::BOUNDARY != 0
     }
 
     /// The QP-table entry it gives a QP of `transport` with stats slot

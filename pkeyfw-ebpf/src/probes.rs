@@ -461,7 +461,9 @@ fn transport(ib_qp_type: u32) -> Option<QpType> {
 }
 
 /// Binds new QP `qpn` in the live generation by its first matching rule.
-/// A `[[qp]]` entry for the QPN wins; a rule binding left from an earlier
+/// A `[[qp]]` entry for the QPN wins over a rule that matches only what a
+/// process chooses, never over a boundary rule (cgroup, ids, network
+/// namespace): a QPN comes by chance. A rule binding left from an earlier
 /// QP with this number (its destruction unseen) goes. (A reload writes the
 /// idle generation from RDMA netlink and binds what it missed once live.)
 #[inline(always)]
@@ -470,17 +472,15 @@ fn bind<C: Creator>(qp: *const u8, qpn: u32, transport: QpType, creator: &C) {
     let key = qp_key(g, qpn);
     // SAFETY: the value is copied out at once.
     let old = unsafe { QPS.get(&key) }.copied();
-    if old.is_some_and(|e| e.flags & qp_flags::RULE == 0) {
-        return;
-    }
+    let entry = old.is_some_and(|e| e.flags & qp_flags::RULE == 0);
     let i = first_match(g, creator, qpn, transport);
     let rule = if i < MAX_RULES {
         BIND_RULES.get(g * MAX_RULES + i).copied()
     } else {
         None
     };
-    let Some(rule) = rule else {
-        if old.is_some() {
+    let Some(rule) = rule.filter(|r| !entry || r.beats_entries()) else {
+        if old.is_some() && !entry {
             let _ = QPS.remove(&key);
         }
         return;

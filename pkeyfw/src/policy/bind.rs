@@ -83,11 +83,14 @@ impl BindRule {
     /// or is given by chance (command name, PID, QPN, type), rather than by
     /// what only the administrator sets (cgroup, ids, network namespace).
     pub fn no_boundary(&self) -> bool {
-        !self.kernel
-            && self.cgroup.is_none()
-            && self.uid.is_none()
-            && self.gid.is_none()
-            && self.netns.is_none()
+        !self.kernel && !self.beats_entries()
+    }
+
+    /// Whether it binds its QPs even where a `[[qp]]` entry names their
+    /// QPN (see [`BindSpec::beats_entries`]): it matches by cgroup, ids or
+    /// network namespace.
+    pub fn beats_entries(&self) -> bool {
+        self.cgroup.is_some() || self.uid.is_some() || self.gid.is_some() || self.netns.is_some()
     }
 
     /// The rule as the QP-creation probe reads it.
@@ -228,22 +231,31 @@ impl Policy {
                 let Some(transport) = qp.qp_type.transport() else {
                     return Binding::Exempt;
                 };
-                if let Some(entry) = self.qps.get(&qp.qpn) {
+                let matched = self.binds.iter().enumerate().find(|(_, r)| r.matches(qp));
+                // An entry names a QPN, which comes by chance: it decides
+                // unless a boundary rule claims the QP.
+                if let Some(entry) = self.qps.get(&qp.qpn)
+                    && !matched.is_some_and(|(_, r)| r.beats_entries())
+                {
                     return Binding::Entry(*entry);
                 }
-                let Some((rule, r)) = self.binds.iter().enumerate().find(|(_, r)| r.matches(qp))
-                else {
+                let Some((rule, r)) = matched else {
                     return Binding::Unbound;
                 };
                 let bound = r.bind(transport);
+                let ruled = Binding::Rule {
+                    rule,
+                    line: r.line,
+                    bound,
+                };
                 match effective.qps.entry(qp.qpn) {
                     Entry::Vacant(slot) => {
                         slot.insert(bound);
-                        Binding::Rule {
-                            rule,
-                            line: r.line,
-                            bound,
-                        }
+                        ruled
+                    }
+                    Entry::Occupied(mut e) if e.get().flags & qp_flags::RULE == 0 => {
+                        e.insert(bound);
+                        ruled
                     }
                     Entry::Occupied(first) => Binding::Taken(*first.get()),
                 }

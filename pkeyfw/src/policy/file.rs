@@ -268,6 +268,12 @@ pub(super) fn parse(
                 b.line
             )
         }));
+        warnings.extend(first_line.iter().map(|(qpn, line)| {
+            format!(
+                "{}:{line}: this [[qp]] entry binds QPN {qpn:#x} by number alone, which any process can come to hold (rxe hands QPNs out in sequence): no boundary between tenants; a cgroup, uid, gid or netns rule that matches the QP's creator binds it instead",
+                cx.path.display(),
+            )
+        }));
     }
 
     Ok(Policy {

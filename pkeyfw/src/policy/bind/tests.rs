@@ -301,6 +301,68 @@ fn entries_win_over_rules() {
     );
 }
 
+/// A tenant that creates and destroys QPs until it holds a QPN a `[[qp]]`
+/// entry names gets that entry's partition only if no boundary rule
+/// (cgroup, uid, gid, netns) claims it: a QPN comes by chance, who made
+/// the QP does not. A rule that matches only what a process chooses does
+/// not beat the entry.
+#[test]
+fn boundary_rules_beat_entries_by_number() {
+    use crate::control::rdma::Owner;
+    let p = parse(
+        "[port]\npkeys = [0xffff, 0x8001, 0x8002]\n\
+         [[qp]]\nqpn = 0x11\ntype = \"rc\"\npkey = 0x8001\n\
+         [[qp]]\nqpn = 0x12\ntype = \"rc\"\npkey = 0x8001\n\
+         [[bind]]\nuid = 1001\npkey = 0x8002\n\
+         [[bind]]\ncomm = \"squatter\"\npkey = 0x8002\n",
+    )
+    .unwrap();
+    let tenant = |qpn, comm| Qp {
+        owner: Some(Owner {
+            uid: 1001,
+            gid: 1001,
+            netns: 1,
+            cgroup: "/tenants/b".into(),
+        }),
+        ..Qp::user(qpn, IbQpType::Rc, 7, comm)
+    };
+    let mut by_name = Qp::user(0x12, IbQpType::Rc, 8, "squatter");
+    by_name.owner = Some(Owner {
+        uid: 1002,
+        gid: 1002,
+        netns: 1,
+        cgroup: "/tenants/c".into(),
+    });
+    let (effective, bindings) = p.with_discovered(&[tenant(0x11, "app"), by_name]);
+    let tenants = by_rule(QpType::Rc, 0x8002, None);
+    assert_eq!(
+        bindings,
+        [
+            Binding::Rule {
+                rule: 0,
+                line: 11,
+                bound: tenants
+            },
+            Binding::Entry(rule(QpType::Rc, 0x8001, None)),
+        ]
+    );
+    assert_eq!(effective.qps[&0x11], tenants);
+    assert_eq!(effective.qps[&0x12], rule(QpType::Rc, 0x8001, None));
+    assert!(p.binds[0].beats_entries() && p.binds[0].spec().beats_entries());
+    assert!(!p.binds[1].beats_entries() && !p.binds[1].spec().beats_entries());
+    // Every entry is warned about, as a comm rule is.
+    let by_number: Vec<&String> = p
+        .warnings
+        .iter()
+        .filter(|w| w.contains("[[qp]] entry binds QPN"))
+        .collect();
+    assert_eq!(by_number.len(), 2, "{:?}", p.warnings);
+    assert!(
+        by_number[0].contains(":3:") && by_number[0].contains("0x11"),
+        "{by_number:?}"
+    );
+}
+
 #[test]
 fn types_map_to_transports() {
     let p = parse(&bind("pid = 9\npkey = 0x8001\nqkey = 3\n")).unwrap();
