@@ -479,15 +479,9 @@ fn send_unprivileged(ns: &str, to: std::net::SocketAddr, payloads: &[Vec<u8>]) {
     .expect("in the sender's namespace");
 }
 
-/// An unprivileged local user with a UDP socket writes BTHs by hand, with
-/// stamping on at its host's egress: it cannot claim a bound QP (and so its
-/// partition) by naming it, nor keep a key of the port's table by posing as
-/// QP1 (such a frame does not leave); every key it writes leaves as the
-/// port's default P_Key.
-#[test]
-fn forged_pkeys_from_a_udp_socket_do_not_leave_the_host() {
-    common::require_root();
-    let pair = VethPair::create(&format!("pkf{}", std::process::id() % 10000)).unwrap();
+/// A veth pair, A 192.0.2.1 and B 192.0.2.2.
+fn addressed_pair(prefix: &str) -> VethPair {
+    let pair = VethPair::create(&common::tag(prefix)).unwrap();
     for (ns, dev, addr) in [
         (&pair.ns_a, &pair.a, "192.0.2.1/24"),
         (&pair.ns_b, &pair.b, "192.0.2.2/24"),
@@ -496,6 +490,29 @@ fn forged_pkeys_from_a_udp_socket_do_not_leave_the_host() {
             std::process::Command::new("ip").args(["-n", ns, "addr", "add", addr, "dev", dev]),
         );
     }
+    pair
+}
+
+/// (destination QP, P_Key) of the RoCE frames among `frames`.
+fn roce_keys(frames: &[Vec<u8>]) -> Vec<(u32, u16)> {
+    frames
+        .iter()
+        .filter_map(|f| match pkeyfw_common::parse::classify(&f[..]) {
+            pkeyfw_common::parse::Parsed::Roce(r) => Some((r.dest_qp, r.pkey)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// An unprivileged local user with a UDP socket writes BTHs by hand, with
+/// stamping on at its host's egress: it cannot claim a bound QP (and so its
+/// partition) by naming it, nor keep a key of the port's table by posing as
+/// QP1 (such a frame does not leave); every key it writes leaves as the
+/// port's default P_Key.
+#[test]
+fn forged_pkeys_from_a_udp_socket_do_not_leave_the_host() {
+    common::require_root();
+    let pair = addressed_pair("pkf");
     let roce = |p: Packet| {
         let bytes = p.bytes();
         bytes[p.bth_at()..].to_vec()
@@ -531,13 +548,7 @@ fn forged_pkeys_from_a_udp_socket_do_not_leave_the_host() {
             send_unprivileged(&pair.ns_b, "192.0.2.1:4791".parse().unwrap(), &payloads)
         })
         .expect("capture");
-        let seen: Vec<(u32, u16)> = got
-            .iter()
-            .filter_map(|f| match pkeyfw_common::parse::classify(&f[..]) {
-                pkeyfw_common::parse::Parsed::Roce(r) => Some((r.dest_qp, r.pkey)),
-                _ => None,
-            })
-            .collect();
+        let seen = roce_keys(&got);
         assert_eq!(
             seen,
             [(0x99, 0xffff), (0x99, 0xffff), (0x99, 0xffff)],
@@ -562,15 +573,7 @@ fn forged_pkeys_from_a_udp_socket_do_not_leave_the_host() {
 #[test]
 fn a_closed_sockets_frame_waiting_for_arp_claims_no_qp() {
     common::require_root();
-    let pair = VethPair::create(&common::tag("pka")).unwrap();
-    for (ns, dev, addr) in [
-        (&pair.ns_a, &pair.a, "192.0.2.1/24"),
-        (&pair.ns_b, &pair.b, "192.0.2.2/24"),
-    ] {
-        common::succeed(
-            std::process::Command::new("ip").args(["-n", ns, "addr", "add", addr, "dev", dev]),
-        );
-    }
+    let pair = addressed_pair("pka");
     let arp_ignore = |value: u8| {
         common::succeed(std::process::Command::new("ip").args([
             "netns",
@@ -599,13 +602,7 @@ fn a_closed_sockets_frame_waiting_for_arp_claims_no_qp() {
             arp_ignore(0);
         })
         .expect("capture");
-        let seen: Vec<(u32, u16)> = got
-            .iter()
-            .filter_map(|f| match pkeyfw_common::parse::classify(&f[..]) {
-                pkeyfw_common::parse::Parsed::Roce(r) => Some((r.dest_qp, r.pkey)),
-                _ => None,
-            })
-            .collect();
+        let seen = roce_keys(&got);
         assert_eq!(
             seen,
             [(0x99, 0xffff)],
