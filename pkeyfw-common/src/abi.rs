@@ -374,6 +374,12 @@ pub struct SenderLayout {
 }
 
 impl SenderLayout {
+    /// Whether any rdma_rxe device is known: else no frame is any QP's.
+    #[inline(always)]
+    pub const fn knows_qps(&self) -> bool {
+        self.devices[0] != NO_DEVICE
+    }
+
     /// No rdma_rxe device: every frame is a process's.
     pub const NONE: SenderLayout = SenderLayout {
         skb_sk: 0,

@@ -29,9 +29,9 @@ use pkeyfw_common::{
     Capture, Direction, Frame, Outcome, Stamp, Tables,
     abi::{
         Config, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget, EventKind, GENERATIONS,
-        GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot, NO_DEVICE, PARTITIONS,
-        QPN_MASK, QpEntry, QpStats, SenderLayout, VIOLATION_SLOTS, port_entry_flags,
-        port_key_index, qp_key, violation_key,
+        GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot, PARTITIONS, QPN_MASK,
+        QpEntry, QpStats, SenderLayout, VIOLATION_SLOTS, port_entry_flags, port_key_index, qp_key,
+        violation_key,
     },
     frame::MAX_OFFSET,
     judge, pkey,
@@ -374,7 +374,7 @@ fn origin(ctx: &TcContext) -> Origin {
 #[inline(always)]
 fn sender(ctx: &TcContext) -> Option<u32> {
     let l = SENDER.load();
-    if l.devices[0] == NO_DEVICE {
+    if !l.knows_qps() {
         return None;
     }
     // The context is the kernel's `struct sk_buff`.

@@ -18,7 +18,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use aya::programs::XdpMode as AyaMode;
 use aya_log::EbpfLogger;
-use pkeyfw_common::abi::{EventKind, NO_DEVICE, SenderLayout};
+use pkeyfw_common::abi::{EventKind, SenderLayout};
 use tokio::{
     io::{Interest, unix::AsyncFd},
     signal::unix::{SignalKind, signal},
@@ -442,7 +442,7 @@ fn sender(ifindex: u32, policy: &Policy) -> SenderLayout {
     let layout = probes::sender_layout(ifindex);
     if policy.stamp {
         match &layout {
-            Ok(l) if l.devices[0] == NO_DEVICE => eprintln!(
+            Ok(l) if !l.knows_qps() => eprintln!(
                 "pkeyfw: warning: the interface has no rdma_rxe device: every outgoing RoCE frame leaves with the default P_Key"
             ),
             Ok(_) => {}
@@ -695,8 +695,7 @@ fn start_probes(
     let registered = Probes::start(&pins.dir, binder.ifindex(), log.clone()).and_then(|w| {
         if let Err(why) = &w.readers {
             said = Some(format!(
-                "pkeyfw: QP connections and multicast joins are not probed ({why}); connections are read every {} ms, joins go unreported",
-                binder::POLL.as_millis()
+                "pkeyfw: the Q_Keys programs set and multicast joins are not probed ({why}): a UD QP a rule binds with its own Q_Key refuses every frame, joins go unreported"
             ));
         }
         // SAFETY: the ring buffer's fd is owned by the probes, which the

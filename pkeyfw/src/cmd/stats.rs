@@ -32,7 +32,7 @@ pub struct Snapshot {
     /// Whether the active policy stamps.
     pub stamping: bool,
     pub stamps: StampCounts,
-    /// What the RDMA-core probes saw (connections, joins).
+    /// What the RDMA-core probes saw (bindings, Q_Keys, joins).
     pub captures: CaptureCounts,
     /// P_Key and Q_Key violations per partition: (reason, partition, frames).
     pub violations: Vec<(Reason, u16, u64)>,

@@ -58,10 +58,11 @@ impl Binder {
         &self.base
     }
 
-    /// Whether the QPs that exist matter: the policy binds by rule, or it
-    /// stamps (which needs the connections of bound QPs).
+    /// Whether the QPs that exist matter: the policy binds by rule.
+    /// (Stamping needs nothing from them: egress asks rdma_rxe which QP
+    /// sends.)
     pub fn active(&self) -> bool {
-        !self.base.binds.is_empty() || self.base.stamp
+        !self.base.binds.is_empty()
     }
 
     pub fn ifindex(&self) -> u32 {

@@ -72,7 +72,7 @@ pub struct Filter {
 impl Filter {
     /// Loads the program into the kernel with room for `qp_capacity` QPs per
     /// policy. Nothing is attached; the policy is empty until [`apply`](Self::apply).
-    /// No outgoing frame is any QP's (there is no rdma_rxe device to ask).
+    /// Given no rdma_rxe device, it takes no outgoing frame for a QP's.
     pub fn load(qp_capacity: u32) -> Result<Filter> {
         Filter::load_with(qp_capacity, None, false, &SenderLayout::NONE)
     }

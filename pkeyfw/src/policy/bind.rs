@@ -219,9 +219,8 @@ fn within(member: &str, dir: &str) -> bool {
 
 impl Policy {
     /// The policy to enforce while `qps` exist: the `[[qp]]` entries plus
-    /// every discovered QP a rule binds (and, for stamping, the connections
-    /// of the bound connected QPs), and what decides each of `qps` (in
-    /// their order). Deterministic for the same input, so a caller can
+    /// every discovered QP a rule binds (a boundary rule's replacing the
+    /// entry of its QPN), and what decides each of `qps` (in their order). Deterministic for the same input, so a caller can
     /// compare results to see whether anything changed.
     pub fn with_discovered(&self, qps: &[Qp]) -> (Policy, Vec<Binding>) {
         let mut effective = self.clone();
