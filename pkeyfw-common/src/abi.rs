@@ -26,6 +26,7 @@ pub mod name {
     pub const FREE_SLOTS: &str = "FREE_SLOTS";
     pub const QKEYS: &str = "QKEYS";
     pub const NEXT_SLOT: &str = "NEXT_SLOT";
+    pub const QUARANTINE: &str = "QUARANTINE";
 }
 
 /// The layout of every map below, as one number: `ABI[0]` holds it, so a
@@ -38,7 +39,7 @@ pub const LAYOUT_VERSION: u32 = LAYOUT << 24
     | (crate::Stamp::COUNT as u32) << 8
     | crate::Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 11;
+const LAYOUT: u32 = 12;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -55,20 +56,40 @@ pub enum MapKind {
 pub enum MapSize {
     /// As declared in the program.
     Fixed,
-    /// This many entries per QP the filter is loaded for.
-    PerQp(u32),
-    /// One per QP the filter is loaded for, plus [`KERNEL_SLOTS`].
-    Slots,
+    /// This many entries per stats slot: one per QP the loader may bind
+    /// (the policy's), plus one per QP the QP-creation probe may bind.
+    PerSlot(u32),
+    /// One per QP the QP-creation probe may bind: what the attached
+    /// interface's RDMA devices can hold at once (`max_qp`).
+    Probed,
 }
 
-impl MapSize {
-    /// The entries of a map sized by the loader, for a filter loaded for
-    /// `capacity` QPs; None for a fixed size.
-    pub const fn entries(self, capacity: u32) -> Option<u32> {
-        match self {
+/// What a filter is loaded for: the maps' sizes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Capacity {
+    /// QPs the loader may bind (a policy's `[[qp]]` entries and the QPs
+    /// its rules bind from userspace).
+    pub qps: u32,
+    /// QPs the QP-creation probe may bind, above those.
+    pub probed: u32,
+}
+
+impl Capacity {
+    /// Room for `qps` QPs from the loader, and the probe's tables as on an
+    /// interface without RDMA devices.
+    pub const fn of(qps: u32) -> Capacity {
+        Capacity {
+            qps,
+            probed: KERNEL_SLOTS,
+        }
+    }
+
+    /// The entries of a map sized by the loader; None for a fixed size.
+    pub const fn entries(self, size: MapSize) -> Option<u32> {
+        match size {
             MapSize::Fixed => None,
-            MapSize::PerQp(n) => Some(capacity * n),
-            MapSize::Slots => Some(capacity + KERNEL_SLOTS),
+            MapSize::PerSlot(n) => Some((self.qps + self.probed) * n),
+            MapSize::Probed => Some(self.probed),
         }
     }
 }
@@ -83,7 +104,7 @@ pub struct MapSpec {
 
 /// Every map of the filter object: the loader takes, pins, opens and sizes
 /// the maps from this table, and refuses an object with a map it lacks.
-pub const MAPS: [MapSpec; 19] = {
+pub const MAPS: [MapSpec; 20] = {
     use MapKind::*;
     use MapSize::*;
     const fn spec(name: &'static str, kind: MapKind, size: MapSize) -> MapSpec {
@@ -93,22 +114,23 @@ pub const MAPS: [MapSpec; 19] = {
         spec(name::ABI, Array, Fixed),
         spec(name::ACTIVE, Array, Fixed),
         spec(name::CONFIG, Array, Fixed),
-        spec(name::QPS, HashMap, PerQp(GENERATIONS)),
+        spec(name::QPS, HashMap, PerSlot(GENERATIONS)),
         spec(name::GROUPS, HashMap, Fixed),
         spec(name::PORT_KEYS, Array, Fixed),
         spec(name::REASONS, PerCpuArray, Fixed),
         spec(name::XMIT_REASONS, PerCpuArray, Fixed),
-        spec(name::QP_STATS, Array, Slots),
+        spec(name::QP_STATS, Array, PerSlot(1)),
         spec(name::EVENTS, RingBuf, Fixed),
         spec(name::EVENT_BUDGET, PerCpuArray, Fixed),
         spec(name::STAMPS, PerCpuArray, Fixed),
         spec(name::CAPTURES, PerCpuArray, Fixed),
         spec(name::VIOLATIONS, HashMap, Fixed),
         spec(name::BIND_RULES, Array, Fixed),
-        spec(name::KSLOTS, HashMap, Fixed),
-        spec(name::FREE_SLOTS, Stack, Fixed),
-        spec(name::QKEYS, HashMap, Fixed),
+        spec(name::KSLOTS, HashMap, Probed),
+        spec(name::FREE_SLOTS, Stack, Probed),
+        spec(name::QKEYS, HashMap, Probed),
         spec(name::NEXT_SLOT, Array, Fixed),
+        spec(name::QUARANTINE, Array, Fixed),
     ]
 };
 
@@ -120,8 +142,18 @@ pub const PARTITIONS: u32 = 1 << 15;
 /// loader raises it to fit larger policies.
 pub const DEFAULT_QP_CAPACITY: u32 = 1 << 16;
 /// `QP_STATS` slots the QP-creation probe hands out, above those of the
-/// loader (one per QP of capacity): an rxe device has at most 65,536 QPs.
+/// loader, when the interface has no RDMA device to size them from (the
+/// maps' declared size; the loader sets the real one, see [`Capacity`]).
 pub const KERNEL_SLOTS: u32 = 1 << 16;
+/// QPNs the quarantine covers: all of them (24 bits).
+pub const QUARANTINE_WORDS: u32 = (QPN_MASK + 1) / 64;
+
+/// `QUARANTINE`: the word and the bit of QPN `qpn`.
+#[inline(always)]
+pub const fn quarantine_bit(qpn: u32) -> (u32, u64) {
+    let qpn = qpn & QPN_MASK;
+    (qpn / 64, 1 << (qpn % 64))
+}
 /// Capacity of the multicast group table, both generations together.
 pub const GROUP_CAPACITY: u32 = 1 << 12;
 
@@ -330,8 +362,10 @@ pub struct QpLayout {
     pub cred_egid: u32,
     pub nsproxy_net: u32,
     pub net_inum: u32,
-    /// The first of the probe's `QP_STATS` slots (the filter's QP capacity).
+    /// The first of the probe's `QP_STATS` slots (the filter's QP
+    /// capacity), and how many it has (`Capacity::probed`).
     pub first_slot: u32,
+    pub probe_slots: u32,
 }
 
 impl QpLayout {
@@ -469,6 +503,9 @@ crate::named_enum! {
         /// A switch port refused a frame (trap 259, "Bad P_Key (switch
         /// external port)"): as `Frame`, with `direction`.
         SwitchPort = 3 => "switch_port",
+        /// A QP a rule would bind found no room in the probe's tables:
+        /// `dest_qp` is the QP, quarantined.
+        Quarantined = 4 => "quarantined",
     }
 }
 
@@ -517,7 +554,7 @@ const _: () = {
     assert!(size_of::<KernelSlot>() == 16);
     assert!(size_of::<Event>() == 52);
     assert!(size_of::<EventBudget>() == 16);
-    assert!(size_of::<QpLayout>() == 64 + 4 * DEVICES);
+    assert!(size_of::<QpLayout>() == 68 + 4 * DEVICES);
     assert!(size_of::<SenderLayout>() == 32 + 4 * DEVICES);
     assert!(size_of::<crate::tenant::BindSpec>() == 64);
 };

@@ -11,8 +11,9 @@ crate::named_enum! {
     /// counters (`CAPTURES`), so the order is part of the ABI.
     pub enum Capture: u32 as counter {
         /// No stats slot or QP-table room left for a QP a rule binds at
-        /// its creation: left to userspace's binding.
-        Full = 0 => "full",
+        /// its creation: quarantined (every frame to it or from it refused)
+        /// until something binds it or it is destroyed.
+        Quarantined = 0 => "quarantined",
         /// A QP joined a multicast group of its own partition, or one the
         /// policy does not list.
         Joined = 1 => "joined",

@@ -11,7 +11,8 @@ crate::named_enum! {
         NotRoce = 1 => "not_roce",
         /// Destination QP0: the SMI is a member of every partition.
         Smi = 2 => "smi",
-        /// Destination QP not in the table (or an unknown multicast group).
+        /// Destination QP not in the table (or an unknown multicast group);
+        /// always refused for a QP in quarantine.
         UnknownQp = 3 => "unknown_qp",
         /// The frame's P_Key does not match the receiver's.
         PkeyViolation = 4 => "pkey_violation",

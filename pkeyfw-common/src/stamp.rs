@@ -58,6 +58,9 @@ crate::named_enum! {
         /// cut short, a first IP fragment to UDP 4791, ...); dropped, as
         /// the far end may read it otherwise.
         Malformed = 11 => "malformed",
+        /// Egress: from a QP the QP-creation probe had no room to bind
+        /// (quarantined); dropped, as its key is not known.
+        Quarantined = 12 => "quarantined",
     }
 }
 
@@ -200,9 +203,11 @@ pub fn egress<F: Frame + ?Sized, T: Tables>(
             _ => Action::Drop(Stamp::Forged),
         });
     }
-    let (key, kept, done) = match sender.and_then(|q| tables.qp(q)) {
-        Some(qp) => (qp.pkey, Stamp::Unchanged, Stamp::Stamped),
-        None => (config.default_pkey, Stamp::Unbound, Stamp::Defaulted),
+    let (key, kept, done) = match sender.map(|q| (q, tables.qp(q))) {
+        Some((_, Some(qp))) => (qp.pkey, Stamp::Unchanged, Stamp::Stamped),
+        // A QP a rule would bind never leaves with the default key.
+        Some((q, None)) if tables.quarantined(q) => return Some(Action::Drop(Stamp::Quarantined)),
+        _ => (config.default_pkey, Stamp::Unbound, Stamp::Defaulted),
     };
     if roce.pkey == key {
         return Some(Action::Leave(kept));

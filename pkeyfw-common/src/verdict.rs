@@ -26,6 +26,9 @@ pub trait Tables {
     fn group(&self, addr: &[u8; 16]) -> Option<GroupEntry>;
     /// The port-table membership flags ([`pkey::port`]) of a partition.
     fn port_flags(&self, key: u16) -> u8;
+    /// Whether QPN `qpn` is a QP the QP-creation probe had no room to bind
+    /// (asked only of a QPN the table does not hold).
+    fn quarantined(&self, qpn: u32) -> bool;
 }
 
 /// Judges one frame: classification, then the partition rules, then monitor mode.
@@ -87,6 +90,10 @@ fn decide<F: Frame + ?Sized, T: Tables>(
                 );
                 return (reason, reason == Reason::Ok, Some(qp.slot));
             }
+            // A QP a rule would bind is never let in as one no rule binds:
+            // refused whatever the unknown-QP rule (as `drop` refuses it,
+            // so the verifier meets a state it has seen).
+            None if tables.quarantined(qpn) => return (Reason::UnknownQp, false, None),
             None => return unknown(roce.pkey, config),
         },
     };

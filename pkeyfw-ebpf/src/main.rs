@@ -30,8 +30,8 @@ use pkeyfw_common::{
     abi::{
         Config, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget, EventKind, GENERATIONS,
         GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot, PARTITIONS, QPN_MASK,
-        QpEntry, QpStats, SenderLayout, VIOLATION_SLOTS, port_entry_flags, port_key_index, qp_key,
-        violation_key,
+        QUARANTINE_WORDS, QpEntry, QpStats, SenderLayout, VIOLATION_SLOTS, port_entry_flags,
+        port_key_index, qp_key, quarantine_bit, violation_key,
     },
     frame::MAX_OFFSET,
     judge, pkey,
@@ -104,6 +104,11 @@ static FREE_SLOTS: Stack<u32, { KERNEL_SLOTS as usize }> = Stack::new();
 static NEXT_SLOT: Array<u64, 1> = Array::new();
 #[btf_map]
 static QKEYS: HashMap<u32, u32, { KERNEL_SLOTS as usize }, GROWN> = HashMap::new();
+/// One bit per QPN: a QP a `[[bind]]` rule would bind that the QP-creation
+/// probe had no room for. Always has room (2 MiB for every QPN); a frame
+/// to or from such a QP is refused until it is bound or destroyed.
+#[btf_map]
+static QUARANTINE: Array<u64, { QUARANTINE_WORDS as usize }> = Array::new();
 
 /// P_Key and Q_Key violations per partition (`violation_key`), as an IB
 /// port counts them; entries made on first use, updated atomically.
@@ -683,6 +688,12 @@ impl Tables for Generation {
         PORT_KEYS
             .get(port_key_index(self.generation, key))
             .map_or(0, |&entry| port_entry_flags(entry, self.port_serial))
+    }
+
+    #[inline(always)]
+    fn quarantined(&self, qpn: u32) -> bool {
+        let (word, bit) = quarantine_bit(qpn);
+        QUARANTINE.get(word).is_some_and(|w| w & bit != 0)
     }
 }
 

@@ -41,7 +41,7 @@ use pkeyfw_common::{
     abi::{
         DEFAULT_QP_CAPACITY, DEVICES, EVENTS_BYTES, Event, EventBudget, EventKind, GENERATIONS,
         GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot, NO_DEVICE, QPN_MASK,
-        QpEntry, QpLayout, QpStats, QpType, qp_flags, qp_key,
+        QUARANTINE_WORDS, QpEntry, QpLayout, QpStats, QpType, qp_flags, qp_key, quarantine_bit,
     },
     capture,
     tenant::{self, BindSpec, Creator, MAX_RULES},
@@ -83,6 +83,8 @@ static NEXT_SLOT: Array<u64, 1> = Array::new();
 #[btf_map]
 static QKEYS: HashMap<u32, u32, { KERNEL_SLOTS as usize }, GROWN> = HashMap::new();
 #[btf_map]
+static QUARANTINE: Array<u64, { QUARANTINE_WORDS as usize }> = Array::new();
+#[btf_map]
 static EVENTS: RingBuf<Event, { EVENTS_BYTES as usize }> = RingBuf::new();
 #[btf_map]
 static EVENT_BUDGET: PerCpuArray<EventBudget, 1> = PerCpuArray::new();
@@ -107,6 +109,7 @@ static LAYOUT: Global<QpLayout> = Global::new(QpLayout {
     nsproxy_net: 0,
     net_inum: 0,
     first_slot: 0,
+    probe_slots: 0,
 });
 
 /// What a verb's entry probe keeps for its return probe.
@@ -239,6 +242,7 @@ fn unbind(qpn: u32, slot: Option<u32>) {
         }
     }
     let _ = QKEYS.remove(&qpn);
+    quarantine(qpn, false);
     // Whoever removes the entry frees the slot, once.
     if let Some(slot) = slot
         && KSLOTS.remove(&qpn).is_ok()
@@ -491,17 +495,53 @@ fn bind<C: Creator>(qp: *const u8, qpn: u32, transport: QpType, creator: &C) {
         QPS.insert(&key, &rule.entry(transport, slot, qkey), 0)
             .is_ok()
     });
+    quarantine(qpn, !bound);
     if bound {
         count(Capture::Bound);
     } else {
-        // No earlier QP's binding is this one's: left to userspace.
+        // No earlier QP's binding is this one's; and no frame may take
+        // this QP for one no rule binds.
         let _ = QPS.remove(&key);
-        count(Capture::Full);
+        count(Capture::Quarantined);
+        report(Event {
+            dest_qp: qpn,
+            pkey: rule.pkey,
+            kind: EventKind::Quarantined as u8,
+            ..Event::default()
+        });
         warn!(
             &(),
-            "QP {}: no room to bind it at creation (QP table or stats slots full): left to userspace's binding",
+            "QP {}: no room to bind it at creation (QP table or stats slots full): quarantined, its frames refused until it is bound or destroyed",
             qpn
         );
+    }
+}
+
+/// Puts QPN `qpn` in quarantine (`on`) or takes it out: one atomic bit
+/// operation, so that CPUs creating QPs at once lose no bit.
+#[inline(always)]
+fn quarantine(qpn: u32, on: bool) {
+    let (word, bit) = quarantine_bit(qpn);
+    let Some(w) = QUARANTINE.get_ptr_mut(word) else {
+        return;
+    };
+    // SAFETY: a live, 8-byte aligned array element, shared between CPUs.
+    unsafe {
+        if on {
+            core::arch::asm!(
+                "lock *(u64 *)({w} + 0) |= {bit}",
+                w = in(reg) w,
+                bit = in(reg) bit,
+                options(nostack),
+            );
+        } else if *w & bit != 0 {
+            core::arch::asm!(
+                "lock *(u64 *)({w} + 0) &= {mask}",
+                w = in(reg) w,
+                mask = in(reg) !bit,
+                options(nostack),
+            );
+        }
     }
 }
 
@@ -536,10 +576,11 @@ fn stats_slot(qpn: u32, qp: *const u8) -> Option<u32> {
                 let next = NEXT_SLOT.get_ptr_mut(0)?;
                 // SAFETY: the map's only element, 8-byte aligned.
                 let n = unsafe { fetch_add(next) };
-                if n >= u64::from(KERNEL_SLOTS) {
+                let layout = LAYOUT.load();
+                if n >= u64::from(layout.probe_slots) {
                     return None;
                 }
-                LAYOUT.load().first_slot + n as u32
+                layout.first_slot + n as u32
             }
         },
     };

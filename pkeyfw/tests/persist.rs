@@ -344,3 +344,97 @@ fn equal_interface_names_in_two_namespaces_do_not_collide() {
     common::succeed(pkeyfw().args(["detach", "--netns", &two.ns_b, &name]));
     assert_eq!(xdp_on(&two.ns_b, &name), None);
 }
+
+/// A QP the creation probe bound (UD, with the Q_Key its program set) and
+/// one it quarantined, as the probe leaves them in the maps.
+const PROBED_QP: u32 = 0x77;
+const PROBED_QKEY: u32 = 0x0000_abcd;
+const QUARANTINED_QP: u32 = 0x78;
+
+/// Writes what the QP-creation and modify probes would have into the maps
+/// pinned under `dir` (the host has no RDMA devices to make them).
+fn probe_state(dir: &std::path::Path) {
+    use aya::maps::{Array, HashMap, Map, MapData};
+    use pkeyfw_common::abi::{KernelSlot, QpEntry, QpType, name, qp_flags, qp_key, quarantine_bit};
+    let open = |n: &str| MapData::from_pin(dir.join(n)).unwrap();
+    let maps = pkeyfw::loading::maps::Maps::from_pins(dir).unwrap();
+    let live = maps.active_generation().unwrap();
+    let stats = open(name::QP_STATS).info().unwrap().max_entries();
+    let probed = open(name::KSLOTS).info().unwrap().max_entries();
+    let slot = stats - probed;
+    let mut qkeys: HashMap<_, u32, u32> =
+        HashMap::try_from(Map::HashMap(open(name::QKEYS))).unwrap();
+    qkeys.insert(&PROBED_QP, &PROBED_QKEY, 0).unwrap();
+    let mut kslots: HashMap<_, u32, KernelSlot> =
+        HashMap::try_from(Map::HashMap(open(name::KSLOTS))).unwrap();
+    let owned = KernelSlot {
+        slot,
+        _pad: 0,
+        qp: 0xffff_8880_0000_1000,
+    };
+    kslots.insert(&PROBED_QP, &owned, 0).unwrap();
+    let mut qps: HashMap<_, u32, QpEntry> =
+        HashMap::try_from(Map::HashMap(open(name::QPS))).unwrap();
+    let entry = QpEntry {
+        qkey: PROBED_QKEY,
+        slot,
+        pkey: 0x8001,
+        qp_type: QpType::Ud as u8,
+        flags: qp_flags::RULE | qp_flags::PROBE | qp_flags::OWN_QKEY,
+    };
+    qps.insert(&qp_key(live, PROBED_QP), &entry, 0).unwrap();
+    let mut next: Array<_, u64> = Array::try_from(Map::Array(open(name::NEXT_SLOT))).unwrap();
+    next.set(0, &1, 0).unwrap();
+    let mut quarantine: Array<_, u64> =
+        Array::try_from(Map::Array(open(name::QUARANTINE))).unwrap();
+    let (word, bit) = quarantine_bit(QUARANTINED_QP);
+    quarantine.set(word, &bit, 0).unwrap();
+}
+
+/// An attach that replaces one whose process died keeps what its probes
+/// knew: the QP bound at creation, with the Q_Key its program set, and the
+/// one in quarantine. (Before, it started from empty maps: the UD QP was
+/// rebound without its Q_Key, refusing every frame, and the quarantined QP
+/// fell to the unknown-QP rule.)
+#[test]
+fn a_replacing_attach_keeps_what_the_probes_knew() {
+    common::require_root();
+    let pair = VethPair::create(&common::tag("pk")).unwrap();
+    let (_dir, policy) = common::policy_file(&format!(
+        "{}\n[[bind]]\nuid = 4242\npkey = 0x8001\n",
+        common::cases::BASE.replace("unknown_qp = \"default-pkey\"", "unknown_qp = \"pass\"")
+    ));
+    let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
+    let pins = common::pins(&pair.ns_b, &pair.b);
+    let fg = common::Foreground::start(&pair, &policy, "auto");
+    probe_state(&pins.dir);
+    fg.kill();
+    common::succeed(common::pkeyfw_in(&pair.ns_b).args([
+        "attach",
+        &pair.b,
+        "--pin",
+        "--policy",
+        policy.to_str().unwrap(),
+    ]));
+    let maps = pkeyfw::loading::maps::Maps::from_pins(&pins.dir).unwrap();
+    assert_eq!(maps.bound_by().unwrap()[2], ("probe", 1));
+    assert_eq!(maps.quarantined().unwrap(), vec![QUARANTINED_QP]);
+    let ud = |qkey| pkeyfw_testkit::wire::Packet::ud(0x8001, PROBED_QP, qkey).bytes();
+    let to_quarantined = pkeyfw_testkit::wire::Packet::rc(0x8001, QUARANTINED_QP).bytes();
+    let (sent, got) = capture_during(&pair.ns_b, &pair.b, Duration::from_millis(300), || {
+        send(
+            &pair.ns_a,
+            &pair.a,
+            &[ud(PROBED_QKEY), ud(0x1111), to_quarantined.clone()],
+        )
+    })
+    .unwrap();
+    sent.unwrap();
+    assert!(
+        got.contains(&ud(PROBED_QKEY)),
+        "its own Q_Key is its Q_Key still"
+    );
+    assert!(!got.contains(&ud(0x1111)), "another Q_Key is refused");
+    assert!(!got.contains(&to_quarantined), "the quarantine stays");
+    common::succeed(common::pkeyfw_in(&pair.ns_b).args(["detach", &pair.b]));
+}

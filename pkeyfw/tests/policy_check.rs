@@ -209,3 +209,41 @@ fn guid_from_a_real_interface() {
     let stats = check_json(&in_b(&["stats", &pair.b, "--json"]));
     assert_eq!(stats["qps"][0]["qpn"], 0x11);
 }
+
+/// A `cgroup` rule's tenants can fill the QP-creation probe's table unless
+/// the rdma cgroup bounds them: `policy check` says so for a cgroup with no
+/// `rdma.max` (the host has no RDMA device to set one for; the guest's
+/// lab sets them).
+#[test]
+fn a_cgroup_rule_without_an_rdma_limit_is_warned_about() {
+    common::require_root();
+    let root = pkeyfw::policy::identity::cgroup2_mount().expect("cgroup v2 mounted");
+    let cgroup = tempfile::Builder::new()
+        .prefix("pkeyfw-test-")
+        .tempdir_in(&root)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[port]\npkeys = [0xffff, 0x8001]\n[[bind]]\ncgroup = \"{}\"\npkey = 0x8001\n",
+            cgroup.path().display()
+        ),
+    )
+    .unwrap();
+    let v = check_json(&pkeyfw(&[
+        "policy",
+        "check",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--json",
+    ]));
+    let warned = v["warnings"].as_array().unwrap().iter().any(|w| {
+        w.as_str()
+            .unwrap()
+            .contains("has no rdma.max hca_object limit")
+    });
+    assert!(warned, "{v}");
+    assert_eq!(v["rdma_limits"], serde_json::json!([]));
+}

@@ -7,7 +7,11 @@ use std::time::Duration;
 
 use aya::programs::loaded_programs;
 use pkeyfw::loading::filter::Filter;
-use pkeyfw_common::{Reason, abi::SenderLayout, judge};
+use pkeyfw_common::{
+    Reason,
+    abi::{Capacity, SenderLayout},
+    judge,
+};
 use pkeyfw_testkit::netns::{VethPair, send};
 
 /// The XDP program's size as the kernel runs it (after the verifier's
@@ -27,8 +31,8 @@ fn xlated(filter: &Filter) -> (u32, u32) {
 #[test]
 fn without_trace_the_verifier_removes_the_logging() {
     common::require_root();
-    let off = Filter::load_with(0, None, false, &SenderLayout::NONE).unwrap();
-    let on = Filter::load_with(0, None, true, &SenderLayout::NONE).unwrap();
+    let off = Filter::load_with(Capacity::of(0), None, false, &SenderLayout::NONE).unwrap();
+    let on = Filter::load_with(Capacity::of(0), None, true, &SenderLayout::NONE).unwrap();
     let ((off_size, off_walked), (on_size, on_walked)) = (xlated(&off), xlated(&on));
     eprintln!("xlated bytes {off_size} / {on_size}, verified {off_walked} / {on_walked}");
     // The same bytecode, TRACE aside: the kernel must run a program smaller

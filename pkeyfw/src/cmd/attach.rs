@@ -18,7 +18,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use aya::programs::XdpMode as AyaMode;
 use aya_log::EbpfLogger;
-use pkeyfw_common::abi::{EventKind, SenderLayout};
+use pkeyfw_common::abi::{Capacity, EventKind, SenderLayout};
 use tokio::{
     io::{Interest, unix::AsyncFd},
     signal::unix::{SignalKind, signal},
@@ -28,9 +28,12 @@ use super::NetnsArg;
 use crate::{
     cmd::stats::Snapshot,
     control::binder::{self, Binder},
+    control::limits,
     control::netlink::{self, XdpMode},
     control::probes::{self, Probes},
+    control::rdma,
     loading::filter::{Egress, Filter},
+    loading::maps::Maps,
     loading::pins::{self, Aside, Holder, Pins, PolicyEvent, State},
     policy::Policy,
     reporting::describe,
@@ -371,12 +374,21 @@ fn attach(
         (binder.policy().clone(), Vec::new())
     });
     let sender = sender(binder.ifindex(), &policy);
-    let mut filter = Filter::load_with(
-        policy.qps.len() as u32,
-        Some(&pins.dir),
-        opts.trace,
-        &sender,
-    )?;
+    let capacity = Capacity {
+        qps: policy.qps.len() as u32,
+        probed: probe_capacity(binder.ifindex(), &policy),
+    };
+    let mut filter = Filter::load_with(capacity, Some(&pins.dir), opts.trace, &sender)?;
+    // What the old attachment's probes knew is not lost with it.
+    // (One of another map layout, an upgrade's, is replaced without.)
+    if let Some(old) = old.filter(|old| old.dir.exists()) {
+        match Maps::from_pins(&old.dir) {
+            Ok(maps) => filter.maps_mut().inherit(&maps)?,
+            Err(e) => eprintln!(
+                "pkeyfw: warning: what the replaced attachment's probes knew is lost ({e:#}): its QPs are bound again from /proc, without the Q_Keys they set"
+            ),
+        }
+    }
     filter.apply(&policy)?;
     let took_over = match old.filter(|old| old.link().exists()) {
         Some(old) => {
@@ -433,6 +445,30 @@ fn attach(
         old.remove()?;
     }
     Ok((filter, mode, bound))
+}
+
+/// QPs the QP-creation probe may bind at once: what the interface's RDMA
+/// devices hold (lowered by the policy); with what bounds each tenant's
+/// share, said.
+fn probe_capacity(ifindex: u32, policy: &Policy) -> u32 {
+    let devices = rdma::devices_on(ifindex).unwrap_or_default();
+    let capacity = limits::probe_capacity(&devices, policy);
+    let names: Vec<String> = devices.into_iter().map(|d| d.name).collect();
+    if policy.binds.is_empty() || names.is_empty() {
+        return capacity.qps;
+    }
+    let (lines, warnings) = limits::tenant_bounds(policy, &names, Some(capacity.qps));
+    println!(
+        "pkeyfw: the QP-creation probe binds up to {} QPs at once ({})",
+        capacity.qps, capacity.from
+    );
+    for line in lines {
+        println!("pkeyfw: {line}");
+    }
+    for w in capacity.notes.iter().chain(&warnings) {
+        eprintln!("pkeyfw: warning: {w}");
+    }
+    capacity.qps
 }
 
 /// Where the egress program learns which rdma_rxe QP sent a frame; where

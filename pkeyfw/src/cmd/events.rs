@@ -308,6 +308,9 @@ fn trap_json(iface: &str, e: &Event) -> serde_json::Value {
         v["pkey"] = json!(e.pkey);
         v["qkey"] = json!(e.qkey);
         v["policy_qkey"] = json!(e.src_qp);
+    } else if e.kind == EventKind::Quarantined as u8 {
+        v["qp"] = json!(e.dest_qp);
+        v["pkey"] = json!(e.pkey);
     } else {
         v["qp"] = json!(e.dest_qp);
         v["pkey"] = json!(e.pkey);

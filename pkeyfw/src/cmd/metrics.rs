@@ -159,6 +159,11 @@ pub fn exposition() -> Result<String> {
         "QPs the policy in force binds, by what bound them: a [[qp]] entry, a rule applied by pkeyfw, or by the QP-creation probe",
         &[at[0], at[1], "mode", "held", "by"],
     )?;
+    let quarantined = f.gauge(
+        "pkeyfw_qps_quarantined",
+        "QPs a rule would bind that the QP-creation probe had no room for: every frame to or from them is refused",
+        &[at[0], at[1]],
+    )?;
     let reloads = f.counter(
         "pkeyfw_policy_reloads_total",
         "Policy reloads, applied or refused (an invalid file, or the kernel refused it)",
@@ -225,6 +230,9 @@ pub fn exposition() -> Result<String> {
                 .with_label_values(&[at[0], at[1], snap.mode.name(), &snap.held(), by])
                 .set(n as i64);
         }
+        quarantined
+            .with_label_values(&[at[0], at[1]])
+            .set(snap.quarantined.len() as i64);
         for (result, n) in [
             ("applied", snap.record.reloaded),
             ("refused", snap.record.refused),

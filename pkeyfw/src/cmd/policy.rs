@@ -9,6 +9,7 @@ use serde_json::json;
 
 use super::PortArgs;
 use crate::{
+    control::limits,
     policy::{Policy, SwitchPolicy, SwitchRole},
     reporting::describe,
 };
@@ -52,11 +53,22 @@ fn check(args: &CheckArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let policy = Policy::load_for(&args.policy, args.port.guid()?)?;
+    let mut policy = Policy::load_for(&args.policy, args.port.guid()?)?;
+    // What bounds each cgroup rule's tenants, as the kernel has it now.
+    let (bounds, warnings) = limits::tenant_bounds(&policy, &[], None);
+    policy.warnings.extend(warnings);
     if json {
-        writeln!(out, "{}", to_json(&policy))?;
+        let mut v = to_json(&policy);
+        v["rdma_limits"] = json!(bounds);
+        writeln!(out, "{v}")?;
     } else {
         text(&policy, &mut out)?;
+        if !bounds.is_empty() {
+            writeln!(out, "tenants' QP limits (rdma cgroup):")?;
+            for b in &bounds {
+                writeln!(out, "  {b}")?;
+            }
+        }
     }
     Ok(())
 }
@@ -213,7 +225,7 @@ fn text(policy: &Policy, out: &mut impl Write) -> std::io::Result<()> {
     }
     writeln!(
         out,
-        "bind rules: {} (first match wins; [[qp]] entries win over them)",
+        "bind rules: {} (first match wins; [[qp]] entries win over comm, pid, qpn and type rules)",
         policy.binds.len()
     )?;
     for (i, b) in policy.binds.iter().enumerate() {

@@ -43,6 +43,9 @@ pub struct Snapshot {
     /// QPs the live policy binds by what binds them: `[[qp]]` entries,
     /// rules applied by pkeyfw, rules applied by the QP-creation probe.
     pub bound_by: [(&'static str, u64); 3],
+    /// QPs in quarantine: a rule would bind them, the QP-creation probe had
+    /// no room (their frames are refused).
+    pub quarantined: Vec<u32>,
     /// The live generation, the policy file and its history, when known.
     pub generation: u32,
     pub policy_file: Option<std::path::PathBuf>,
@@ -68,6 +71,7 @@ impl Snapshot {
             holder: None,
             netns: None,
             bound_by: maps.bound_by()?,
+            quarantined: maps.quarantined()?,
             generation: maps.active_generation()?,
             policy_file: None,
             record: PolicyRecord::default(),
@@ -170,6 +174,7 @@ impl Snapshot {
             .map(|&(by, n)| (by.to_string(), json!(n)))
             .collect::<serde_json::Map<_, _>>()
             .into();
+        out["quarantined"] = json!(self.quarantined);
         out["policy"] = json!({
             "file": self.policy_file,
             "generation": self.generation,
@@ -250,6 +255,15 @@ impl Snapshot {
                     n
                 )?;
             }
+        }
+        if !self.quarantined.is_empty() {
+            let qps: Vec<String> = self.quarantined.iter().map(|q| format!("{q:#x}")).collect();
+            writeln!(
+                out,
+                "  quarantined QPs ({}; no room at creation, their frames refused): {}",
+                qps.len(),
+                qps.join(" ")
+            )?;
         }
         if !self.qps.is_empty() {
             writeln!(out, "  {:<10} {:>12} {:>12}", "QP", "passed", "dropped")?;

@@ -26,9 +26,7 @@ use aya::{
     util::KernelVersion,
 };
 use aya_log::EbpfLogger;
-use pkeyfw_common::abi::{
-    DEVICES, KERNEL_SLOTS, MAPS, MapSize, NO_DEVICE, QpLayout, SenderLayout, name,
-};
+use pkeyfw_common::abi::{DEVICES, MAPS, MapSize, NO_DEVICE, QpLayout, SenderLayout, name};
 
 use crate::{control::rdma, loading::btf::Btf, reporting::kernel_log::KernelLog};
 
@@ -84,6 +82,7 @@ impl Probes {
         }
         let mut layout = layout(ifindex);
         let mut loader = EbpfLoader::new();
+        let mut sizes = std::collections::HashMap::new();
         for spec in MAPS {
             let pin = pins.join(spec.name);
             if spec.size != MapSize::Fixed {
@@ -91,13 +90,14 @@ impl Probes {
                     .and_then(|m| Ok(m.info()?.max_entries()))
                     .with_context(|| format!("opening {}", pin.display()))?;
                 loader.map_max_entries(spec.name, size);
-                if spec.name == name::QP_STATS
-                    && let Ok(l) = &mut layout
-                {
-                    l.first_slot = size - KERNEL_SLOTS;
-                }
+                sizes.insert(spec.name, size);
             }
             loader.map_pin_path(spec.name, pin);
+        }
+        // The probe's stats slots follow the loader's.
+        if let Ok(l) = &mut layout {
+            l.probe_slots = sizes[name::KSLOTS];
+            l.first_slot = sizes[name::QP_STATS] - l.probe_slots;
         }
         let mut ebpf = loader
             .override_global(
@@ -198,6 +198,7 @@ fn layout(ifindex: u32) -> Result<QpLayout> {
         nsproxy_net: btf.offset("nsproxy", &["net_ns"])?,
         net_inum: btf.offset("net", &["ns", "inum"])?,
         first_slot: 0,
+        probe_slots: 0,
     })
 }
 

@@ -1,12 +1,14 @@
-//! Batched map writes (`BPF_MAP_UPDATE_BATCH`, Linux 5.6+): one system call
-//! per chunk of entries where aya makes one per entry, which is most of the
-//! time a policy of a million QPs takes to apply.
+//! Batched map writes and reads (`BPF_MAP_UPDATE_BATCH`,
+//! `BPF_MAP_LOOKUP_BATCH`, Linux 5.6+): one system call per chunk of
+//! entries where aya makes one per entry, which is most of the time a
+//! policy of a million QPs takes to apply.
 
 use std::os::fd::{AsFd as _, AsRawFd as _};
 
 use aya::{Pod, maps::MapData};
 
-/// `enum bpf_cmd`'s BPF_MAP_UPDATE_BATCH.
+/// `enum bpf_cmd`'s BPF_MAP_LOOKUP_BATCH and BPF_MAP_UPDATE_BATCH.
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
 /// Entries per system call: bounds the copy the kernel makes of them.
 const CHUNK: usize = 1 << 14;
@@ -70,4 +72,45 @@ pub fn update<K: Pod, V: Pod>(map: &MapData, entries: &[(K, V)]) -> Result<(), F
         }
     }
     Ok(())
+}
+
+/// Every value of array `map`, in index order, a chunk per call.
+pub fn array_values<V: Pod + Default>(map: &MapData) -> std::io::Result<Vec<V>> {
+    let fd = map.fd().as_fd().as_raw_fd();
+    let mut out = Vec::new();
+    // An array's batch position is its next index.
+    let (mut at, mut next, mut first) = (0u32, 0u32, true);
+    loop {
+        let mut keys = vec![0u32; CHUNK];
+        let mut values = vec![V::default(); CHUNK];
+        let mut attr = BatchAttr {
+            in_batch: if first { 0 } else { &raw mut at as u64 },
+            out_batch: &raw mut next as u64,
+            keys: keys.as_mut_ptr() as u64,
+            values: values.as_mut_ptr() as u64,
+            count: CHUNK as u32,
+            map_fd: fd as u32,
+            ..BatchAttr::default()
+        };
+        // SAFETY: `attr` points at buffers of `count` keys and values of the
+        // map's sizes (an array's u32 key; `V` is its value, as typed by
+        // the caller) and at the batch positions, all live over the call.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_LOOKUP_BATCH,
+                &raw mut attr,
+                size_of::<BatchAttr>(),
+            )
+        };
+        let error = (rc < 0).then(std::io::Error::last_os_error);
+        values.truncate(attr.count as usize);
+        out.extend(values);
+        match error {
+            // The end: the last entries came with it.
+            Some(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(out),
+            Some(e) => return Err(e),
+            None => (at, first) = (next, false),
+        }
+    }
 }

@@ -18,7 +18,7 @@ use aya::{
 use aya_log::EbpfLogger;
 use pkeyfw_common::{
     Reason, Verdict,
-    abi::{DEFAULT_QP_CAPACITY, MAPS, SenderLayout},
+    abi::{Capacity, DEFAULT_QP_CAPACITY, MAPS, SenderLayout},
 };
 
 use crate::{loading::maps::Maps, policy::Policy, reporting::kernel_log::KernelLog};
@@ -74,35 +74,45 @@ impl Filter {
     /// policy. Nothing is attached; the policy is empty until [`apply`](Self::apply).
     /// Given no rdma_rxe device, it takes no outgoing frame for a QP's.
     pub fn load(qp_capacity: u32) -> Result<Filter> {
-        Filter::load_with(qp_capacity, None, false, &SenderLayout::NONE)
+        Filter::load_with(Capacity::of(qp_capacity), None, false, &SenderLayout::NONE)
     }
 
     /// [`load`](Self::load), pinning the program and its maps under `dir`
     /// so that other pkeyfw processes reach them.
     pub fn load_pinned(qp_capacity: u32, dir: &Path) -> Result<Filter> {
-        Filter::load_with(qp_capacity, Some(dir), false, &SenderLayout::NONE)
+        Filter::load_with(
+            Capacity::of(qp_capacity),
+            Some(dir),
+            false,
+            &SenderLayout::NONE,
+        )
     }
 
-    /// [`load`](Self::load) or [`load_pinned`](Self::load_pinned); with
-    /// `trace`, the programs log every judged frame (`attach --trace`, read
-    /// with [`kernel_log`](Self::kernel_log)). Without it the verifier
-    /// removes the logging code: the programs run as if it were not there.
+    /// [`load`](Self::load) or [`load_pinned`](Self::load_pinned), sized
+    /// for `capacity` (the policy's QPs are rounded up to a power of two,
+    /// at least [`DEFAULT_QP_CAPACITY`]); with `trace`, the programs log
+    /// every judged frame (`attach --trace`, read with
+    /// [`kernel_log`](Self::kernel_log)). Without it the verifier removes
+    /// the logging code: the programs run as if it were not there.
     /// `sender`: where the egress program learns from rdma_rxe which QP
     /// sent a frame.
     pub fn load_with(
-        qp_capacity: u32,
+        capacity: Capacity,
         pin: Option<&Path>,
         trace: bool,
         sender: &SenderLayout,
     ) -> Result<Filter> {
-        let capacity = qp_capacity.max(DEFAULT_QP_CAPACITY).next_power_of_two();
+        let capacity = Capacity {
+            qps: capacity.qps.max(DEFAULT_QP_CAPACITY).next_power_of_two(),
+            probed: capacity.probed.max(1),
+        };
         raise_memlock();
         let trace = u8::from(trace);
         let mut loader = EbpfLoader::new();
         loader.override_global("TRACE", &trace, true);
         loader.override_global("SENDER", sender, true);
         for spec in &MAPS {
-            if let Some(n) = spec.size.entries(capacity) {
+            if let Some(n) = capacity.entries(spec.size) {
                 loader.map_max_entries(spec.name, n);
             }
         }

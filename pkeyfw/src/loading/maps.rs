@@ -19,14 +19,15 @@ use aya::{
     Ebpf,
     maps::{
         Array, HashMap, IterableMap as _, Map, MapData, MapError, MapInfo, PerCpuArray, RingBuf,
+        Stack,
     },
 };
 use pkeyfw_common::{
     Capture, Reason, Stamp, Verdict,
     abi::{
-        Config, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot,
-        LAYOUT_VERSION, MAPS, MapKind, OTHER_PARTITION, PARTITIONS, PORT_SERIAL_BITS, QPN_MASK,
-        QpEntry, QpStats, name, port_entry, port_key_index, qp_flags, qp_key, violation_key,
+        Config, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, KernelSlot, LAYOUT_VERSION,
+        MAPS, MapKind, OTHER_PARTITION, PARTITIONS, PORT_SERIAL_BITS, QPN_MASK, QpEntry, QpStats,
+        name, port_entry, port_key_index, qp_flags, qp_key, quarantine_bit, violation_key,
     },
     reason::{REASON_SLOTS, reason_slot},
     tenant::{BindSpec, MAX_RULES},
@@ -96,8 +97,10 @@ pub struct Maps {
     /// (name, kernel id) of every map, for memory accounting.
     ids: Vec<(&'static str, u32)>,
     /// QPs a policy may bind: the loader's slots of `QP_STATS` (the
-    /// QP-creation probe's, `KERNEL_SLOTS` more, follow them).
+    /// QP-creation probe's, one per `KSLOTS` entry, follow them).
     capacity: u32,
+    /// The QP-creation probe's stats slots (`KSLOTS` entries).
+    probed: u32,
     /// When this process last retired a generation (None: not known here).
     retired: Option<Instant>,
     active: Array<MapData, u32>,
@@ -115,6 +118,9 @@ pub struct Maps {
     bind_rules: Array<MapData, BindSpec>,
     qkeys: HashMap<MapData, u32, u32>,
     kslots: HashMap<MapData, u32, KernelSlot>,
+    free_slots: Stack<MapData, u32>,
+    next_slot: Array<MapData, u64>,
+    quarantine: Array<MapData, u64>,
     /// The other maps, held open.
     _rest: Vec<Map>,
 }
@@ -208,11 +214,13 @@ impl Maps {
             .iter()
             .map(|spec| Ok((spec.name, data(&maps[spec.name])?.info()?.id())))
             .collect::<Result<_>>()?;
-        let capacity = data(&maps[name::QP_STATS])?.info()?.max_entries() - KERNEL_SLOTS;
+        let probed = data(&maps[name::KSLOTS])?.info()?.max_entries();
+        let capacity = data(&maps[name::QP_STATS])?.info()?.max_entries() - probed;
         let mut take = |name| maps.remove(name);
         Ok(Maps {
             ids,
             capacity,
+            probed,
             retired: None,
             active: typed(take(name::ACTIVE), name::ACTIVE)?,
             config: typed(take(name::CONFIG), name::CONFIG)?,
@@ -229,8 +237,9 @@ impl Maps {
             bind_rules: typed(take(name::BIND_RULES), name::BIND_RULES)?,
             qkeys: typed(take(name::QKEYS), name::QKEYS)?,
             kslots: typed(take(name::KSLOTS), name::KSLOTS)?,
-            // Maps only the probes use (FREE_SLOTS) live no longer than
-            // their last handle when nothing pins them, as in a test run.
+            free_slots: typed(take(name::FREE_SLOTS), name::FREE_SLOTS)?,
+            next_slot: typed(take(name::NEXT_SLOT), name::NEXT_SLOT)?,
+            quarantine: typed(take(name::QUARANTINE), name::QUARANTINE)?,
             _rest: maps.into_values().collect(),
         })
     }
@@ -346,6 +355,22 @@ impl Maps {
         Ok(out)
     }
 
+    /// QPs the QP-creation probe had no room to bind, quarantined now (a
+    /// QP bound since is judged by its binding).
+    pub fn quarantined(&self) -> Result<Vec<u32>> {
+        let words: Vec<u64> =
+            batch::array_values(self.quarantine.map()).context("reading QUARANTINE")?;
+        Ok(words
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &w)| {
+                (0..64)
+                    .filter(move |b| w & (1 << b) != 0)
+                    .map(move |b| i as u32 * 64 + b)
+            })
+            .collect())
+    }
+
     /// QPs of the live policy by what bound them: `[[qp]]` entries
     /// ("entry"), rules applied by pkeyfw ("rule"), rules applied by the
     /// QP-creation probe ("probe").
@@ -380,6 +405,63 @@ impl Maps {
                 Ok((name, bytes))
             })
             .collect()
+    }
+
+    /// Takes over what the QP-creation and modify probes of the attachment
+    /// this one replaces (`old`) knew, before anything is applied: the
+    /// Q_Key each QP set, the probe's bindings of the live generation with
+    /// their rules (kept by [`apply`](Self::apply) while the rules stay),
+    /// its stats slots and their counts, and the quarantine. A binding whose
+    /// slot this filter has no room for is quarantined, not lost.
+    pub fn inherit(&mut self, old: &Maps) -> Result<()> {
+        for item in old.qkeys.iter() {
+            let (qpn, qkey) = item.context("reading the old QKEYS")?;
+            self.qkeys.insert(&qpn, &qkey, 0).context("writing QKEYS")?;
+        }
+        let (from, to) = (old.active_generation()?, self.active_generation()?);
+        let rules = old.rules(from)?;
+        self.write_rules(to, &rules)?;
+        let mut quarantine: Vec<u64> =
+            batch::array_values(old.quarantine.map()).context("reading the old QUARANTINE")?;
+        let mut used = HashSet::new();
+        for item in old.kslots.iter() {
+            let (qpn, k) = item.context("reading the old KSLOTS")?;
+            let n = k.slot - old.capacity;
+            let entry = old.qps.get(&qp_key(from, qpn), 0).ok();
+            if n >= self.probed {
+                if entry.is_some_and(|e| e.flags & qp_flags::PROBE != 0) {
+                    let (word, bit) = quarantine_bit(qpn);
+                    quarantine[word as usize] |= bit;
+                }
+                continue;
+            }
+            let slot = self.capacity + n;
+            used.insert(n);
+            self.kslots
+                .insert(&qpn, &KernelSlot { slot, ..k }, 0)
+                .context("writing KSLOTS")?;
+            let stats = old.qp_stats.get(&k.slot, 0).context("reading QP_STATS")?;
+            self.qp_stats
+                .set(slot, &stats, 0)
+                .context("writing QP_STATS")?;
+            if let Some(e) = entry.filter(|e| e.flags & qp_flags::PROBE != 0) {
+                self.put(to, &[(qpn, QpEntry { slot, ..e })])?;
+            }
+        }
+        // The slots handed out stay so; those of them no QP holds are free.
+        let next = old.next_slot.get(&0, 0).context("reading NEXT_SLOT")?;
+        let next = next.min(u64::from(self.probed)) as u32;
+        self.next_slot
+            .set(0, &u64::from(next), 0)
+            .context("writing NEXT_SLOT")?;
+        for n in (0..next).filter(|n| !used.contains(n)) {
+            self.free_slots
+                .push(&(self.capacity + n), 0)
+                .context("writing FREE_SLOTS")?;
+        }
+        let words: Vec<(u32, u64)> = (0..).zip(quarantine).filter(|&(_, w)| w != 0).collect();
+        batch::update(self.quarantine.map(), &words)
+            .map_err(|f| anyhow!(f.error).context("writing QUARANTINE"))
     }
 
     /// Switches the program to `policy`. The policy is written into the idle

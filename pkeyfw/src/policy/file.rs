@@ -4,7 +4,7 @@
 use std::{collections::BTreeMap, net::IpAddr, ops::Range, path::Path};
 
 use pkeyfw_common::{
-    abi::{QpType, UnknownQp},
+    abi::{QPN_MASK, QpType, UnknownQp},
     pkey,
     verdict::MULTICAST_QPN,
 };
@@ -52,6 +52,7 @@ struct RawEnforcement {
     mode: Option<Spanned<String>>,
     unknown_qp: Option<Spanned<String>>,
     stamp: Option<bool>,
+    probe_capacity: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -291,6 +292,14 @@ pub(super) fn parse(
             .as_ref()
             .and_then(|e| e.stamp)
             .unwrap_or(false),
+        probe_capacity: match raw
+            .enforcement
+            .as_ref()
+            .and_then(|e| e.probe_capacity.as_ref())
+        {
+            Some(n) => Some(probe_capacity(&cx, n)?),
+            None => None,
+        },
         switch: None,
     })
 }
@@ -496,6 +505,26 @@ fn enforcement(cx: &Ctx, e: Option<&RawEnforcement>) -> Result<(bool, UnknownQp)
         })?,
     };
     Ok((monitor, unknown_qp))
+}
+
+/// `[enforcement] probe_capacity`: QPs the QP-creation probe may bind at
+/// once, below what the devices hold (1 to 2^24, every QPN).
+fn probe_capacity(cx: &Ctx, n: &Spanned<i64>) -> Result<u32, PolicyError> {
+    let max = u64::from(QPN_MASK) + 1;
+    let v = cx.int(
+        n,
+        "enforcement.probe_capacity",
+        max,
+        "a number of QPs in 1..=16777216",
+    )?;
+    if v == 0 {
+        return Err(cx.err(
+            n.span(),
+            "enforcement.probe_capacity",
+            "0 leaves no QP bindable at creation; expected a number of QPs in 1..=16777216",
+        ));
+    }
+    Ok(v as u32)
 }
 
 fn qp(

@@ -47,6 +47,10 @@ pub struct Policy {
     /// Rewrite outgoing frames' P_Key to the sending QP's binding, and
     /// incoming passed frames' back to the default (`[enforcement] stamp`).
     pub stamp: bool,
+    /// QPs the QP-creation probe may bind at once, when lower than what
+    /// the interface's RDMA devices hold (`[enforcement] probe_capacity`;
+    /// read at attach, when the tables are made).
+    pub probe_capacity: Option<u32>,
     /// This port is a switch's (a switch policy's port), not a host's: only
     /// the table and the role apply.
     pub switch: Option<SwitchRole>,
@@ -117,6 +121,7 @@ impl Policy {
             groups: BTreeMap::new(),
             binds: Vec::new(),
             stamp: false,
+            probe_capacity: None,
             switch: None,
         }
     }
@@ -225,6 +230,11 @@ impl Tables for Policy {
 
     fn port_flags(&self, key: u16) -> u8 {
         Policy::port_flags(self).get(&key).copied().unwrap_or(0)
+    }
+
+    /// The quarantine is the QP-creation probe's, in the kernel only.
+    fn quarantined(&self, _qpn: u32) -> bool {
+        false
     }
 }
 

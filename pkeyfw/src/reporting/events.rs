@@ -25,7 +25,8 @@ pub fn addr(a: [u8; 16]) -> IpAddr {
 }
 
 /// One line per event: a refused frame, a QP that joined a group of
-/// another partition, or one that set a Q_Key the policy does not give it.
+/// another partition, one that set a Q_Key the policy does not give it, or
+/// one quarantined.
 pub fn line(e: &Event) -> String {
     if e.kind == EventKind::QkeyMismatch as u8 {
         return format!(
@@ -34,6 +35,13 @@ pub fn line(e: &Event) -> String {
             describe::pkey(e.pkey),
             e.qkey,
             e.src_qp
+        );
+    }
+    if e.kind == EventKind::Quarantined as u8 {
+        return format!(
+            "violation quarantined: QP {:#08x} (a rule gives it P_Key {}) found no room in the QP-creation probe's table: every frame to it or from it is refused until it is bound or destroyed",
+            e.dest_qp,
+            describe::pkey(e.pkey)
         );
     }
     if e.kind == EventKind::ForeignJoin as u8 {

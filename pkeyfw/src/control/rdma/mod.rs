@@ -9,6 +9,7 @@
 
 mod nldev;
 mod socket;
+pub mod verbs;
 
 use std::{collections::BTreeMap, fmt, net::SocketAddr};
 

@@ -165,7 +165,8 @@ fn judge(sc: &Scenario, o: &Observed) -> bool {
         && attack_failed(sc, o)
 }
 
-/// Whether the scenario's attack, if any, failed as it must: the flood of
+/// Whether the scenario's attack, if any, failed as it must (a restart
+/// lost nothing; a full table quarantined): the flood of
 /// modifies and the squatted peers took no frame from its owner (every
 /// frame of the bound QPs stamped with their own key, as rxe's socket says
 /// who sends); the join was counted and reported.
@@ -176,6 +177,11 @@ fn attack_failed(sc: &Scenario, o: &Observed) -> bool {
         Some(Attack::ModifyFlood | Attack::Squat) => o.unbound == 0,
         Some(Attack::ForeignJoin(_)) => server(Capture::ForeignJoin) > 0 && o.join_reported,
         // The program's Q_Key was captured, the other one refused.
+        // The table was full for the server's QP only while the filler held
+        // it.
+        Some(Attack::Fill(_)) => server(Capture::Quarantined) > 0 && o.rebound == Some(true),
+        // The programs completing says it.
+        Some(Attack::Restart) => true,
         Some(Attack::ForeignQkey(_)) => {
             server(Capture::QkeyCaptured) > 0 && o.reasons.refused_by(Reason::QkeyViolation) > 0
         }

@@ -16,7 +16,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use pkeyfw_common::{Reason, Stamp};
+use pkeyfw_common::{Capture, Reason, Stamp};
 use pkeyfw_testkit::wire;
 
 use super::{
@@ -65,6 +65,9 @@ pub struct Observed {
     pub leftover: u64,
     /// Whether an attachment printed a foreign-join violation.
     pub join_reported: bool,
+    /// Once a table's filler is gone: whether a new QP a rule binds was
+    /// bound at its creation, not quarantined.
+    pub rebound: Option<bool>,
     /// Frames each end's rxe device took in (`rcvd_pkts`, counted once a
     /// frame passed rxe's header and ICRC checks), and frames each end's
     /// filter passed to it: [server, client].
@@ -179,20 +182,27 @@ impl Attach {
             .arg(policy)
             .args(pinned.then_some("--pin"))
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .context("starting pkeyfw attach")?;
         let out = child.stdout.take().expect("piped");
+        let err = child.stderr.take().expect("piped");
         let attach = Attach {
             proc: Proc(child),
             lines: Arc::default(),
             pinned: pinned.then(|| iface.to_string()),
         };
-        let lines = attach.lines.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                lines.lock().expect("not poisoned").push(line);
-            }
-        });
+        // Its warnings and errors among its lines, as a journal has them.
+        let follow = |from: Box<dyn std::io::Read + Send>| {
+            let lines = attach.lines.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(from).lines().map_while(Result::ok) {
+                    lines.lock().expect("not poisoned").push(line);
+                }
+            });
+        };
+        follow(Box::new(out));
+        follow(Box::new(err));
         attach.wait_for(|l| l.contains("attached to"), READY)?;
         Ok(attach)
     }
@@ -200,6 +210,17 @@ impl Attach {
     /// Stops it as Ctrl-C would: it detaches and removes its pins.
     fn stop(self) {
         drop(self);
+    }
+
+    /// SIGKILLs it, as a crash would (its filter enforces on), and starts
+    /// the attach that replaces it; the old one's output comes first.
+    fn replaced(self, iface: &str, policy: &Path) -> Result<Attach> {
+        self.proc.signal(libc::SIGKILL);
+        let old = std::mem::take(&mut *self.lines.lock().expect("not poisoned"));
+        drop(self);
+        let new = Attach::start(iface, policy, false)?;
+        new.lines.lock().expect("not poisoned").splice(0..0, old);
+        Ok(new)
     }
 
     /// Waits for a line of its output that `want` accepts.
@@ -237,10 +258,10 @@ pub fn scenario(
     let policy = work.join(format!("{}.toml", sc.name));
     fs::write(&policy, sc.policy_text())?;
     let rules = sc.policy();
-    let attach = Attach::start(&server_end.iface, &policy, sc.pinned)?;
+    let mut attach = Attach::start(&server_end.iface, &policy, sc.pinned)?;
     // Stamping needs the sender's end too: its egress stamps, its XDP
     // restores the replies.
-    let client_attach = rules
+    let mut client_attach = rules
         .stamp
         .then(|| Attach::start(&client_end.iface, &policy, sc.pinned))
         .transpose()?;
@@ -283,8 +304,17 @@ pub fn scenario(
             .with_context(|| format!("starting {}", program.name()))?,
     );
     wait_ready(program)?;
-    if let Some(Attack::ForeignQkey(qkey)) = sc.attack {
-        foreign_qkey(server_end, client_end, server.0.id(), qkey)?;
+    match sc.attack {
+        Some(Attack::ForeignQkey(qkey)) => {
+            foreign_qkey(server_end, client_end, server.0.id(), qkey)?
+        }
+        Some(Attack::Restart) => {
+            attach = attach.replaced(&server_end.iface, &policy)?;
+            client_attach = client_attach
+                .map(|a| a.replaced(&client_end.iface, &policy))
+                .transpose()?;
+        }
+        _ => {}
     }
     let mut client = Command::new(named(program.name(), client_comm, work)?);
     client_tenant.place(&mut client)?;
@@ -303,6 +333,10 @@ pub fn scenario(
         LINGER
     })?;
     drop((client, server, attacker));
+    let rebound = match sc.attack {
+        Some(Attack::Fill(_)) => Some(rebinds(server_end)?),
+        _ => None,
+    };
     drain_captures(&captures);
     for t in tcpdumps {
         stop(t);
@@ -374,6 +408,7 @@ pub fn scenario(
         stamped,
         unbound,
         probes,
+        rebound,
         join_reported: attach_lines
             .iter()
             .any(|l| l.contains("violation foreign_join")),
@@ -458,7 +493,13 @@ fn attack(attack: Attack, server: &End, client: &End, work: &Path) -> Result<Opt
                 .args(["--hold-ms", "600000"]);
             2500
         }
-        Attack::ForeignQkey(_) => return Ok(None),
+        Attack::Fill(n) => {
+            cmd.args(["--device", &server.device, "--create"])
+                .arg(n.to_string())
+                .args(["--hold-ms", "600000"]);
+            1000
+        }
+        Attack::ForeignQkey(_) | Attack::Restart => return Ok(None),
     };
     let child = cmd
         .uid(NOBODY)
@@ -468,6 +509,27 @@ fn attack(attack: Attack, server: &End, client: &End, work: &Path) -> Result<Opt
         .context("starting pkeyfw lab verbs as nobody")?;
     std::thread::sleep(Duration::from_millis(ready));
     Ok(Some(Proc(child)))
+}
+
+/// Whether a QP a rule binds (the attacker's), created on `end`'s device
+/// once the table's filler is gone, is bound at its creation and not
+/// quarantined.
+fn rebinds(end: &End) -> Result<bool> {
+    use std::os::unix::process::CommandExt as _;
+    let counts = || -> Result<[u64; 2]> {
+        let c = Maps::from_pins(&Pins::of(&end.iface).dir)?.captures()?;
+        Ok([Capture::Bound, Capture::Quarantined].map(|x| c[x.index() as usize]))
+    };
+    let before = counts()?;
+    let made = Command::new(std::env::current_exe()?)
+        .args(["lab", "verbs", "--device", &end.device, "--create", "1"])
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdout(Stdio::null())
+        .status()?
+        .success();
+    let after = counts()?;
+    Ok(made && after[0] > before[0] && after[1] == before[1])
 }
 
 /// The unprivileged user the attacker runs as.

@@ -154,6 +154,16 @@ pub enum Attack {
     /// Once the server's UD QP is up, a UDP socket on the client's end
     /// sends it a datagram with this Q_Key (not the one its program set).
     ForeignQkey(u32),
+    /// As a process a rule binds (uid 65534, another partition's), holds
+    /// this many QPs on the server's device, as many as the probe's table
+    /// (`probe_capacity`) has room for: the server's QP, created next, is
+    /// quarantined, not left to the unknown-QP rule. Once they are gone a
+    /// new QP is bound again.
+    Fill(u32),
+    /// Not a tenant's: once the server's QP is up (and has set its Q_Key),
+    /// every attachment is SIGKILLed and a new attach replaces it, as a
+    /// crash and systemd's `Restart=` would.
+    Restart,
 }
 
 impl Scenario {
@@ -654,6 +664,38 @@ pub fn all() -> Vec<Scenario> {
             why: "bound as created: no frame is unknown",
         },
         Scenario {
+            name: "ud-own-qkey-restart",
+            roles: None,
+            program: Program::UdPingpong,
+            rules: "[[bind]]\ncomm = \"ibv_ud_pingpong\"\npkey = 0xffff\n",
+            binding: "UD, P_Key 0xffff, its own Q_Key",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[PP_QKEY],
+            attack: Some(Attack::Restart),
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
+            why: "the replacing attach keeps the Q_Key the probe saw",
+        },
+        Scenario {
+            name: "fill-table",
+            roles: None,
+            program: Program::UdPingpong,
+            rules: "[enforcement]\nprobe_capacity = 8\n\
+                    [[bind]]\nuid = 65534\npkey = 0x8002\nqkey = 0x11111111\n\
+                    [[bind]]\nuid = 1001\npkey = 0xffff\nqkey = 0x11111111\n",
+            binding: "quarantined: uid 65534 holds the 8 slots",
+            completes: false,
+            reason: Reason::UnknownQp,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[PP_QKEY],
+            attack: Some(Attack::Fill(8)),
+            tenants: [AS_TENANT; 2],
+            pinned: true,
+            why: "a full table quarantines; unknown_qp = default-pkey would pass it",
+        },
+        Scenario {
             name: "ud-own-qkey",
             roles: None,
             program: Program::UdPingpong,
@@ -754,7 +796,9 @@ mod tests {
             // A stalled program's frames are refused under its reason.
             let refused = match sc.reason {
                 Reason::Ok | Reason::NotRoce | Reason::Smi => false,
-                Reason::UnknownQp => p.unknown_qp == UnknownQp::Drop,
+                Reason::UnknownQp => {
+                    p.unknown_qp == UnknownQp::Drop || sc.binding.starts_with("quarantined")
+                }
                 _ => true,
             };
             assert!(sc.completes || refused, "{}", sc.name);

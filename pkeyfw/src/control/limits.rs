@@ -1,0 +1,181 @@
+//! What bounds the QP-creation probe's tables: how many QPs the attached
+//! interface's RDMA devices hold at once (`max_qp`, the tables' size), and
+//! how many each tenant may create (the rdma cgroup controller's
+//! `rdma.max`, which charges every QP a process creates through uverbs as
+//! an `hca_object`). A table a tenant fills quarantines the QPs it has no
+//! room for; a tenant bounded by `rdma.max` cannot fill it for others.
+
+use std::{collections::BTreeMap, path::Path};
+
+use pkeyfw_common::abi::{KERNEL_SLOTS, QPN_MASK};
+
+use crate::{
+    control::rdma::{self, Device},
+    policy::Policy,
+};
+
+/// `max_qp` assumed for a device that cannot be asked (no libibverbs):
+/// above what common RoCE NICs report (mlx5: 2^17..2^18). Too small fails
+/// closed (the QPs beyond it are quarantined), not open.
+const ASSUMED_MAX_QP: u32 = 1 << 18;
+
+/// How many QPs the probe may bind at once on an interface, and why.
+pub struct ProbeCapacity {
+    pub qps: u32,
+    /// Where the number comes from ("rxe0 max_qp 1048560", …).
+    pub from: String,
+    /// What could not be read, said.
+    pub notes: Vec<String>,
+}
+
+/// QPs the probe may bind at once on an interface with `devices`: their
+/// `max_qp` summed, lowered to the policy's `probe_capacity`.
+pub fn probe_capacity(devices: &[Device], policy: &Policy) -> ProbeCapacity {
+    let mut notes = Vec::new();
+    let mut from = Vec::new();
+    let held: u64 = if devices.is_empty() {
+        from.push("no RDMA device".to_string());
+        KERNEL_SLOTS.into()
+    } else {
+        devices
+            .iter()
+            .map(|d| match rdma::verbs::max_qp(&d.name) {
+                Ok(n) => {
+                    from.push(format!("{} max_qp {n}", d.name));
+                    u64::from(n)
+                }
+                Err(e) => {
+                    notes.push(format!(
+                        "cannot read {}'s max_qp ({e:#}): the QP-creation probe's tables are sized for {ASSUMED_MAX_QP} of its QPs, and QPs beyond are quarantined",
+                        d.name
+                    ));
+                    from.push(format!("{} assumed {ASSUMED_MAX_QP}", d.name));
+                    ASSUMED_MAX_QP.into()
+                }
+            })
+            .sum()
+    };
+    let every_qpn = u64::from(QPN_MASK) + 1;
+    let held = held.min(every_qpn) as u32;
+    let qps = match policy.probe_capacity {
+        Some(p) if p < held => {
+            from.insert(0, format!("the policy's probe_capacity, below {held}:"));
+            p
+        }
+        _ => held,
+    };
+    ProbeCapacity {
+        qps,
+        from: from.join(", "),
+        notes,
+    }
+}
+
+/// The `hca_object` limit on each device that bounds the processes of the
+/// cgroup at `dir` (under the cgroup2 mount): the lowest `rdma.max` of it
+/// and its ancestors. A device missing is unlimited.
+pub fn rdma_limits(dir: &Path) -> BTreeMap<String, u64> {
+    let mut limits: BTreeMap<String, u64> = BTreeMap::new();
+    for d in dir.ancestors() {
+        let Ok(text) = std::fs::read_to_string(d.join("rdma.max")) else {
+            continue;
+        };
+        for (device, objects) in parse_rdma_max(&text) {
+            let l = limits.entry(device).or_insert(objects);
+            *l = (*l).min(objects);
+        }
+    }
+    limits
+}
+
+/// `rdma.max` lines: "rxe0 hca_handle=max hca_object=100"; the devices
+/// with a finite `hca_object`.
+fn parse_rdma_max(text: &str) -> Vec<(String, u64)> {
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let device = words.next()?;
+            let objects = words
+                .find_map(|w| w.strip_prefix("hca_object="))?
+                .parse()
+                .ok()?;
+            Some((device.to_string(), objects))
+        })
+        .collect()
+}
+
+/// What `policy check` and `attach` say of the tenants' bounds: per
+/// `cgroup` rule, its `rdma.max` on `devices` (every device named, when
+/// none is given), and a warning where it is unlimited, or where the
+/// limits add up to more than `capacity` (when known).
+pub fn tenant_bounds(
+    policy: &Policy,
+    devices: &[String],
+    capacity: Option<u32>,
+) -> (Vec<String>, Vec<String>) {
+    let (mut lines, mut warnings) = (Vec::new(), Vec::new());
+    let mut total = 0u64;
+    let mut unbounded = false;
+    for (i, rule) in policy.binds.iter().enumerate() {
+        let Some(cgroup) = &rule.cgroup else {
+            continue;
+        };
+        let limits = rdma_limits(&cgroup.path);
+        let relevant: Vec<(&String, &u64)> = limits
+            .iter()
+            .filter(|(d, _)| devices.is_empty() || devices.contains(d))
+            .collect();
+        let covered = !relevant.is_empty()
+            && (devices.is_empty() || devices.iter().all(|d| limits.contains_key(d)));
+        if covered {
+            let text: Vec<String> = relevant
+                .iter()
+                .map(|(d, n)| format!("{d} hca_object={n}"))
+                .collect();
+            total += relevant.iter().map(|(_, n)| **n).sum::<u64>();
+            lines.push(format!(
+                "bind[{i}] (line {}): cgroup {}: rdma.max {}",
+                rule.line,
+                cgroup.name,
+                text.join(", ")
+            ));
+        } else {
+            unbounded = true;
+            warnings.push(format!(
+                "bind[{i}] (line {}): cgroup {} has no rdma.max hca_object limit{}: its tenants can create QPs until the QP-creation probe's table is full, and every later QP a rule binds is quarantined (set one, e.g. `echo \"rxe0 hca_object=1024\" > {}/rdma.max`)",
+                rule.line,
+                cgroup.name,
+                if devices.is_empty() {
+                    String::new()
+                } else {
+                    format!(" on {}", devices.join(", "))
+                },
+                cgroup.path.display()
+            ));
+        }
+    }
+    if let Some(capacity) = capacity
+        && !unbounded
+        && total > u64::from(capacity)
+    {
+        warnings.push(format!(
+            "the cgroup rules' rdma.max limits add up to {total} QPs, more than the {capacity} the QP-creation probe's table holds: tenants at their limits quarantine each other's new QPs"
+        ));
+    }
+    (lines, warnings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_rdma_max_as_the_kernel_writes_it() {
+        let text = "rxe0 hca_handle=max hca_object=100\nrxe1 hca_handle=2 hca_object=max\nmlx5_0 hca_handle=max hca_object=7\n";
+        assert_eq!(
+            parse_rdma_max(text),
+            vec![("rxe0".to_string(), 100), ("mlx5_0".to_string(), 7)]
+        );
+        assert!(parse_rdma_max("").is_empty());
+    }
+}
