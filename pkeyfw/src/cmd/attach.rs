@@ -373,10 +373,12 @@ fn attach(
         eprintln!("pkeyfw: warning: cannot read the QPs ({e:#}); [[bind]] rules bind none yet");
         (binder.policy().clone(), Vec::new())
     });
-    let sender = sender(binder.ifindex(), &policy);
+    // The interface's RDMA devices, read once for what follows from them.
+    let devices = rdma::devices_on(binder.ifindex());
+    let sender = sender(devices.as_deref(), &policy);
     let capacity = Capacity {
         qps: policy.qps.len() as u32,
-        probed: probe_capacity(binder.ifindex(), &policy),
+        probed: probe_capacity(devices.as_deref().unwrap_or_default(), &policy),
     };
     let mut filter = Filter::load_with(capacity, Some(&pins.dir), opts.trace, &sender)?;
     // What the old attachment's probes knew is not lost with it.
@@ -450,10 +452,9 @@ fn attach(
 /// QPs the QP-creation probe may bind at once: what the interface's RDMA
 /// devices hold (lowered by the policy); with what bounds each tenant's
 /// share, said.
-fn probe_capacity(ifindex: u32, policy: &Policy) -> u32 {
-    let devices = rdma::devices_on(ifindex).unwrap_or_default();
-    let capacity = limits::probe_capacity(&devices, policy);
-    let names: Vec<String> = devices.into_iter().map(|d| d.name).collect();
+fn probe_capacity(devices: &[rdma::Device], policy: &Policy) -> u32 {
+    let capacity = limits::probe_capacity(devices, policy);
+    let names: Vec<String> = devices.iter().map(|d| d.name.clone()).collect();
     if policy.binds.is_empty() || names.is_empty() {
         return capacity.qps;
     }
@@ -474,8 +475,10 @@ fn probe_capacity(ifindex: u32, policy: &Policy) -> u32 {
 /// Where the egress program learns which rdma_rxe QP sent a frame; where
 /// it cannot, every frame is a process's, which a stamping policy is warned
 /// of.
-fn sender(ifindex: u32, policy: &Policy) -> SenderLayout {
-    let layout = probes::sender_layout(ifindex);
+fn sender(devices: Result<&[rdma::Device], &anyhow::Error>, policy: &Policy) -> SenderLayout {
+    let layout = devices
+        .map_err(|e| anyhow::anyhow!("{e:#}"))
+        .and_then(probes::sender_layout);
     if policy.stamp {
         match &layout {
             Ok(l) if !l.knows_qps() => eprintln!(

@@ -5,13 +5,16 @@
 //! an `hca_object`). A table a tenant fills quarantines the QPs it has no
 //! room for; a tenant bounded by `rdma.max` cannot fill it for others.
 
-use std::{collections::BTreeMap, path::Path};
+use std::collections::BTreeMap;
 
 use pkeyfw_common::abi::{KERNEL_SLOTS, QPN_MASK};
 
 use crate::{
     control::rdma::{self, Device},
-    policy::Policy,
+    policy::{
+        Policy,
+        identity::{self, Cgroup},
+    },
 };
 
 /// `max_qp` assumed for a device that cannot be asked (no libibverbs):
@@ -71,12 +74,16 @@ pub fn probe_capacity(devices: &[Device], policy: &Policy) -> ProbeCapacity {
     }
 }
 
-/// The `hca_object` limit on each device that bounds the processes of the
-/// cgroup at `dir` (under the cgroup2 mount): the lowest `rdma.max` of it
-/// and its ancestors. A device missing is unlimited.
-pub fn rdma_limits(dir: &Path) -> BTreeMap<String, u64> {
+/// The `hca_object` limit on each device that bounds the processes of
+/// `cgroup`: the lowest `rdma.max` of it and its ancestors up to the
+/// hierarchy's root (which has none). A device missing is unlimited.
+fn rdma_limits(cgroup: &Cgroup) -> BTreeMap<String, u64> {
     let mut limits: BTreeMap<String, u64> = BTreeMap::new();
-    for d in dir.ancestors() {
+    let Some(root) = identity::cgroup2_mount() else {
+        return limits;
+    };
+    let dir = root.join(cgroup.name.trim_start_matches('/'));
+    for d in dir.ancestors().take_while(|d| d.starts_with(&root)) {
         let Ok(text) = std::fs::read_to_string(d.join("rdma.max")) else {
             continue;
         };
@@ -120,13 +127,16 @@ pub fn tenant_bounds(
         let Some(cgroup) = &rule.cgroup else {
             continue;
         };
-        let limits = rdma_limits(&cgroup.path);
+        let limits = rdma_limits(cgroup);
         let relevant: Vec<(&String, &u64)> = limits
             .iter()
             .filter(|(d, _)| devices.is_empty() || devices.contains(d))
             .collect();
-        let covered = !relevant.is_empty()
-            && (devices.is_empty() || devices.iter().all(|d| limits.contains_key(d)));
+        // Every device bounded (any, when none is named).
+        let covered = match devices {
+            [] => !limits.is_empty(),
+            _ => devices.iter().all(|d| limits.contains_key(d)),
+        };
         if covered {
             let text: Vec<String> = relevant
                 .iter()

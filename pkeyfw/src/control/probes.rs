@@ -218,12 +218,12 @@ fn device_slots(indices: impl ExactSizeIterator<Item = u32>) -> Result<[u32; DEV
 }
 
 /// Where the egress program reads which QP sent a frame, for the rdma_rxe
-/// devices on interface `ifindex` (see [`SenderLayout`]): none when the
-/// interface has none, or their BTF is missing (then every outgoing frame
-/// is a process's, and leaves with the default P_Key).
-pub fn sender_layout(ifindex: u32) -> Result<SenderLayout> {
-    let rxe: Vec<u32> = rdma::devices_on(ifindex)?
-        .into_iter()
+/// devices among an interface's `devices` (see [`SenderLayout`]): none when
+/// the interface has none, or their BTF is missing (then every outgoing
+/// frame is a process's, and leaves with the default P_Key).
+pub fn sender_layout(devices: &[rdma::Device]) -> Result<SenderLayout> {
+    let rxe: Vec<u32> = devices
+        .iter()
         // rdma_rxe shows the netdev it runs on as `parent`.
         .filter(|d| {
             Path::new("/sys/class/infiniband")
