@@ -390,6 +390,67 @@ fn egress_hooks_attach_pin_and_detach() {
     }
 }
 
+/// A clsact stamper that no link holds (kernels before 6.6; here forced)
+/// is deleted by the attachment that replaces it: left in place it would
+/// go on rewriting frames from maps nobody updates. Here the old one
+/// stamps and the new one does not, so a frame shows which ran.
+#[test]
+fn a_replacing_filter_deletes_the_clsact_stamper_it_replaces() {
+    common::require_root();
+    let pair = VethPair::create(&common::tag("pkr")).unwrap();
+    let pins = common::pins(&pair.ns_a, &pair.a);
+    let _unpin = common::Unpin(common::pins(&pair.ns_a, &pair.a));
+    in_netns(&pair.ns_a, || {
+        let index = pkeyfw::control::netlink::if_index(&pair.a).unwrap();
+        let stampers = || {
+            pkeyfw::control::netlink::bpf_filters(
+                index,
+                0xffff_fff3, // clsact egress
+                pkeyfw::loading::filter::STAMP_PROGRAM,
+            )
+            .unwrap()
+        };
+        pins.create().unwrap();
+        let mut old = Filter::load_pinned(0, &pins.dir).unwrap();
+        old.apply(&stamping_policy()).unwrap();
+        old.attach(&pair.a, XdpMode::Skb).unwrap();
+        old.attach_egress(&pair.a, Egress::Clsact).unwrap();
+        old.pin_link(&pins).unwrap();
+        drop(old); // as a crash leaves it: the clsact filter stays
+        assert_eq!(pkey_on_the_wire(&pair), 0xffff, "the old stamper runs");
+        let [was] = stampers()[..] else {
+            panic!("one clsact stamper expected: {:?}", stampers())
+        };
+
+        let mut new = common::filter(&Policy {
+            stamp: false,
+            ..stamping_policy()
+        });
+        new.replacing(index).unwrap();
+        new.attach_egress(&pair.a, Egress::Clsact).unwrap();
+        let both = stampers();
+        assert_eq!(both.len(), 2, "{both:?}");
+        assert!(
+            both.iter()
+                .all(|f| f.prog_id == was.prog_id || f.priority > was.priority),
+            "the new filter runs after the old: {both:?}"
+        );
+        new.remove_replaced().unwrap();
+        let left = stampers();
+        assert!(
+            matches!(left[..], [f] if f.prog_id != was.prog_id),
+            "only the new stamper is left: {left:?}"
+        );
+        assert_eq!(
+            pkey_on_the_wire(&pair),
+            0x8002,
+            "the new, non-stamping filter alone"
+        );
+        new.detach().unwrap();
+    })
+    .unwrap();
+}
+
 /// Random bound and unbound frames, out through egress and in through the
 /// XDP program under the same policy: every passed frame ends with 0xFFFF
 /// and a valid ICRC and checksum.

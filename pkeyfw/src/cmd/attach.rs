@@ -140,6 +140,10 @@ pub fn run(opts: &AttachArgs) -> Result<()> {
     let old = match gone {
         Some(mode) => {
             let aside = pins.set_aside()?;
+            // What the old attachment's probes knew is not lost with it,
+            // even when it must go first. (One of another map layout, an
+            // upgrade's, is replaced without.)
+            let maps = Maps::from_pins(&aside.dir);
             let fits = match opts.mode {
                 Mode::Auto => true,
                 Mode::Native => mode == XdpMode::Native,
@@ -152,12 +156,12 @@ pub fn run(opts: &AttachArgs) -> Result<()> {
                 );
                 aside.remove()?;
             }
-            Some(aside)
+            Some((aside, maps))
         }
         None => None,
     };
     if let Err(e) = pins.create() {
-        if let Some(old) = &old {
+        if let Some((old, _)) = &old {
             let _ = old.restore(&pins);
         }
         return Err(e);
@@ -181,7 +185,7 @@ pub fn run(opts: &AttachArgs) -> Result<()> {
         }
         Err(e) => {
             let _ = pins.remove();
-            if let Some(old) = &old {
+            if let Some((old, _)) = &old {
                 let _ = old.restore(&pins);
             }
             return Err(e);
@@ -361,13 +365,14 @@ fn refuse_if_taken(pins: &Pins, index: u32, opts: &AttachArgs) -> Result<Option<
 }
 
 /// Loads, fills (binding the QPs that exist), attaches and pins the links.
-/// Replacing an attachment (`old`, set aside), it switches the old links to
-/// the new programs (no moment without a filter) and removes the old pins.
+/// Replacing an attachment (`old`, set aside, with its maps), it carries the
+/// probes' state over, switches the old links to the new programs (no
+/// moment without a filter) and removes the old pins and filters.
 fn attach(
     pins: &Pins,
     binder: &mut Binder,
     opts: &AttachArgs,
-    old: Option<&Aside>,
+    old: Option<&(Aside, Result<Maps>)>,
 ) -> Result<(Filter, XdpMode, Vec<String>)> {
     let (policy, bound) = binder.effective().unwrap_or_else(|e| {
         eprintln!("pkeyfw: warning: cannot read the QPs ({e:#}); [[bind]] rules bind none yet");
@@ -381,16 +386,16 @@ fn attach(
         probed: probe_capacity(devices.as_deref().unwrap_or_default(), &policy),
     };
     let mut filter = Filter::load_with(capacity, Some(&pins.dir), opts.trace, &sender)?;
-    // What the old attachment's probes knew is not lost with it.
-    // (One of another map layout, an upgrade's, is replaced without.)
-    if let Some(old) = old.filter(|old| old.dir.exists()) {
-        match Maps::from_pins(&old.dir) {
-            Ok(maps) => filter.maps_mut().inherit(&maps)?,
+    if let Some((_, maps)) = old {
+        match maps {
+            Ok(maps) => filter.maps_mut().inherit(maps)?,
             Err(e) => eprintln!(
                 "pkeyfw: warning: what the replaced attachment's probes knew is lost ({e:#}): its QPs are bound again from /proc, without the Q_Keys they set"
             ),
         }
+        filter.replacing(binder.ifindex())?;
     }
+    let old = old.map(|(aside, _)| aside);
     filter.apply(&policy)?;
     let took_over = match old.filter(|old| old.link().exists()) {
         Some(old) => {
@@ -443,6 +448,7 @@ fn attach(
             .mode
     };
     filter.pin_link(pins)?;
+    filter.remove_replaced()?;
     if let Some(old) = old.filter(|old| old.dir.exists()) {
         old.remove()?;
     }

@@ -1,12 +1,16 @@
-//! What the kernel says about an interface's XDP attachment (rtnetlink
-//! RTM_GETLINK, IFLA_XDP): the source of truth for the mode and for whether
-//! a program is attached at all.
+//! What the kernel says about an interface's attachments (rtnetlink):
+//! RTM_GETLINK's IFLA_XDP, the source of truth for the XDP mode and for
+//! whether a program is attached at all, and RTM_GETTFILTER for the clsact
+//! filters that no link holds (kernels before 6.6).
 
 use anyhow::{Context as _, Result, bail};
-use netlink_packet_core::{NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload};
+use netlink_packet_core::{
+    NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
+};
 use netlink_packet_route::{
     RouteNetlinkMessage,
     link::{LinkAttribute, LinkMessage, LinkXdp, XdpAttached},
+    tc::{TcAttribute, TcFilterBpfOption, TcMessage, TcOption},
 };
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 
@@ -118,5 +122,87 @@ pub fn xdp_attached(index: u32) -> Result<Option<Attached>> {
         (Some(mode), Some(prog_id)) => Some(Attached { mode, prog_id }),
         (Some(mode), None) => Some(Attached { mode, prog_id: 0 }),
         _ => None,
+    })
+}
+
+/// A BPF classifier under an interface's clsact qdisc: what deleting it
+/// takes (`tc filter del … prio P handle H bpf`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct BpfFilter {
+    pub priority: u16,
+    pub handle: u32,
+    pub prog_id: u32,
+}
+
+/// The BPF classifiers named `program` under interface `index`'s clsact
+/// hook `parent` (RTM_GETTFILTER dump); none when it has no clsact qdisc.
+pub fn bpf_filters(index: u32, parent: u32, program: &str) -> Result<Vec<BpfFilter>> {
+    let mut socket = Socket::new(NETLINK_ROUTE).context("netlink socket")?;
+    socket.bind_auto()?;
+    socket.connect(&SocketAddr::new(0, 0))?;
+    let mut filter = TcMessage::default();
+    filter.header.index = index as i32;
+    filter.header.parent = parent.into();
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+    let mut request = NetlinkMessage::new(
+        header,
+        NetlinkPayload::from(RouteNetlinkMessage::GetTrafficFilter(filter)),
+    );
+    request.finalize();
+    let mut buf = vec![0; request.buffer_len()];
+    request.serialize(&mut buf);
+    socket.send(&buf, 0).context("RTM_GETTFILTER")?;
+
+    let mut found = Vec::new();
+    loop {
+        let (reply, _) = socket.recv_from_full().context("RTM_GETTFILTER reply")?;
+        let mut at = 0;
+        while at < reply.len() {
+            let message = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&reply[at..])
+                .context("decoding the RTM_GETTFILTER reply")?;
+            at += message.header.length as usize;
+            match message.payload {
+                NetlinkPayload::Done(_) => return Ok(found),
+                NetlinkPayload::Error(e) => bail!("RTM_GETTFILTER for interface {index}: {e}"),
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewTrafficFilter(m)) => {
+                    found.extend(named(&m, program));
+                }
+                _ => {}
+            }
+            if message.header.length == 0 {
+                break;
+            }
+        }
+    }
+}
+
+/// The filter `m`, if it is a BPF classifier running `program`.
+fn named(m: &TcMessage, program: &str) -> Option<BpfFilter> {
+    let options = m.attributes.iter().find_map(|a| match a {
+        TcAttribute::Options(o) => Some(o),
+        _ => None,
+    })?;
+    let bpf = |want: fn(&TcFilterBpfOption) -> bool| {
+        options.iter().find_map(|o| match o {
+            TcOption::Bpf(b) if want(b) => Some(b.clone()),
+            _ => None,
+        })
+    };
+    let name = bpf(|b| matches!(b, TcFilterBpfOption::ProgName(_)))?;
+    let TcFilterBpfOption::ProgName(name) = name else {
+        return None;
+    };
+    if name != program {
+        return None;
+    }
+    let prog_id = match bpf(|b| matches!(b, TcFilterBpfOption::ProgId(_))) {
+        Some(TcFilterBpfOption::ProgId(id)) => id,
+        _ => 0,
+    };
+    Some(BpfFilter {
+        priority: (m.header.info >> 16) as u16,
+        handle: m.header.handle.into(),
+        prog_id,
     })
 }

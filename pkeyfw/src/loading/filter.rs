@@ -10,7 +10,7 @@ use aya::{
     programs::{
         SchedClassifier, TcAttach, TcAttachType, TestRun, TestRunOptions, TestRunResult, Xdp,
         XdpMode,
-        links::{FdLink, LinkOrder, PinnedLink},
+        links::{FdLink, Link as _, LinkOrder, PinnedLink},
         tc::{self, NlOptions, SchedClassifierLink, SchedClassifierLinkId, TcError},
         xdp::XdpLink,
     },
@@ -21,7 +21,12 @@ use pkeyfw_common::{
     abi::{Capacity, DEFAULT_QP_CAPACITY, MAPS, SenderLayout},
 };
 
-use crate::{loading::maps::Maps, policy::Policy, reporting::kernel_log::KernelLog};
+use crate::{
+    control::netlink::{self, BpfFilter},
+    loading::maps::Maps,
+    policy::Policy,
+    reporting::kernel_log::KernelLog,
+};
 
 /// The program's name in the object.
 pub const PROGRAM: &str = "pkeyfw";
@@ -67,6 +72,38 @@ pub struct Filter {
     link: Option<aya::programs::xdp::XdpLinkId>,
     egress: Option<SchedClassifierLinkId>,
     ingress: Option<SchedClassifierLinkId>,
+    replaced: Replaced,
+}
+
+/// The clsact filters of an attachment this one replaces: no link holds
+/// them (kernels before 6.6), so none can be switched over in place. The
+/// new filters run after them until [`Filter::remove_replaced`] deletes
+/// them; left alone, an old stamping program would go on rewriting frames
+/// from maps nobody updates.
+#[derive(Default)]
+struct Replaced {
+    index: u32,
+    egress: Vec<BpfFilter>,
+    ingress: Vec<BpfFilter>,
+}
+
+impl Replaced {
+    fn on(&self, hook: TcAttachType) -> &[BpfFilter] {
+        match hook {
+            TcAttachType::Egress => &self.egress,
+            _ => &self.ingress,
+        }
+    }
+
+    /// The priority that runs a new filter after the old ones (the kernel's
+    /// own choice, 0, puts it first).
+    fn after(&self, hook: TcAttachType) -> u16 {
+        self.on(hook)
+            .iter()
+            .map(|f| f.priority.saturating_add(1))
+            .max()
+            .unwrap_or(0)
+    }
 }
 
 impl Filter {
@@ -157,7 +194,48 @@ impl Filter {
             link: None,
             egress: None,
             ingress: None,
+            replaced: Replaced::default(),
         })
+    }
+
+    /// Notes the stamping and ingress clsact filters on interface `index`
+    /// before this filter replaces them; see [`Replaced`].
+    pub fn replacing(&mut self, index: u32) -> Result<()> {
+        let list = |hook: TcAttachType, program: &str| {
+            netlink::bpf_filters(index, tc::TcHandle::from(hook).into(), program)
+                .with_context(|| format!("listing the {hook:?} clsact filters"))
+        };
+        self.replaced = Replaced {
+            index,
+            egress: list(TcAttachType::Egress, STAMP_PROGRAM)?,
+            ingress: list(TcAttachType::Ingress, INGRESS_PROGRAM)?,
+        };
+        Ok(())
+    }
+
+    /// Deletes the replaced attachment's clsact filters (see
+    /// [`replacing`](Self::replacing)), once this filter's own run.
+    pub fn remove_replaced(&mut self) -> Result<()> {
+        let replaced = std::mem::take(&mut self.replaced);
+        for hook in [TcAttachType::Egress, TcAttachType::Ingress] {
+            for old in replaced.on(hook) {
+                SchedClassifierLink::attached(
+                    replaced.index,
+                    hook.into(),
+                    old.priority,
+                    old.handle.into(),
+                    None,
+                )?
+                .detach()
+                .with_context(|| {
+                    format!(
+                        "deleting the replaced {hook:?} filter (prio {}, program {})",
+                        old.priority, old.prog_id
+                    )
+                })?;
+            }
+        }
+        Ok(())
     }
 
     /// Starts reading the programs' log lines (`--trace`) into `log`.
@@ -231,12 +309,16 @@ impl Filter {
                 Err(TcError::NetlinkError(e)) if e.raw_os_error() == Some(libc::EEXIST) => {}
                 other => other.context("adding the clsact qdisc")?,
             }
+            let priority = f.replaced.after(hook);
             f.tc_program_mut(program)
                 .attach(
                     name.as_c_str(),
                     TcAttach::Netlink {
                         parent: hook.into(),
-                        options: NlOptions::default(),
+                        options: NlOptions {
+                            priority,
+                            ..NlOptions::default()
+                        },
                     },
                 )
                 .context("attaching under the clsact qdisc")
