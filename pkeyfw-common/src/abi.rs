@@ -39,7 +39,7 @@ pub const LAYOUT_VERSION: u32 = LAYOUT << 24
     | (crate::Stamp::COUNT as u32) << 8
     | crate::Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 12;
+const LAYOUT: u32 = 13;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -355,13 +355,13 @@ pub struct QpLayout {
     /// `struct ib_qp_attr`: `qkey`.
     pub attr_qkey: u32,
     /// `struct task_struct`: `cred`, `nsproxy`; `struct cred`: `euid`,
-    /// `egid`; `struct nsproxy`: `net_ns`; `struct net`: `ns.inum`.
+    /// `egid`; `struct nsproxy`: `net_ns`; `struct net`: `net_cookie`.
     pub task_cred: u32,
     pub task_nsproxy: u32,
     pub cred_euid: u32,
     pub cred_egid: u32,
     pub nsproxy_net: u32,
-    pub net_inum: u32,
+    pub net_cookie: u32,
     /// The first of the probe's `QP_STATS` slots (the filter's QP
     /// capacity), and how many it has (`Capacity::probed`).
     pub first_slot: u32,
@@ -556,7 +556,7 @@ const _: () = {
     assert!(size_of::<EventBudget>() == 16);
     assert!(size_of::<QpLayout>() == 68 + 4 * DEVICES);
     assert!(size_of::<SenderLayout>() == 32 + 4 * DEVICES);
-    assert!(size_of::<crate::tenant::BindSpec>() == 64);
+    assert!(size_of::<crate::tenant::BindSpec>() == 72);
 };
 
 #[cfg(feature = "user")]

@@ -50,6 +50,9 @@ pub mod matcher {
 pub struct BindSpec {
     /// cgroup v2 id (the directory's inode) and its depth below the root.
     pub cgroup: u64,
+    /// Network namespace cookie (`net->net_cookie`): unlike its inode
+    /// number, never given to another namespace while the system runs.
+    pub netns: u64,
     pub cgroup_level: u32,
     /// [`matcher`] bits.
     pub matchers: u32,
@@ -59,8 +62,6 @@ pub struct BindSpec {
     /// Effective user and group ids, as the initial user namespace sees them.
     pub uid: u32,
     pub gid: u32,
-    /// Network namespace inode number.
-    pub netns: u32,
     /// The Q_Key of the UD QPs it binds, when `pinned_qkey`.
     pub qkey: u32,
     pub pkey: u16,
@@ -81,7 +82,8 @@ pub trait Creator {
     fn pid(&self) -> u32;
     fn uid(&self) -> u32;
     fn gid(&self) -> u32;
-    fn netns(&self) -> u32;
+    /// The network namespace's cookie.
+    fn netns(&self) -> u64;
     /// The id of the task's cgroup's ancestor at `level` (itself at its
     /// own level), 0 when it is not that deep.
     fn cgroup_at(&self, level: u32) -> u64;
@@ -106,7 +108,7 @@ impl BindSpec {
         let diff = (differs(self.pid, c.pid()) & given(matcher::PID))
             | (differs(self.uid, c.uid()) & given(matcher::UID))
             | (differs(self.gid, c.gid()) & given(matcher::GID))
-            | (differs(self.netns, c.netns()) & given(matcher::NETNS))
+            | ((self.netns ^ c.netns()) & given(matcher::NETNS))
             | (differs(self.qp_type.into(), transport as u32) & given(matcher::TYPE))
             | (((r0 ^ c0) | (r1 ^ c1)) & given(matcher::COMM))
             | ((self.cgroup ^ c.cgroup_at(self.cgroup_level)) & given(matcher::CGROUP))
@@ -200,7 +202,7 @@ mod tests {
         pid: u32,
         uid: u32,
         gid: u32,
-        netns: u32,
+        netns: u64,
         /// Cgroup ids from the root down.
         cgroups: [u64; 4],
     }
@@ -221,7 +223,7 @@ mod tests {
         fn gid(&self) -> u32 {
             self.gid
         }
-        fn netns(&self) -> u32 {
+        fn netns(&self) -> u64 {
             self.netns
         }
         fn cgroup_at(&self, level: u32) -> u64 {
@@ -235,7 +237,7 @@ mod tests {
             pid: 100,
             uid: 1001,
             gid: 1001,
-            netns: 4026531840,
+            netns: 0x1000_0000_0001,
             cgroups: [1, 50, 60, 0],
             ..Task::default()
         }
@@ -247,6 +249,16 @@ mod tests {
             pkey: 0x8001,
             ..BindSpec::default()
         }
+    }
+
+    #[test]
+    fn a_netns_rule_matches_the_whole_cookie() {
+        let mut r = rule(matcher::NETNS);
+        r.netns = tenant_a().netns;
+        assert!(r.matches(&tenant_a(), 0x11, QpType::Ud));
+        // Equal in the low 32 bits, as two namespaces' inode numbers can be.
+        r.netns = 0x2000_0000_0001;
+        assert!(!r.matches(&tenant_a(), 0x11, QpType::Ud));
     }
 
     #[test]

@@ -107,7 +107,7 @@ static LAYOUT: Global<QpLayout> = Global::new(QpLayout {
     cred_euid: 0,
     cred_egid: 0,
     nsproxy_net: 0,
-    net_inum: 0,
+    net_cookie: 0,
     first_slot: 0,
     probe_slots: 0,
 });
@@ -621,7 +621,7 @@ struct Task {
     pid: u32,
     uid: u32,
     gid: u32,
-    netns: u32,
+    netns: u64,
     comm: [u8; 16],
 }
 
@@ -644,7 +644,7 @@ impl Task {
             pid: (bpf_get_current_pid_tgid() >> 32) as u32,
             uid: read_or(cred, layout.cred_euid, u32::MAX),
             gid: read_or(cred, layout.cred_egid, u32::MAX),
-            netns: read_or(net, layout.net_inum, 0),
+            netns: read_or(net, layout.net_cookie, 0),
             comm,
         }
     }
@@ -683,7 +683,7 @@ impl Creator for Task {
     fn gid(&self) -> u32 {
         self.gid
     }
-    fn netns(&self) -> u32 {
+    fn netns(&self) -> u64 {
         self.netns
     }
     fn cgroup_at(&self, level: u32) -> u64 {
@@ -713,7 +713,7 @@ impl Creator for KernelUser {
     fn gid(&self) -> u32 {
         u32::MAX
     }
-    fn netns(&self) -> u32 {
+    fn netns(&self) -> u64 {
         0
     }
     fn cgroup_at(&self, _level: u32) -> u64 {

@@ -438,3 +438,60 @@ fn a_replacing_attach_keeps_what_the_probes_knew() {
     assert!(!got.contains(&to_quarantined), "the quarantine stays");
     common::succeed(common::pkeyfw_in(&pair.ns_b).args(["detach", &pair.b]));
 }
+
+/// A `netns` rule of a pinned attachment (which never re-reads its policy)
+/// outlives its namespace: it holds the namespace's cookie, so it matches
+/// nothing once the namespace is gone, and `stats` says so.
+#[test]
+fn a_netns_rule_whose_namespace_is_gone_is_reported() {
+    common::require_root();
+    let pair = VethPair::create(&common::tag("pk")).unwrap();
+    let tenant = common::tag("pkt");
+    let add = std::process::Command::new("ip")
+        .args(["netns", "add", &tenant])
+        .status()
+        .unwrap();
+    assert!(add.success());
+    struct Gone(String);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", &self.0])
+                .status();
+        }
+    }
+    let gone = Gone(tenant.clone());
+    let (_dir, policy) = common::policy_file(&format!(
+        "{}\n[[bind]]\nnetns = \"/run/netns/{tenant}\"\npkey = 0x8001\n",
+        common::cases::BASE
+    ));
+    let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
+    common::succeed(common::pkeyfw_in(&pair.ns_b).args([
+        "attach",
+        &pair.b,
+        "--pin",
+        "--policy",
+        policy.to_str().unwrap(),
+    ]));
+    let stats = |json: bool| {
+        let mut cmd = common::pkeyfw_in(&pair.ns_b);
+        cmd.args(["stats", &pair.b]);
+        if json {
+            cmd.arg("--json");
+        }
+        String::from_utf8(common::succeed(&mut cmd).stdout).unwrap()
+    };
+    let gone_rules = || {
+        let v: Value = serde_json::from_str(&stats(true)).unwrap();
+        v["gone_netns_rules"].as_array().unwrap().len()
+    };
+    assert_eq!(gone_rules(), 0, "the namespace is there");
+    drop(gone);
+    assert_eq!(gone_rules(), 1, "{}", stats(false));
+    assert!(
+        stats(false).contains("[[bind]] rule 1: its network namespace"),
+        "{}",
+        stats(false)
+    );
+    common::succeed(common::pkeyfw_in(&pair.ns_b).args(["detach", &pair.b]));
+}

@@ -46,6 +46,8 @@ pub struct Snapshot {
     /// QPs in quarantine: a rule would bind them, the QP-creation probe had
     /// no room (their frames are refused).
     pub quarantined: Vec<u32>,
+    /// `netns` rules (index, cookie) whose namespace is gone.
+    pub gone_netns: Vec<(usize, u64)>,
     /// The live generation, the policy file and its history, when known.
     pub generation: u32,
     pub policy_file: Option<std::path::PathBuf>,
@@ -72,6 +74,7 @@ impl Snapshot {
             netns: None,
             bound_by: maps.bound_by()?,
             quarantined: maps.quarantined()?,
+            gone_netns: maps.gone_netns_rules()?,
             generation: maps.active_generation()?,
             policy_file: None,
             record: PolicyRecord::default(),
@@ -175,6 +178,11 @@ impl Snapshot {
             .collect::<serde_json::Map<_, _>>()
             .into();
         out["quarantined"] = json!(self.quarantined);
+        out["gone_netns_rules"] = self
+            .gone_netns
+            .iter()
+            .map(|(i, cookie)| json!({"rule": i + 1, "cookie": cookie}))
+            .collect();
         out["policy"] = json!({
             "file": self.policy_file,
             "generation": self.generation,
@@ -263,6 +271,13 @@ impl Snapshot {
                 "  quarantined QPs ({}; no room at creation, their frames refused): {}",
                 qps.len(),
                 qps.join(" ")
+            )?;
+        }
+        for (i, cookie) in &self.gone_netns {
+            writeln!(
+                out,
+                "  [[bind]] rule {}: its network namespace (cookie {cookie}) is gone; it matches nothing",
+                i + 1
             )?;
         }
         if !self.qps.is_empty() {

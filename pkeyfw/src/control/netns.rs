@@ -1,11 +1,15 @@
 //! Network namespaces, as `ip -n` names them: `--netns NAME` is
-//! `/run/netns/NAME`, anything with a `/` a path to an nsfs file. A
+//! `/run/netns/NAME`, anything with a `/` a path to an nsfs file. A live
 //! namespace is identified by its nsfs inode ([`NetnsId`]), which keys the
-//! pins (see [`pins`](crate::loading::pins)).
+//! pins (see [`pins`](crate::loading::pins)); what must outlive it (a
+//! `netns` rule) holds its cookie, which is never reused ([`Netns::cookie`]).
 
 use std::{
     fs::{self, File},
-    os::{fd::AsRawFd, unix::fs::MetadataExt},
+    os::{
+        fd::{AsRawFd, FromRawFd as _},
+        unix::fs::MetadataExt,
+    },
     path::{Path, PathBuf},
 };
 
@@ -82,7 +86,7 @@ impl NetnsId {
         );
         for path in candidates {
             if NetnsId::of_path(&path).ok() == Some(self)
-                && let Ok(ns) = Netns::open_path(&path)
+                && let Ok(ns) = Netns::at(&path)
                 && ns.id == self
             {
                 return Some(ns);
@@ -108,7 +112,7 @@ impl Netns {
         } else {
             Path::new(NAMED).join(spec)
         };
-        let mut ns = Netns::open_path(&path).with_context(|| {
+        let mut ns = Netns::at(&path).with_context(|| {
             if spec.contains('/') {
                 format!("--netns {spec}: not a network namespace file")
             } else {
@@ -119,7 +123,8 @@ impl Netns {
         Ok(ns)
     }
 
-    fn open_path(path: &Path) -> Result<Netns> {
+    /// The namespace of an nsfs file (or /run/netns entry).
+    pub fn at(path: &Path) -> Result<Netns> {
         let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
         let id = NetnsId(file.metadata()?.ino());
         Ok(Netns {
@@ -142,6 +147,14 @@ impl Netns {
         Ok(())
     }
 
+    /// Its cookie (SO_NETNS_COOKIE, Linux 5.14): an inode number goes to
+    /// the next namespace made once this one is gone (an unprivileged
+    /// `unshare -Urn` gets it), a cookie never while the system runs.
+    pub fn cookie(&self) -> Result<u64> {
+        self.run(current_cookie)?
+            .with_context(|| format!("reading the cookie of network namespace {}", self.spec))
+    }
+
     /// Runs `f` on a thread inside it; runs it right here when this thread
     /// is in it already.
     pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T> {
@@ -160,6 +173,69 @@ impl Netns {
                 })?
         })
     }
+}
+
+/// The cookie of the calling thread's network namespace, as a socket made
+/// here carries it.
+fn current_cookie() -> Result<u64> {
+    // SAFETY: plain system calls; the fd is closed by OwnedFd.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error()).context("socket");
+    }
+    let _fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    let mut cookie = 0u64;
+    let mut len = size_of::<u64>() as libc::socklen_t;
+    // SAFETY: an 8-byte buffer and its length.
+    let got = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_NETNS_COOKIE,
+            (&raw mut cookie).cast(),
+            &mut len,
+        )
+    };
+    if got != 0 {
+        return Err(std::io::Error::last_os_error())
+            .context("getsockopt(SO_NETNS_COOKIE) (Linux 5.14 or later)");
+    }
+    Ok(cookie)
+}
+
+/// The cookies of every live network namespace that a process is in or a
+/// name (`/run/netns`) holds.
+pub fn live_cookies() -> std::collections::HashSet<u64> {
+    let processes = fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .as_encoded_bytes()
+                .iter()
+                .all(u8::is_ascii_digit)
+        })
+        .map(|e| e.path().join("ns/net"));
+    let named = fs::read_dir(NAMED)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path());
+    let mut seen = std::collections::HashSet::new();
+    named
+        .chain(processes)
+        .filter(|p| fs::metadata(p).is_ok_and(|m| seen.insert(m.ino())))
+        .filter_map(|p| Netns::at(&p).ok()?.cookie().ok())
+        .collect()
+}
+
+/// The cookie of process `pid`'s network namespace; None once it is gone.
+pub fn cookie_of_pid(pid: u32) -> Option<u64> {
+    Netns::at(Path::new(&format!("/proc/{pid}/ns/net")))
+        .ok()?
+        .cookie()
+        .ok()
 }
 
 /// The process whose namespaces are the host's: PID 1, else (where PID 1

@@ -196,7 +196,7 @@ fn layout(ifindex: u32) -> Result<QpLayout> {
         cred_euid: btf.offset("cred", &["euid"])?,
         cred_egid: btf.offset("cred", &["egid"])?,
         nsproxy_net: btf.offset("nsproxy", &["net_ns"])?,
-        net_inum: btf.offset("net", &["ns", "inum"])?,
+        net_cookie: btf.offset("net", &["net_cookie"])?,
         first_slot: 0,
         probe_slots: 0,
     })

@@ -30,7 +30,7 @@ use pkeyfw_common::{
         name, port_entry, port_key_index, qp_flags, qp_key, quarantine_bit, violation_key,
     },
     reason::{REASON_SLOTS, reason_slot},
-    tenant::{BindSpec, MAX_RULES},
+    tenant::{BindSpec, MAX_RULES, matcher},
 };
 
 use super::batch;
@@ -369,6 +369,24 @@ impl Maps {
                     .map(move |b| i as u32 * 64 + b)
             })
             .collect())
+    }
+
+    /// The live policy's `netns` rules (their index among its rules) whose
+    /// namespace no longer exists: they match nothing (a cookie is never
+    /// reused), which the administrator should know.
+    pub fn gone_netns_rules(&self) -> Result<Vec<(usize, u64)>> {
+        let rules = self.rules(self.active_generation()?)?;
+        let mut by_netns = rules
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.matchers & matcher::NETNS != 0)
+            .map(|(i, r)| (i, r.netns))
+            .peekable();
+        if by_netns.peek().is_none() {
+            return Ok(Vec::new());
+        }
+        let live = crate::control::netns::live_cookies();
+        Ok(by_netns.filter(|(_, c)| !live.contains(c)).collect())
     }
 
     /// QPs of the live policy by what bound them: `[[qp]]` entries

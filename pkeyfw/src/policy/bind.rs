@@ -122,7 +122,7 @@ impl BindRule {
         }
         if let Some(n) = &self.netns {
             s.matchers |= matcher::NETNS;
-            s.netns = n.inode;
+            s.netns = n.cookie;
         }
         if let Some(r) = &self.qpns {
             s.matchers |= matcher::QPN;
@@ -181,7 +181,7 @@ impl BindRule {
             && self
                 .netns
                 .as_ref()
-                .is_none_or(|n| owner.is_some_and(|o| o.netns == n.inode))
+                .is_none_or(|n| owner.is_some_and(|o| o.netns == n.inode) && same_netns(qp, n))
             && self
                 .cgroup
                 .as_ref()
@@ -207,6 +207,14 @@ impl BindRule {
             flags: qp_flags::RULE | if own { qp_flags::OWN_QKEY } else { 0 },
         }
     }
+}
+
+/// Whether the process that owns `qp` is in namespace `n` by its cookie (its
+/// inode number, equal, may be a reused one's).
+fn same_netns(qp: &Qp, n: &Netns) -> bool {
+    qp.pid
+        .and_then(crate::control::netns::cookie_of_pid)
+        .is_some_and(|c| c == n.cookie)
 }
 
 /// Whether cgroup `member` ("/a/b") is `dir` or below it.

@@ -30,11 +30,13 @@ pub struct Cgroup {
     pub level: u32,
 }
 
-/// A network namespace.
+/// A network namespace: what a rule matches is its cookie, the inode
+/// number only finds candidates fast.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Netns {
     pub path: PathBuf,
     pub inode: u32,
+    pub cookie: u64,
 }
 
 /// Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or
@@ -108,10 +110,14 @@ pub fn netns(path: &Path) -> Result<Netns, String> {
         .metadata()
         .map_err(|e| format!("cannot read it: {e}"))?
         .ino();
+    let cookie = crate::control::netns::Netns::at(path)
+        .and_then(|ns| ns.cookie())
+        .map_err(|e| format!("{e:#}"))?;
     Ok(Netns {
         path: path.to_path_buf(),
         inode: u32::try_from(inode)
             .map_err(|_| "has an inode number beyond 32 bits".to_string())?,
+        cookie,
     })
 }
 

@@ -603,9 +603,9 @@ fn creator_matchers_are_checked_and_compiled() {
         (spec.uid, spec.gid, spec.pkey, spec.pinned_qkey),
         (1001, 1002, 0x8001, 0)
     );
-    use std::os::unix::fs::MetadataExt as _;
-    let ino = std::fs::metadata("/proc/self/ns/net").unwrap().ino();
-    assert_eq!(u64::from(spec.netns), ino);
+    // The namespace's cookie, which is never reused, not its inode number.
+    let cookie = crate::control::netns::cookie_of_pid(std::process::id());
+    assert_eq!(Some(spec.netns), cookie);
 }
 
 /// On the host side, creator matchers read the owner from /proc: a QP
@@ -632,4 +632,96 @@ fn creator_matchers_match_the_owner() {
     assert!(rule.matches(&qp), "the root cgroup holds every cgroup");
     qp.owner.as_mut().unwrap().uid = 1002;
     assert!(!rule.matches(&qp));
+}
+
+/// A process in a network namespace of its own, made by an unprivileged
+/// user as a tenant would (`unshare -Urn` as nobody); killed when dropped.
+struct Unshared(std::process::Child);
+
+impl Unshared {
+    fn start() -> Unshared {
+        let mut child = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(["unshare", "-Urn", "sleep", "60"])
+            .spawn()
+            .expect("setpriv unshare -Urn");
+        use std::os::unix::fs::MetadataExt as _;
+        let me = std::fs::metadata("/proc/self/ns/net").unwrap().ino();
+        let path = format!("/proc/{}/ns/net", child.id());
+        for _ in 0..200 {
+            if std::fs::metadata(&path).is_ok_and(|m| m.ino() != me) {
+                return Unshared(child);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("unshare -Urn made no namespace");
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    fn netns(&self) -> crate::policy::identity::Netns {
+        crate::policy::identity::netns(Path::new(&format!("/proc/{}/ns/net", self.pid()))).unwrap()
+    }
+}
+
+impl Drop for Unshared {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A `netns` rule outlives its namespace: once the tenant's namespace is
+/// gone, an unprivileged `unshare -Urn` gets its inode number again (the
+/// kernel hands out the lowest free one). The rule holds the namespace's
+/// cookie, which no other namespace gets, so the newcomer's QPs are not
+/// the deleted tenant's: neither in the kernel's rule nor in the match
+/// against the QPs already there.
+#[test]
+fn a_reused_namespace_inode_is_not_the_rules_namespace() {
+    use crate::control::rdma::Owner;
+    let tenant = Unshared::start();
+    let gone = tenant.netns();
+    let p = parse(&format!(
+        "[port]\npkeys = [0xffff, 0x8001]\n\
+         [[bind]]\nnetns = \"/proc/{}/ns/net\"\npkey = 0x8001\n",
+        tenant.pid()
+    ))
+    .unwrap();
+    let rule = &p.binds[0];
+    assert_eq!(
+        rule.spec().netns,
+        gone.cookie,
+        "the kernel's rule holds the cookie"
+    );
+    let qp_of = |u: &Unshared, inode| Qp {
+        owner: Some(Owner {
+            uid: 65534,
+            gid: 65534,
+            netns: inode,
+            cgroup: "/".into(),
+        }),
+        ..Qp::user(0x11, IbQpType::Ud, u.pid(), "tenant")
+    };
+    assert!(
+        rule.matches(&qp_of(&tenant, gone.inode)),
+        "the tenant's own QP"
+    );
+    drop(tenant);
+
+    let squatter = (0..64)
+        .map(|_| Unshared::start())
+        .find(|u| u.netns().inode == gone.inode)
+        .expect("the inode number came back within 64 namespaces");
+    let now = squatter.netns();
+    assert_ne!(now.cookie, gone.cookie, "a cookie is never reused");
+    assert!(
+        !rule.matches(&qp_of(&squatter, now.inode)),
+        "the squatter's QP is not the tenant's"
+    );
+    assert_ne!(rule.spec().netns, now.cookie);
 }
