@@ -18,12 +18,17 @@
 //! on VL15 are. No QP, group or Q_Key rule applies: a switch sees
 //! partitions, not receivers.
 //!
-//! An access port (`access_pkey`) is where the subnet manager's key for a
-//! host that cannot stamp is given: a frame entering with 0xFFFF (an
-//! unmodified rdma_rxe) is judged with, and gets, the port's key; a frame
-//! leaving gets 0xFFFF back, after the outbound check. A frame entering
-//! with another key is judged as it is, so a tenant cannot claim a
-//! partition its port is not in.
+//! An access port (`access_pkey`) stands in for the HCA of a host that
+//! cannot stamp (an unmodified rdma_rxe, whose every frame carries 0xFFFF):
+//! every QP behind it is, in effect, in the port's partition and no other.
+//! A RoCE v2 frame entering with 0xFFFF is judged with, and gets, the
+//! port's key; one entering with any other key, or RoCE v1 (which cannot be
+//! stamped), is refused: such a tenant has no other key to send, and one
+//! that makes a frame by hand must not reach another partition its port's
+//! table happens to hold (the default one, typically). A frame leaving must
+//! match the port's key itself (Table 16-2), as the emulated HCA's QPs
+//! would check it; a QP1 (GSI) frame, any entry of the port's table, as
+//! QP1 does. It then gets 0xFFFF back.
 
 use crate::{
     Direction, Outcome, Reason, Tables,
@@ -32,7 +37,7 @@ use crate::{
     parse::{self, Parsed, Roce},
     pkey,
     stamp::{self, Plan, Stamp},
-    verdict::SMI_QPN,
+    verdict::{GSI_QPN, SMI_QPN},
 };
 
 /// What a switch port does with a frame in one direction.
@@ -126,7 +131,13 @@ pub fn judge<F: Frame + ?Sized, T: Tables>(
             let flags = tables.port_flags(pkey::key(key));
             let ok = !checks
                 || match direction {
+                    Direction::Inbound if access != 0 => {
+                        stamps(&roce) && pkey::port::admits(key, flags)
+                    }
                     Direction::Inbound => pkey::port::admits(key, flags),
+                    Direction::Outbound if access != 0 && roce.dest_qp != GSI_QPN => {
+                        pkey::matches(key, access)
+                    }
                     Direction::Outbound => pkey::port::matches(key, flags),
                 };
             let reason = if ok {

@@ -48,9 +48,10 @@ fn the_lab_shows_every_case_as_expected() {
 #[test]
 fn the_switch_lab_shows_every_frame_as_expected() {
     let text = lab(&["lab", "switch"]);
-    // 12 ordered pairs × 3 networks + 2 forgeries, in 3 rounds.
+    // 12 ordered pairs × 3 networks + 2 forgeries, in 3 rounds, and 3 more
+    // forgeries at the access ports.
     assert!(
-        text.contains("114 of 114 frames as the partition rules say"),
+        text.contains("117 of 117 frames as the partition rules say"),
         "{text}"
     );
     for round in ["round drop", "round corrupt", "round access"] {

@@ -166,7 +166,7 @@ fn smi_exempt_and_malformed_refused() {
 }
 
 /// An access port: 0xFFFF in becomes the port's key (ICRC and checksum
-/// true), any key out becomes 0xFFFF; another key in is judged as it is.
+/// true), any key out becomes 0xFFFF; another key in is refused.
 #[test]
 fn access_port_stamps_in_and_restores_out() {
     let role = SwitchRole {
@@ -197,10 +197,10 @@ fn access_port_stamps_in_and_restores_out() {
     let foreign = Packet::rc(0x8002, 0x100).bytes();
     assert_eq!(run(&filter, Direction::Inbound, &foreign).0, Verdict::Drop);
     assert_eq!(run(&filter, Direction::Outbound, &foreign).0, Verdict::Drop);
-    // A limited member's own key is checked as it is, and kept.
+    // The host behind an access port has no other key to send, not even
+    // a limited membership of its own partition.
     let limited = Packet::rc(0x0001, 0x100).bytes();
-    let (v, _, out) = run(&filter, Direction::Inbound, &limited);
-    assert_eq!((v, out.as_deref()), (Verdict::Pass, Some(&limited[..])));
+    assert_eq!(run(&filter, Direction::Inbound, &limited).0, Verdict::Drop);
     // Out, 0xFFFF is refused like any key of a partition the port is not in.
     let default = Packet::rc(0xffff, 0x100).bytes();
     assert_eq!(run(&filter, Direction::Outbound, &default).0, Verdict::Drop);
@@ -225,6 +225,61 @@ fn access_port_stamps_in_and_restores_out() {
         ),
         (4, 4)
     );
+}
+
+/// An access port is an HCA whose every QP holds the port's key, though
+/// its table (from a partitions.conf with `Default=0x7fff : ALL=full`)
+/// holds the default partition too: a tenant behind it that makes frames
+/// by hand reaches no other partition. In, only 0xFFFF over RoCE v2 (what
+/// its unmodified rdma_rxe sends) passes, as the port's key; 0x7FFF, a
+/// key of another port's partition, a full member's key of its own and
+/// RoCE v1 are refused. Out, a frame must match the port's key itself,
+/// except a QP1 frame, which may match any entry of the table, as QP1
+/// does. (Before, each of these was judged against the whole table.)
+#[test]
+fn an_access_port_admits_only_its_own_key() {
+    let role = SwitchRole {
+        access: Some(0x8001),
+        ..CHECKS
+    };
+    let filter = common::filter(&port(&[0xffff, 0x8001, 0x8002], role));
+    for (what, p) in [
+        ("0x7fff", Packet::rc(0x7fff, 0x100)),
+        ("0x8002 of another port", Packet::rc(0x8002, 0x100)),
+        ("0x8001 by hand", Packet::ud(0x8001, 0x100, 0x11)),
+        ("RoCE v1 0xffff", Packet::rc(0xffff, 0x100).as_v1()),
+        ("RoCE v1 0x8001", Packet::rc(0x8001, 0x100).as_v1()),
+        ("QP1 0x7fff", Packet::ud(0x7fff, 1, 0x8001_0000)),
+    ] {
+        let (v, r, _) = run(&filter, Direction::Inbound, &p.bytes());
+        assert_eq!((v, r), (Verdict::Drop, Reason::PkeyViolation), "in: {what}");
+    }
+    let own = Packet::rc(0xffff, 0x100);
+    let (v, _, out) = run(&filter, Direction::Inbound, &own.bytes());
+    assert_eq!(v, Verdict::Pass);
+    let (out, at) = (out.unwrap(), own.bth_at() + 2);
+    assert_eq!(
+        u16::from_be_bytes([out[at], out[at + 1]]),
+        0x8001,
+        "stamped"
+    );
+
+    for (what, p, pass) in [
+        (
+            "0xffff of a default-partition host",
+            Packet::rc(0xffff, 0x100),
+            false,
+        ),
+        ("0x7fff", Packet::rc(0x7fff, 0x100), false),
+        ("0x8002", Packet::rc(0x8002, 0x100), false),
+        ("0x8001", Packet::rc(0x8001, 0x100), true),
+        ("0x0001, a limited member", Packet::rc(0x0001, 0x100), true),
+        ("QP1 0xffff", Packet::ud(0xffff, 1, 0x8001_0000), true),
+        ("QP1 0x8002", Packet::ud(0x8002, 1, 0x8001_0000), true),
+    ] {
+        let (v, _, _) = run(&filter, Direction::Outbound, &p.bytes());
+        assert_eq!(v == Verdict::Pass, pass, "out: {what}");
+    }
 }
 
 /// `corrupt`: a refused RoCE v2 frame goes on with a wrong ICRC, P_Key 0

@@ -8,10 +8,15 @@
 //! - drop: each host sends its own key; refused frames never arrive;
 //! - corrupt: refused frames arrive with a broken ICRC;
 //! - access: every port stamps, the hosts send 0xFFFF (as an unmodified
-//!   rdma_rxe does) and receive 0xFFFF.
+//!   rdma_rxe does) and receive 0xFFFF. Each port's table also holds the
+//!   default partition, as one from a partitions.conf with
+//!   `Default=0x7fff : ALL=full` does.
 //!
 //! Two forgeries ride along in each round: B posing as a full member, B
-//! claiming D's partition. Everything is removed at the end, also on failure.
+//! claiming D's partition. Three more in the access round, where the port
+//! is the host's HCA with one key: B sending 0x7FFF (the default partition
+//! its port's table holds), D sending A's 0x8001, and B sending RoCE v1.
+//! Everything is removed at the end, also on failure.
 
 use std::{path::Path, process::Command, time::Duration};
 
@@ -54,13 +59,17 @@ impl Round {
         };
         let mut text = format!("[switch]\nviolation = \"{violation}\"\n");
         for (i, (_, key)) in HOSTS.iter().enumerate() {
+            let (pkeys, stamp) = match self {
+                Round::Access => (
+                    format!("0xffff, {key:#06x}"),
+                    format!("stamp = {key:#06x}\n"),
+                ),
+                _ => (format!("{key:#06x}"), String::new()),
+            };
             text += &format!(
-                "\n[[switch.port]]\ninterface = \"{}\"\npkeys = [{key:#06x}]\n",
+                "\n[[switch.port]]\ninterface = \"{}\"\npkeys = [{pkeys}]\n{stamp}",
                 port(i)
             );
-            if self == Round::Access {
-                text += &format!("stamp = {key:#06x}\n");
-            }
         }
         text
     }
@@ -82,8 +91,15 @@ struct Case {
 impl Case {
     /// Whether the rules let it reach the receiver: the sender's port admits
     /// its key (partition and membership of its table), the receiver's
-    /// port matches it (Table 16-2).
+    /// port matches it (Table 16-2). Access ports are HCAs with one key:
+    /// only 0xFFFF over RoCE v2 goes in, and what comes out must match the
+    /// receiver's key.
     fn allowed(&self) -> bool {
+        if self.round == Round::Access {
+            return self.sent == pkey::DEFAULT
+                && self.net != "v1"
+                && pkey::matches(self.wire, HOSTS[self.to].1);
+        }
         let flags = |host: usize, key: u16| {
             let own = HOSTS[host].1;
             if pkey::key(own) == pkey::key(key) {
@@ -252,13 +268,14 @@ fn cases(round: Round, first_qpn: u32) -> Vec<Case> {
         let qpn = first_qpn + cases.len() as u32;
         let mut packet = match net {
             "ipv6" => Packet::ud(sent, qpn, 0x11).over_v6(Vec::new()),
+            "v1" => Packet::rc(sent, qpn).as_v1(),
             _ => Packet::rc(sent, qpn),
         };
         if net == "vlan" {
             packet.vlans = vec![0x8100];
         }
         let wire = match round {
-            Round::Access if sent == pkey::DEFAULT => HOSTS[from].1,
+            Round::Access if sent == pkey::DEFAULT && net != "v1" => HOSTS[from].1,
             _ => sent,
         };
         cases.push(Case {
@@ -286,6 +303,11 @@ fn cases(round: Round, first_qpn: u32) -> Vec<Case> {
     // partition.
     add(1, 2, "ipv4", 0x8001);
     add(1, 3, "ipv4", 0x8002);
+    if round == Round::Access {
+        add(1, 2, "ipv4", 0x7fff);
+        add(3, 0, "ipv4", 0x8001);
+        add(1, 0, "v1", pkey::DEFAULT);
+    }
     cases
 }
 
