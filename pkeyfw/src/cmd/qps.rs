@@ -226,8 +226,11 @@ impl View {
 fn summary(qp: &Qp) -> String {
     let port = qp.port.map_or("-".to_string(), |p| p.to_string());
     let owner = match (qp.kernel, qp.pid, &qp.comm) {
-        (true, _, Some(name)) => format!("[{name}]"),
-        (_, Some(pid), comm) => format!("pid {pid} {}", comm.as_deref().unwrap_or("?")),
+        (true, _, Some(name)) => format!("[{}]", describe::name(name)),
+        (_, Some(pid), comm) => format!(
+            "pid {pid} {}",
+            describe::name(comm.as_deref().unwrap_or("?"))
+        ),
         _ => "owner gone".to_string(),
     };
     let mut s = format!(

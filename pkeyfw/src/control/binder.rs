@@ -186,7 +186,7 @@ fn owner(qp: &Qp) -> String {
         s += &format!(", pid {pid}");
     }
     if let Some(comm) = &qp.comm {
-        s += &format!(" {comm}");
+        s += &format!(" {}", crate::reporting::describe::name(comm));
     }
     s
 }

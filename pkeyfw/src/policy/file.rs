@@ -77,11 +77,57 @@ struct RawGroup {
 
 /// Validation context: the file, for error positions.
 pub(super) struct Ctx<'a> {
+    /// The file as given, for errors.
     pub(super) path: &'a Path,
     pub(super) text: &'a str,
+    /// Where the files it names are read from (see [`Source`]).
+    pub(super) dir: &'a Path,
+}
+
+/// A policy file read from one snapshot of its directory. A Kubernetes
+/// ConfigMap volume changes every file at once by re-pointing its `..data`
+/// symlink: the policy and the partitions.conf it names must come from the
+/// same version, so the directory is resolved once, and both are read from
+/// what it resolved to.
+pub(super) struct Source {
+    pub(super) path: std::path::PathBuf,
+    pub(super) text: String,
+    pub(super) dir: std::path::PathBuf,
+}
+
+impl Source {
+    pub(super) fn read(path: &Path) -> Result<Source, PolicyError> {
+        let real = std::fs::canonicalize(path).map_err(|e| PolicyError::io(path, &e))?;
+        let text = std::fs::read_to_string(&real).map_err(|e| PolicyError::io(path, &e))?;
+        Ok(Source {
+            path: path.to_path_buf(),
+            text,
+            dir: real.parent().unwrap_or(Path::new("/")).to_path_buf(),
+        })
+    }
+
+    pub(super) fn ctx(&self) -> Ctx<'_> {
+        Ctx {
+            path: &self.path,
+            text: &self.text,
+            dir: &self.dir,
+        }
+    }
 }
 
 impl Ctx<'_> {
+    /// A file the policy names, in the policy's snapshot: relative to its
+    /// directory; an absolute path into the directory the policy was given
+    /// in is read from the snapshot too.
+    pub(super) fn named(&self, name: &str) -> std::path::PathBuf {
+        let name = Path::new(name);
+        let given = self.path.parent().filter(|d| !d.as_os_str().is_empty());
+        match given.and_then(|d| name.strip_prefix(d).ok()) {
+            Some(rest) if name.is_absolute() => self.dir.join(rest),
+            _ => self.dir.join(name),
+        }
+    }
+
     /// Parses the file's TOML into `T`, or an error at its position.
     pub(super) fn toml<T: serde::de::DeserializeOwned>(&self) -> Result<T, PolicyError> {
         toml::from_str(self.text).map_err(|e| {
@@ -201,12 +247,7 @@ pub(super) fn hex_list(pkeys: &[u16]) -> String {
     format!("[{}]", items.join(", "))
 }
 
-pub(super) fn parse(
-    path: &Path,
-    text: &str,
-    port_guid: Option<u64>,
-) -> Result<Policy, PolicyError> {
-    let cx = Ctx { path, text };
+pub(super) fn parse(cx: &Ctx, port_guid: Option<u64>) -> Result<Policy, PolicyError> {
     let raw: RawPolicy = cx.toml()?;
 
     let port = raw.port.as_ref().ok_or_else(|| {
@@ -216,17 +257,17 @@ pub(super) fn parse(
             "missing; expected a [port] table with `pkeys` or `partitions`",
         )
     })?;
-    let table = port_table(&cx, port, port_guid)?;
+    let table = port_table(cx, port, port_guid)?;
     let pkeys = table.pkeys.clone();
 
-    let (monitor, unknown_qp) = enforcement(&cx, raw.enforcement.as_ref())?;
+    let (monitor, unknown_qp) = enforcement(cx, raw.enforcement.as_ref())?;
 
     let mut qps = BTreeMap::new();
     let mut first_line = BTreeMap::new();
     for (i, q) in raw.qp.iter().enumerate() {
         let field = format!("qp[{i}]");
-        let (qpn, rule) = qp(&cx, &pkeys, q, &field)?;
-        let (line, _) = position(text, q.span().start);
+        let (qpn, rule) = qp(cx, &pkeys, q, &field)?;
+        let (line, _) = position(cx.text, q.span().start);
         if let Some(first) = first_line.insert(qpn, line) {
             return Err(cx.err(
                 q.get_ref().qpn.as_ref().map_or(q.span(), Spanned::span),
@@ -244,7 +285,7 @@ pub(super) fn parse(
         .collect();
     for (i, g) in raw.group.iter().enumerate() {
         let field = format!("group[{i}]");
-        let group = group(&cx, &pkeys, g, &field)?;
+        let group = group(cx, &pkeys, g, &field)?;
         let key = Group::key_addr(group.addr);
         if groups.insert(key, group).is_some() {
             let addr = g.get_ref().addr.as_ref().map_or(g.span(), Spanned::span);
@@ -259,7 +300,7 @@ pub(super) fn parse(
         }
     }
 
-    let binds = bind::rules(&cx, &pkeys, &raw.bind)?;
+    let binds = bind::rules(cx, &pkeys, &raw.bind)?;
     let mut warnings = table.warnings;
     if !monitor {
         warnings.extend(binds.iter().filter(|b| b.no_boundary()).map(|b| {
@@ -297,7 +338,7 @@ pub(super) fn parse(
             .as_ref()
             .and_then(|e| e.probe_capacity.as_ref())
         {
-            Some(n) => Some(probe_capacity(&cx, n)?),
+            Some(n) => Some(probe_capacity(cx, n)?),
             None => None,
         },
         switch: None,
@@ -372,11 +413,7 @@ pub(super) fn partitions_table(
     guid: u64,
     is_sm: bool,
 ) -> Result<PortTable, PolicyError> {
-    let path = cx
-        .path
-        .parent()
-        .unwrap_or(Path::new(""))
-        .join(file.get_ref());
+    let path = cx.named(file.get_ref());
     let text = std::fs::read_to_string(&path).map_err(|e| {
         cx.err(
             file.span(),

@@ -85,8 +85,7 @@ impl Policy {
     /// Reads and validates a policy file for a port whose GUID, unless the
     /// file names one, is `port_guid` (needed with `partitions`).
     pub fn load_for(path: &Path, port_guid: Option<u64>) -> Result<Policy, PolicyError> {
-        let text = std::fs::read_to_string(path).map_err(|e| PolicyError::io(path, &e))?;
-        file::parse(path, &text, port_guid)
+        file::parse(&file::Source::read(path)?.ctx(), port_guid)
     }
 
     /// The policy of port `iface`: a host policy file, or the port's part of
@@ -96,15 +95,17 @@ impl Policy {
         iface: &str,
         port_guid: Option<u64>,
     ) -> Result<Policy, PolicyError> {
-        match SwitchPolicy::read(path)? {
+        let source = file::Source::read(path)?;
+        match SwitchPolicy::from_source(&source)? {
             Some(switch) => switch.port(iface, path),
-            None => Policy::load_for(path, port_guid),
+            None => file::parse(&source.ctx(), port_guid),
         }
     }
 
     /// Parses and validates policy text; `path` names it in errors.
     pub fn parse(path: &Path, text: &str) -> Result<Policy, PolicyError> {
-        file::parse(path, text, None)
+        let dir = path.parent().unwrap_or(Path::new(""));
+        file::parse(&file::Ctx { path, text, dir }, None)
     }
 
     /// A policy with this P_Key table and nothing else: enforce, the

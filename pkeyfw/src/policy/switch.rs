@@ -26,7 +26,7 @@ use toml::Spanned;
 
 use super::{
     Policy, PolicyError,
-    file::{self, Ctx, PortTable},
+    file::{self, Ctx, PortTable, Source},
 };
 
 /// What a port of a switch does (`Config::switch`, `access_pkey`).
@@ -87,8 +87,7 @@ impl SwitchPolicy {
             return Ok(switch);
         }
         // Not TOML at all: say where.
-        let text = std::fs::read_to_string(path).map_err(|e| PolicyError::io(path, &e))?;
-        Ctx { path, text: &text }.toml::<toml::Table>()?;
+        Source::read(path)?.ctx().toml::<toml::Table>()?;
         Err(PolicyError {
             file: path.display().to_string(),
             line: 0,
@@ -101,14 +100,18 @@ impl SwitchPolicy {
     /// Reads and validates a policy file if it is a switch's (it has a
     /// `[switch]` table); `None` if it is a host's.
     pub fn read(path: &Path) -> Result<Option<SwitchPolicy>, PolicyError> {
-        let text = std::fs::read_to_string(path).map_err(|e| PolicyError::io(path, &e))?;
-        let is_switch = text
+        SwitchPolicy::from_source(&Source::read(path)?)
+    }
+
+    pub(super) fn from_source(source: &Source) -> Result<Option<SwitchPolicy>, PolicyError> {
+        let is_switch = source
+            .text
             .parse::<toml::Table>()
             .is_ok_and(|t| t.contains_key("switch"));
         if !is_switch {
             return Ok(None);
         }
-        parse(&Ctx { path, text: &text }).map(Some)
+        parse(&source.ctx()).map(Some)
     }
 
     /// The policy of one port, or an error naming the ports there are.
@@ -332,6 +335,7 @@ mod tests {
         parse(&Ctx {
             path: Path::new("s.toml"),
             text,
+            dir: Path::new(""),
         })
     }
 

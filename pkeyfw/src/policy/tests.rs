@@ -322,3 +322,61 @@ fn rules_by_command_name_only_are_warned_about() {
     let monitor = parse(&rule("[enforcement]\nmode = \"monitor\"\n")).unwrap();
     assert!(!warned(&monitor), "{:?}", monitor.warnings);
 }
+
+/// A ConfigMap volume as the kubelet writes it: each version in a
+/// directory of its own, `..data` pointing at the current one, and every
+/// file a link through `..data`. A swap between reading the policy and
+/// reading the partitions.conf it names (relative or absolute) must not
+/// give the new partitions with the old policy: both come from the version
+/// the policy was read from.
+#[test]
+fn a_configmap_swap_never_mixes_the_policy_and_its_partitions() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let version = |name: &str, partition: u16| {
+        let v = root.join(name);
+        std::fs::create_dir(&v).unwrap();
+        std::fs::write(
+            v.join("partitions.conf"),
+            format!("Default=0x7fff : ALL=full ;\nt={partition:#06x} : ALL=full ;\n"),
+        )
+        .unwrap();
+        v
+    };
+    let (old, new) = (version("..v1", 0x0001), version("..v2", 0x0002));
+    symlink("..v1", root.join("..data")).unwrap();
+    for file in ["policy.toml", "partitions.conf"] {
+        symlink(format!("..data/{file}"), root.join(file)).unwrap();
+    }
+    for named in [
+        "partitions.conf".to_string(),
+        root.join("partitions.conf").display().to_string(),
+    ] {
+        for v in [&old, &new] {
+            std::fs::write(
+                v.join("policy.toml"),
+                format!("[port]\nguid = \"0x42\"\npartitions = \"{named}\"\n"),
+            )
+            .unwrap();
+        }
+        let _ = std::fs::remove_file(root.join("..data"));
+        symlink("..v1", root.join("..data")).unwrap();
+        let source = super::file::Source::read(&root.join("policy.toml")).unwrap();
+        // The kubelet swaps: a new link, renamed over `..data`.
+        symlink("..v2", root.join("..new")).unwrap();
+        std::fs::rename(root.join("..new"), root.join("..data")).unwrap();
+        let policy = super::file::parse(&source.ctx(), None).unwrap();
+        assert_eq!(
+            policy.pkeys,
+            [0xffff, 0x8001],
+            "{named}: the old version whole"
+        );
+        let after = Policy::load(&root.join("policy.toml")).unwrap();
+        assert_eq!(
+            after.pkeys,
+            [0xffff, 0x8002],
+            "{named}: the new version whole"
+        );
+    }
+}

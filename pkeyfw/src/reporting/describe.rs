@@ -11,7 +11,6 @@ use serde_json::{Map, Value, json};
 
 use crate::{loading::maps::ReasonCounts, policy::BindRule};
 
-/// `0x8001 (full, partition 0x0001)`.
 /// A `VIOLATIONS` partition as the CLI and the metrics name it: `0x0001`,
 /// or `other` for keys the port's table does not hold.
 pub fn violation_partition(p: u16) -> String {
@@ -22,9 +21,34 @@ pub fn violation_partition(p: u16) -> String {
     }
 }
 
+/// `0x8001 (full, partition 0x0001)`.
 pub fn pkey(p: u16) -> String {
     let membership = if pkey::is_full(p) { "full" } else { "limited" };
     format!("{p:#06x} ({membership}, partition {:#06x})", pkey::key(p))
+}
+
+/// A name a tenant chose (a command name, up to 15 bytes of anything), safe
+/// to print in a line of text: control characters (an escape sequence that
+/// clears a terminal or forges a journal line), backslashes and the
+/// bidirectional overrides that reorder what a terminal shows are written
+/// as Rust escapes (`\u{1b}`). JSON output keeps the name as data.
+pub fn name(s: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        c.is_control()
+            || c == '\\'
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !s.chars().any(unsafe_char) {
+        return s.into();
+    }
+    s.chars()
+        .map(|c| match c {
+            '\\' => "\\\\".to_string(),
+            c if unsafe_char(c) => format!("\\u{{{:x}}}", c as u32),
+            c => c.to_string(),
+        })
+        .collect::<String>()
+        .into()
 }
 
 /// What a `[[bind]]` rule matches, what it binds to and what it isolates,
@@ -47,7 +71,7 @@ pub fn bind_rule(b: &BindRule) -> String {
         matchers.push("kernel QPs".to_string());
     }
     if let Some(c) = &b.comm {
-        matchers.push(format!("comm {c}"));
+        matchers.push(format!("comm {}", name(c)));
     }
     if let Some(p) = b.pid {
         matchers.push(format!("pid {p}"));
@@ -154,4 +178,17 @@ pub fn verdicts_json(counts: &ReasonCounts) -> Value {
         })
         .collect();
     Value::Object(reasons)
+}
+
+#[cfg(test)]
+mod tests {
+    /// A process named with an escape sequence (clear the screen, go home)
+    /// or a bidirectional override prints as escapes, not as what they do.
+    #[test]
+    fn a_tenants_name_prints_escaped() {
+        assert_eq!(super::name("ibv_rc_pingpong"), "ibv_rc_pingpong");
+        assert_eq!(super::name("\x1b[2J\x1b[Hok"), "\\u{1b}[2J\\u{1b}[Hok");
+        assert_eq!(super::name("a\nb\\c"), "a\\u{a}b\\\\c");
+        assert_eq!(super::name("x\u{202e}y"), "x\\u{202e}y");
+    }
 }
