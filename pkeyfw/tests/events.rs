@@ -23,13 +23,7 @@ fn events_streams_traps_from_a_pinned_attachment() {
     let (_dir, policy_path) = common::policy_file(common::cases::BASE);
     let policy = common::policy(common::cases::BASE);
     let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
-    common::succeed(common::pkeyfw_in(&pair.ns_b).args([
-        "attach",
-        &pair.b,
-        "--pin",
-        "--policy",
-        policy_path.to_str().unwrap(),
-    ]));
+    common::attach_pinned(&pair.ns_b, &pair.b, &policy_path);
 
     // One frame refused for its P_Key, one for its Q_Key.
     let cases = common::cases::all();

@@ -166,13 +166,7 @@ fn attach_replaces_an_attachment_whose_process_is_gone() {
         link.info().unwrap().id()
     };
     let (link, program) = (link_id(), xdp_on(&pair.ns_b, &pair.b).unwrap().prog_id);
-    let out = common::succeed(common::pkeyfw_in(&pair.ns_b).args([
-        "attach",
-        &pair.b,
-        "--pin",
-        "--policy",
-        policy.to_str().unwrap(),
-    ]));
+    let out = common::attach_pinned(&pair.ns_b, &pair.b, &policy);
     assert!(text(&out).contains("replacing"), "{}", text(&out));
     assert!(!text(&out).contains("detaching it first"), "{}", text(&out));
     // The same link now runs the new program: it was switched, never
@@ -409,13 +403,7 @@ fn a_replacing_attach_keeps_what_the_probes_knew() {
     let fg = common::Foreground::start(&pair, &policy, "auto");
     probe_state(&pins.dir);
     fg.kill();
-    common::succeed(common::pkeyfw_in(&pair.ns_b).args([
-        "attach",
-        &pair.b,
-        "--pin",
-        "--policy",
-        policy.to_str().unwrap(),
-    ]));
+    common::attach_pinned(&pair.ns_b, &pair.b, &policy);
     let maps = pkeyfw::loading::maps::Maps::from_pins(&pins.dir).unwrap();
     assert_eq!(maps.bound_by().unwrap()[2], ("probe", 1));
     assert_eq!(maps.quarantined().unwrap(), vec![QUARANTINED_QP]);
@@ -466,13 +454,7 @@ fn a_netns_rule_whose_namespace_is_gone_is_reported() {
         common::cases::BASE
     ));
     let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
-    common::succeed(common::pkeyfw_in(&pair.ns_b).args([
-        "attach",
-        &pair.b,
-        "--pin",
-        "--policy",
-        policy.to_str().unwrap(),
-    ]));
+    common::attach_pinned(&pair.ns_b, &pair.b, &policy);
     let stats = |json: bool| {
         let mut cmd = common::pkeyfw_in(&pair.ns_b);
         cmd.args(["stats", &pair.b]);

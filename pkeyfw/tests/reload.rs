@@ -44,13 +44,7 @@ fn reload_under_flood_never_mixes_policies() {
     let (p1, p2) = (common::policy(P1), common::policy(P2));
     let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
 
-    common::succeed(common::pkeyfw_in(&pair.ns_b).args([
-        "attach",
-        &pair.b,
-        "--pin",
-        "--policy",
-        f1.to_str().unwrap(),
-    ]));
+    common::attach_pinned(&pair.ns_b, &pair.b, &f1);
 
     // The mixed-state detector and a frame every policy passes.
     let verdicts = |f: &[u8], p: &Policy| judge(f, p, &p.config()).pass;

@@ -448,7 +448,11 @@ fn attach(
             .mode
     };
     filter.pin_link(pins)?;
-    filter.remove_replaced()?;
+    // The new filter is in place: one old filter left (gone meanwhile, or
+    // not deletable) is said, not a reason to undo the attachment.
+    if let Err(e) = filter.remove_replaced() {
+        eprintln!("pkeyfw: warning: {e:#}");
+    }
     if let Some(old) = old.filter(|old| old.dir.exists()) {
         old.remove()?;
     }

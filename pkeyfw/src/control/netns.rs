@@ -64,26 +64,7 @@ impl NetnsId {
             PathBuf::from(format!("/proc/{}/ns/net", host_pid())),
         ]
         .into_iter()
-        .chain(
-            fs::read_dir(NAMED)
-                .into_iter()
-                .flatten()
-                .filter_map(|e| e.ok())
-                .map(|e| e.path()),
-        )
-        .chain(
-            fs::read_dir("/proc")
-                .into_iter()
-                .flatten()
-                .filter_map(|e| e.ok())
-                .filter(|e| {
-                    e.file_name()
-                        .as_encoded_bytes()
-                        .iter()
-                        .all(u8::is_ascii_digit)
-                })
-                .map(|e| e.path().join("ns/net")),
-        );
+        .chain(namespace_files());
         for path in candidates {
             if NetnsId::of_path(&path).ok() == Some(self)
                 && let Ok(ns) = Netns::at(&path)
@@ -203,9 +184,14 @@ fn current_cookie() -> Result<u64> {
     Ok(cookie)
 }
 
-/// The cookies of every live network namespace that a process is in or a
-/// name (`/run/netns`) holds.
-pub fn live_cookies() -> std::collections::HashSet<u64> {
+/// The nsfs files of the namespaces `ip netns` names and of every
+/// process's.
+fn namespace_files() -> impl Iterator<Item = PathBuf> {
+    let named = fs::read_dir(NAMED)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path());
     let processes = fs::read_dir("/proc")
         .into_iter()
         .flatten()
@@ -217,14 +203,14 @@ pub fn live_cookies() -> std::collections::HashSet<u64> {
                 .all(u8::is_ascii_digit)
         })
         .map(|e| e.path().join("ns/net"));
-    let named = fs::read_dir(NAMED)
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok())
-        .map(|e| e.path());
+    named.chain(processes)
+}
+
+/// The cookies of every network namespace a process is in or a name
+/// (`/run/netns`) holds: those in which a QP can still be made.
+pub fn live_cookies() -> std::collections::HashSet<u64> {
     let mut seen = std::collections::HashSet::new();
-    named
-        .chain(processes)
+    namespace_files()
         .filter(|p| fs::metadata(p).is_ok_and(|m| seen.insert(m.ino())))
         .filter_map(|p| Netns::at(&p).ok()?.cookie().ok())
         .collect()

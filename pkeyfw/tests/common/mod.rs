@@ -53,6 +53,18 @@ pub fn pins(ns: &str, iface: &str) -> Pins {
     Pins::at(iface, id)
 }
 
+/// `pkeyfw attach IFACE --pin --policy POLICY` in namespace `ns`, which
+/// must succeed.
+pub fn attach_pinned(ns: &str, iface: &str, policy: &Path) -> Output {
+    succeed(pkeyfw_in(ns).args([
+        "attach",
+        iface,
+        "--pin",
+        "--policy",
+        policy.to_str().unwrap(),
+    ]))
+}
+
 /// Runs `cmd`, which must succeed.
 pub fn succeed(cmd: &mut Command) -> Output {
     let out = cmd.output().expect("run");
