@@ -9,6 +9,7 @@
 #![no_main]
 #![feature(asm_experimental_arch)]
 
+mod kernel;
 mod trace;
 
 use aya_ebpf::{
@@ -19,8 +20,7 @@ use aya_ebpf::{
     },
     btf_maps::{Array, HashMap, PerCpuArray, RingBuf, Stack},
     helpers::{
-        bpf_ktime_get_coarse_ns, bpf_probe_read_kernel, bpf_xdp_get_buff_len, bpf_xdp_load_bytes,
-        bpf_xdp_store_bytes,
+        bpf_ktime_get_coarse_ns, bpf_xdp_get_buff_len, bpf_xdp_load_bytes, bpf_xdp_store_bytes,
     },
     macros::{btf_map, classifier, xdp},
     programs::{TcContext, XdpContext},
@@ -384,26 +384,19 @@ fn sender(ctx: &TcContext) -> Option<u32> {
     }
     // The context is the kernel's `struct sk_buff`.
     let skb = ctx.as_ptr() as *const u8;
-    let sk: *const u8 = read_kernel(skb, l.skb_sk)?;
-    let qp: *const u8 = read_kernel(sk, l.sk_user_data)?;
-    let socket: *const u8 = read_kernel(qp, l.rxe_sk)?;
-    if read_kernel::<*const u8>(socket, l.socket_sk)? != sk {
+    let sk: *const u8 = kernel::read(skb, l.skb_sk)?;
+    let qp: *const u8 = kernel::read(sk, l.sk_user_data)?;
+    let socket: *const u8 = kernel::read(qp, l.rxe_sk)?;
+    if kernel::read::<*const u8>(socket, l.socket_sk)? != sk {
         return None;
     }
     let ibqp = qp.wrapping_add(l.rxe_ibqp as usize);
-    let device: *const u8 = read_kernel(ibqp, l.qp_device)?;
-    let index: u32 = read_kernel(device, l.device_index)?;
+    let device: *const u8 = kernel::read(ibqp, l.qp_device)?;
+    let index: u32 = kernel::read(device, l.device_index)?;
     if !l.devices.contains(&index) {
         return None;
     }
-    Some(read_kernel::<u32>(ibqp, l.qp_num)? & QPN_MASK)
-}
-
-/// A `T` at `base + offset` in kernel memory.
-#[inline(always)]
-fn read_kernel<T>(base: *const u8, offset: u32) -> Option<T> {
-    // SAFETY: bpf_probe_read_kernel checks the address.
-    unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize).cast::<T>()) }.ok()
+    Some(kernel::read::<u32>(ibqp, l.qp_num)? & QPN_MASK)
 }
 
 /// Counts a stamping outcome.

@@ -22,6 +22,8 @@
 #![no_main]
 #![feature(asm_experimental_arch)]
 
+mod kernel;
+
 use core::ptr;
 
 use aya_ebpf::{
@@ -30,12 +32,13 @@ use aya_ebpf::{
     btf_maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, Stack},
     helpers::{
         bpf_get_current_ancestor_cgroup_id, bpf_get_current_pid_tgid, bpf_get_current_task,
-        bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes, generated,
+        bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes, generated,
     },
     macros::{btf_map, kprobe, kretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
 use aya_log_ebpf::{error, warn};
+use kernel::read;
 use pkeyfw_common::{
     Capture,
     abi::{
@@ -373,13 +376,6 @@ impl Live {
         // SAFETY: the value is copied out at once.
         unsafe { QPS.get(&qp_key(self.generation, qpn)) }.copied()
     }
-}
-
-/// A `T` at `base + offset` in kernel memory.
-#[inline(always)]
-fn read<T>(base: *const u8, offset: u32) -> Option<T> {
-    // SAFETY: bpf_probe_read_kernel checks the address.
-    unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize).cast::<T>()) }.ok()
 }
 
 /// rdma_restrack_add(res): a resource of the RDMA core becomes visible in

@@ -71,23 +71,9 @@ pub fn mac_address(index: u32) -> Result<[u8; 6]> {
 
 /// RTM_GETLINK for one interface.
 fn get_link(index: u32) -> Result<LinkMessage> {
-    let mut socket = Socket::new(NETLINK_ROUTE).context("netlink socket")?;
-    socket.bind_auto()?;
-    socket.connect(&SocketAddr::new(0, 0))?;
-
     let mut link = LinkMessage::default();
     link.header.index = index;
-    let mut header = NetlinkHeader::default();
-    header.flags = NLM_F_REQUEST;
-    let mut request = NetlinkMessage::new(
-        header,
-        NetlinkPayload::from(RouteNetlinkMessage::GetLink(link)),
-    );
-    request.finalize();
-    let mut buf = vec![0; request.buffer_len()];
-    request.serialize(&mut buf);
-    socket.send(&buf, 0).context("RTM_GETLINK")?;
-
+    let socket = request(RouteNetlinkMessage::GetLink(link), 0, "RTM_GETLINK")?;
     let (reply, _) = socket.recv_from_full().context("RTM_GETLINK reply")?;
     let message = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&reply)
         .context("decoding the RTM_GETLINK reply")?;
@@ -137,23 +123,14 @@ pub struct BpfFilter {
 /// The BPF classifiers named `program` under interface `index`'s clsact
 /// hook `parent` (RTM_GETTFILTER dump); none when it has no clsact qdisc.
 pub fn bpf_filters(index: u32, parent: u32, program: &str) -> Result<Vec<BpfFilter>> {
-    let mut socket = Socket::new(NETLINK_ROUTE).context("netlink socket")?;
-    socket.bind_auto()?;
-    socket.connect(&SocketAddr::new(0, 0))?;
     let mut filter = TcMessage::default();
     filter.header.index = index as i32;
     filter.header.parent = parent.into();
-    let mut header = NetlinkHeader::default();
-    header.flags = NLM_F_REQUEST | NLM_F_DUMP;
-    let mut request = NetlinkMessage::new(
-        header,
-        NetlinkPayload::from(RouteNetlinkMessage::GetTrafficFilter(filter)),
-    );
-    request.finalize();
-    let mut buf = vec![0; request.buffer_len()];
-    request.serialize(&mut buf);
-    socket.send(&buf, 0).context("RTM_GETTFILTER")?;
-
+    let socket = request(
+        RouteNetlinkMessage::GetTrafficFilter(filter),
+        NLM_F_DUMP,
+        "RTM_GETTFILTER",
+    )?;
     let mut found = Vec::new();
     loop {
         let (reply, _) = socket.recv_from_full().context("RTM_GETTFILTER reply")?;
@@ -177,29 +154,47 @@ pub fn bpf_filters(index: u32, parent: u32, program: &str) -> Result<Vec<BpfFilt
     }
 }
 
+/// A route netlink socket on which `message` was sent, with
+/// NLM_F_REQUEST and `flags`; `what` names it in errors.
+fn request(message: RouteNetlinkMessage, flags: u16, what: &'static str) -> Result<Socket> {
+    let mut socket = Socket::new(NETLINK_ROUTE).context("netlink socket")?;
+    socket.bind_auto()?;
+    socket.connect(&SocketAddr::new(0, 0))?;
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST | flags;
+    let mut request = NetlinkMessage::new(header, NetlinkPayload::from(message));
+    request.finalize();
+    let mut buf = vec![0; request.buffer_len()];
+    request.serialize(&mut buf);
+    socket.send(&buf, 0).context(what)?;
+    Ok(socket)
+}
+
 /// The filter `m`, if it is a BPF classifier running `program`.
 fn named(m: &TcMessage, program: &str) -> Option<BpfFilter> {
     let options = m.attributes.iter().find_map(|a| match a {
         TcAttribute::Options(o) => Some(o),
         _ => None,
     })?;
-    let bpf = |want: fn(&TcFilterBpfOption) -> bool| {
-        options.iter().find_map(|o| match o {
-            TcOption::Bpf(b) if want(b) => Some(b.clone()),
+    let bpf = || {
+        options.iter().filter_map(|o| match o {
+            TcOption::Bpf(b) => Some(b),
             _ => None,
         })
     };
-    let name = bpf(|b| matches!(b, TcFilterBpfOption::ProgName(_)))?;
-    let TcFilterBpfOption::ProgName(name) = name else {
-        return None;
-    };
+    let name = bpf().find_map(|b| match b {
+        TcFilterBpfOption::ProgName(name) => Some(name),
+        _ => None,
+    })?;
     if name != program {
         return None;
     }
-    let prog_id = match bpf(|b| matches!(b, TcFilterBpfOption::ProgId(_))) {
-        Some(TcFilterBpfOption::ProgId(id)) => id,
-        _ => 0,
-    };
+    let prog_id = bpf()
+        .find_map(|b| match b {
+            TcFilterBpfOption::ProgId(id) => Some(*id),
+            _ => None,
+        })
+        .unwrap_or(0);
     Some(BpfFilter {
         priority: (m.header.info >> 16) as u16,
         handle: m.header.handle.into(),

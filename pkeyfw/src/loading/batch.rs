@@ -52,16 +52,7 @@ pub fn update<K: Pod, V: Pod>(map: &MapData, entries: &[(K, V)]) -> Result<(), F
         // SAFETY: `attr` points at `keys` and `values`, which outlive the
         // call and hold `count` plain keys and values of the map's sizes
         // (aya checked them when it typed the map).
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_UPDATE_BATCH,
-                &raw mut attr,
-                size_of::<BatchAttr>(),
-            )
-        };
-        if rc < 0 {
-            let error = std::io::Error::last_os_error();
+        if let Err(error) = unsafe { call(BPF_MAP_UPDATE_BATCH, &mut attr) } {
             // The kernel reports how many it wrote, unless it refused the
             // call before the first (then `count` is left as it was).
             let written = attr.count as usize;
@@ -95,22 +86,35 @@ pub fn array_values<V: Pod + Default>(map: &MapData) -> std::io::Result<Vec<V>> 
         // SAFETY: `attr` points at buffers of `count` keys and values of the
         // map's sizes (an array's u32 key; `V` is its value, as typed by
         // the caller) and at the batch positions, all live over the call.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_LOOKUP_BATCH,
-                &raw mut attr,
-                size_of::<BatchAttr>(),
-            )
-        };
-        let error = (rc < 0).then(std::io::Error::last_os_error);
+        let result = unsafe { call(BPF_MAP_LOOKUP_BATCH, &mut attr) };
         values.truncate(attr.count as usize);
         out.extend(values);
-        match error {
+        match result {
             // The end: the last entries came with it.
-            Some(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(out),
-            Some(e) => return Err(e),
-            None => (at, first) = (next, false),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(out),
+            Err(e) => return Err(e),
+            Ok(()) => (at, first) = (next, false),
         }
     }
+}
+
+/// Runs batch command `cmd` with `attr`.
+///
+/// # Safety
+/// `attr`'s pointers must hold `count` keys and values of the map's sizes
+/// (and, if given, the batch positions) for the whole call.
+unsafe fn call(cmd: libc::c_long, attr: &mut BatchAttr) -> std::io::Result<()> {
+    // SAFETY: as the caller vouches.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr as *mut BatchAttr,
+            size_of::<BatchAttr>(),
+        )
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }

@@ -83,11 +83,12 @@ const IFNAME_MAX: usize = 15;
 impl SwitchPolicy {
     /// Reads and validates a switch policy file.
     pub fn load(path: &Path) -> Result<SwitchPolicy, PolicyError> {
-        if let Some(switch) = SwitchPolicy::read(path)? {
+        let source = Source::read(path)?;
+        if let Some(switch) = SwitchPolicy::from_source(&source)? {
             return Ok(switch);
         }
         // Not TOML at all: say where.
-        Source::read(path)?.ctx().toml::<toml::Table>()?;
+        source.ctx().toml::<toml::Table>()?;
         Err(PolicyError {
             file: path.display().to_string(),
             line: 0,
