@@ -39,7 +39,7 @@ pub const LAYOUT_VERSION: u32 = LAYOUT << 24
     | (crate::Stamp::COUNT as u32) << 8
     | crate::Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 13;
+const LAYOUT: u32 = 14;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -294,7 +294,7 @@ pub mod switch_flags {
 
 /// `QPS` value: the receiving QP as the policy binds it.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub struct QpEntry {
     /// Required Q_Key (UD only).
     pub qkey: u32,
@@ -486,9 +486,10 @@ pub struct Event {
 }
 
 crate::named_enum! {
-    /// What an [`Event`] reports.
+    /// What an [`Event`] reports; each kind has its own budget
+    /// (`EVENT_BUDGET[kind]`), so no flood of one hides another.
     #[derive(Default)]
-    pub enum EventKind: u8 {
+    pub enum EventKind: u8 as counter {
         /// A refused frame (`reason`, `monitor` and the headers).
         #[default]
         Frame = 0 => "frame",
@@ -511,18 +512,21 @@ crate::named_enum! {
 
 /// Size of the `EVENTS` ring buffer.
 pub const EVENTS_BYTES: u32 = 1 << 16;
-/// Events each CPU may send per window: a flood of violations costs the host
-/// a counter increment per frame, not a ring-buffer write.
+/// Events of one kind each CPU may send per window: a flood of violations
+/// costs the host a counter increment per frame, not a ring-buffer write.
 pub const EVENTS_PER_WINDOW: u32 = 64;
 /// The window: 2^30 ns, about a second.
 pub const EVENT_WINDOW_SHIFT: u32 = 30;
 
-/// `EVENT_BUDGET`: per CPU, the current window and the events sent in it.
+/// `EVENT_BUDGET[kind]`: per CPU, the current window, the events of that
+/// kind sent in it, and every one its budget held back (which `stats`,
+/// `events` and the metrics report).
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default)]
 pub struct EventBudget {
     pub window: u64,
     pub sent: u64,
+    pub suppressed: u64,
 }
 
 impl EventBudget {
@@ -535,6 +539,7 @@ impl EventBudget {
             self.sent = 0;
         }
         if self.sent >= EVENTS_PER_WINDOW as u64 {
+            self.suppressed += 1;
             return false;
         }
         self.sent += 1;
@@ -553,7 +558,7 @@ const _: () = {
     assert!(size_of::<QpStats>() == 16);
     assert!(size_of::<KernelSlot>() == 16);
     assert!(size_of::<Event>() == 52);
-    assert!(size_of::<EventBudget>() == 16);
+    assert!(size_of::<EventBudget>() == 24);
     assert!(size_of::<QpLayout>() == 68 + 4 * DEVICES);
     assert!(size_of::<SenderLayout>() == 32 + 4 * DEVICES);
     assert!(size_of::<crate::tenant::BindSpec>() == 72);
@@ -572,6 +577,7 @@ mod pod {
     unsafe impl aya::Pod for super::GroupEntry {}
     unsafe impl aya::Pod for super::QpStats {}
     unsafe impl aya::Pod for super::KernelSlot {}
+    unsafe impl aya::Pod for super::EventBudget {}
     unsafe impl aya::Pod for crate::tenant::BindSpec {}
 }
 
@@ -598,5 +604,6 @@ mod tests {
         }
         assert!(!budget.spend(0));
         assert!(budget.spend(5 << EVENT_WINDOW_SHIFT));
+        assert_eq!(budget.suppressed, 1);
     }
 }

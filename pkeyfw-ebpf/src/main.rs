@@ -117,9 +117,10 @@ static VIOLATIONS: HashMap<u32, u64, { VIOLATION_SLOTS as usize }, GROWN> = Hash
 /// Refused frames, for the CLI's violation lines.
 #[btf_map]
 static EVENTS: RingBuf<Event, { EVENTS_BYTES as usize }> = RingBuf::new();
-/// Per CPU: events sent in the current window.
+/// Per CPU and event kind: events sent in the current window, and those
+/// held back.
 #[btf_map]
-static EVENT_BUDGET: PerCpuArray<EventBudget, 1> = PerCpuArray::new();
+static EVENT_BUDGET: PerCpuArray<EventBudget, { EventKind::COUNT }> = PerCpuArray::new();
 
 /// The policy in force: its generation's maps and settings.
 #[inline(always)]
@@ -411,7 +412,11 @@ fn count_stamp(outcome: Stamp) {
 /// Sends an event for a refused frame, within this CPU's budget.
 #[inline(always)]
 fn report<F: Frame>(frame: &F, outcome: &Outcome, monitor: bool, port: Option<Direction>) {
-    let Some(budget) = EVENT_BUDGET.get_ptr_mut(0) else {
+    let kind = match port {
+        Some(_) => EventKind::SwitchPort,
+        None => EventKind::Frame,
+    };
+    let Some(budget) = EVENT_BUDGET.get_ptr_mut(kind.index()) else {
         return;
     };
     // SAFETY: this CPU's slot; nothing else writes it.
@@ -428,8 +433,8 @@ fn report<F: Frame>(frame: &F, outcome: &Outcome, monitor: bool, port: Option<Di
         verdict: outcome.verdict() as u8,
         ..Event::default()
     };
+    event.kind = kind as u8;
     if let Some(direction) = port {
-        event.kind = EventKind::SwitchPort as u8;
         event.direction = direction as u8;
     }
     if let Some(roce) = outcome.roce {

@@ -90,7 +90,7 @@ static QUARANTINE: Array<u64, { QUARANTINE_WORDS as usize }> = Array::new();
 #[btf_map]
 static EVENTS: RingBuf<Event, { EVENTS_BYTES as usize }> = RingBuf::new();
 #[btf_map]
-static EVENT_BUDGET: PerCpuArray<EventBudget, 1> = PerCpuArray::new();
+static EVENT_BUDGET: PerCpuArray<EventBudget, { EventKind::COUNT }> = PerCpuArray::new();
 
 /// Set by the loader from the kernel's BTF.
 #[unsafe(no_mangle)]
@@ -313,11 +313,11 @@ fn report_join(qpn: u32, pkey: u16, group: &[u8; 16], group_pkey: u16) {
     });
 }
 
-/// An event, within this CPU's budget (shared with the filter's refused
-/// frames).
+/// An event, within this CPU's budget for its kind (refused frames have
+/// budgets of their own).
 #[inline(always)]
 fn report(event: Event) {
-    let Some(budget) = EVENT_BUDGET.get_ptr_mut(0) else {
+    let Some(budget) = EVENT_BUDGET.get_ptr_mut(event.kind.into()) else {
         return;
     };
     // SAFETY: this CPU's slot, and no preconditions for the clock

@@ -225,6 +225,51 @@ fn a_second_attach_is_refused_and_changes_nothing() {
     assert!(String::from_utf8_lossy(&detach.stderr).contains("foreground"));
 }
 
+/// While an attach is still loading (its owner noted, nothing pinned yet),
+/// `stats` says who sets it up instead of failing on the missing program,
+/// and neither a second attach nor `detach` takes its pins for stale ones.
+#[test]
+fn an_attachment_being_set_up_is_said_and_left_alone() {
+    common::require_root();
+    let pair = VethPair::create(&common::tag("pu")).unwrap();
+    let (_dir, policy) = common::policy_file(common::cases::BASE);
+    let pins = common::pins(&pair.ns_b, &pair.b);
+    let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
+    // What an attach has done before it loads: this process is its owner.
+    pins.create().unwrap();
+    pins.remember_owner().unwrap();
+    let pid = std::process::id();
+
+    let v = stats_json(&pair);
+    assert_eq!(v["state"], "setting_up", "{v}");
+    assert_eq!(v["pid"], pid, "{v}");
+    let text = common::succeed(common::pkeyfw_in(&pair.ns_b).args(["stats"]));
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(&format!("being set up by `pkeyfw attach` (process {pid})")),
+        "{text}"
+    );
+    for (args, said) in [
+        (
+            vec!["attach", &pair.b, "--policy", policy.to_str().unwrap()],
+            "being set up by another `pkeyfw attach`",
+        ),
+        (
+            vec!["detach", &pair.b],
+            "is being set up by `pkeyfw attach`",
+        ),
+    ] {
+        let out = common::pkeyfw_in(&pair.ns_b).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(said),
+            "{args:?}: {err}"
+        );
+        assert!(pins.dir.exists(), "{args:?} left the pins alone");
+    }
+    assert_eq!(xdp_on(&pair), None);
+}
+
 #[test]
 fn bad_policy_or_interface_attaches_nothing() {
     common::require_root();

@@ -173,3 +173,72 @@ fn switch_ports_send_trap_259() {
     assert_eq!(port["port_xmit_constraint_errors"], 0, "{stats}");
     assert_eq!(port["inbound"]["pkey_violation"]["corrupt"], 1, "{stats}");
 }
+
+/// A flood of refused frames spends the refused frames' budget only: what
+/// it holds back is counted exactly, by kind, in `stats` and in the
+/// reader's window summary, and the frames' events plus those held back
+/// are every frame.
+#[test]
+fn a_flood_is_counted_where_the_budget_holds_it_back() {
+    const FLOOD: u64 = 400;
+    common::require_root();
+    let pair = VethPair::create(&common::tag("pf")).unwrap();
+    let (_dir, policy_path) = common::policy_file(common::cases::BASE);
+    let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
+    common::attach_pinned(&pair.ns_b, &pair.b, &policy_path);
+    let mut reader = common::Killed(
+        common::pkeyfw_in(&pair.ns_b)
+            .args(["events", &pair.b, "--json", "--window", "1"])
+            .args(["--per-source", "100000"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let out = reader.0.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    // Junk to port 4791: one malformed RoCE frame, many times.
+    let mut junk = pkeyfw_testkit::wire::Packet::rc(0x8002, 0x100).bytes();
+    junk.truncate(junk.len() - 20);
+    send(&pair.ns_a, &pair.a, &vec![junk; FLOOD as usize]).unwrap();
+
+    let (mut traps, mut held) = (0, 0);
+    while traps + held < FLOOD {
+        let line = rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("{traps} traps and {held} held back of {FLOOD}"));
+        let v: Value = serde_json::from_str(&line).unwrap();
+        match v.get("kernel_suppressed") {
+            Some(n) => {
+                assert_eq!(v["kind"], "frame", "{v}");
+                held += n.as_u64().unwrap();
+            }
+            None => traps += 1,
+        }
+    }
+    assert_eq!(traps + held, FLOOD);
+    assert!(held > 0 && traps >= 64, "{traps} traps, {held} held back");
+    let stats = common::succeed(common::pkeyfw_in(&pair.ns_b).args(["stats", &pair.b, "--json"]));
+    let stats: Value = serde_json::from_slice(&stats.stdout).unwrap();
+    let counted = &stats["events_suppressed"];
+    assert_eq!(counted["frame"], held, "{stats}");
+    for other in [
+        "foreign_join",
+        "qkey_mismatch",
+        "switch_port",
+        "quarantined",
+    ] {
+        assert_eq!(counted[other], 0, "{stats}");
+    }
+    let text = common::succeed(common::pkeyfw_in(&pair.ns_b).args(["stats", &pair.b]));
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(&format!("(counted, not sent): frame {held}")),
+        "{text}"
+    );
+}

@@ -79,6 +79,8 @@ fn main() -> Result<()> {
     progress.set_message("bench: switch ports");
     let switch = switch(&baseline)?;
     progress.inc(1);
+    progress.set_message("bench: binding under churn");
+    let binding = binding()?;
     progress.set_message("bench: live frames");
     let live = live()?;
     progress.finish_and_clear();
@@ -91,6 +93,7 @@ fn main() -> Result<()> {
         "partitions": partitions()?,
         "stamping": stamping,
         "switch": switch,
+        "binding": binding,
         "live": live,
     });
     let text = serde_json::to_string_pretty(&document)? + "\n";
@@ -239,6 +242,64 @@ fn policy(qps: u32, target: QpType) -> Policy {
         groups: BTreeMap::from([(Group::key_addr(group.addr), group)]),
         ..Policy::with_table(vec![0xffff, PKEY, OTHER_PKEY])
     }
+}
+
+/// QPs bound while the binding bench runs: a busy host and a large one.
+const BOUND: [u32; 2] = [1_000, 30_000];
+/// QPs created (bound) then destroyed (released) at each size, a reload
+/// half-way through.
+const CHURN: u32 = 4_000;
+
+/// What the foreground attach's loop pays per QP it binds or releases with
+/// `BOUND` QPs bound, and what a reload (SIGHUP) costs among them: the loop
+/// serves a signal between two map updates, so a reload waits at most one
+/// bind and then takes `reload_ms`.
+fn binding() -> Result<Value> {
+    let rule = QpRule {
+        qp_type: QpType::Rc,
+        pkey: PKEY,
+        qkey: None,
+        flags: pkeyfw_common::abi::qp_flags::RULE,
+    };
+    let mut rows = Vec::new();
+    for bound in BOUND {
+        let mut filter = Filter::load(bound + CHURN)?;
+        let policy = policy(bound, QpType::Rc);
+        filter.apply(&policy)?;
+        let churned = UNKNOWN_QPN..UNKNOWN_QPN + CHURN;
+        let (mut binds, mut releases) = (Duration::ZERO, Duration::ZERO);
+        let mut reload = Duration::ZERO;
+        for half in [0, 1] {
+            let qpns = churned
+                .clone()
+                .skip(half * CHURN as usize / 2)
+                .take(CHURN as usize / 2);
+            let (done, took) = timed(|| {
+                qpns.clone()
+                    .try_for_each(|q| filter.maps_mut().bind_live(q, &rule))
+            });
+            done?;
+            binds += took;
+            if half == 0 {
+                let (done, took) = timed(|| filter.apply(&policy));
+                done?;
+                reload = took;
+            }
+            let (done, took) = timed(|| {
+                qpns.clone()
+                    .try_for_each(|q| filter.maps_mut().unbind_live(q))
+            });
+            done?;
+            releases += took;
+        }
+        rows.push(json!({
+            "bound": bound,
+            "binds_per_s": f64::from(CHURN) / binds.as_secs_f64(),
+            "releases_per_s": f64::from(CHURN) / releases.as_secs_f64(),
+            "reload_ms": reload.as_secs_f64() * 1e3,
+        }));
+    }
+    Ok(json!({ "churn": CHURN, "rows": rows }))
 }
 
 /// Per-packet cost of a path, in ns, through the filter and the empty program.

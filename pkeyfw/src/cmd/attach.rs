@@ -166,20 +166,21 @@ pub fn run(opts: &AttachArgs) -> Result<()> {
         }
         return Err(e);
     }
-    // The owner is noted before the links are pinned, so that an attachment
-    // whose process dies at any point shows as foreground.
+    // The owner is noted before anything is pinned, so that `stats` says
+    // who sets it up, and an attachment whose process dies at any point
+    // shows as foreground. A pinned one forgets its owner once set up.
+    if opts.pin {
+        pins.forget_record();
+    }
     let attached = pins
         .remember_policy(&opts.policy)
-        .and_then(|()| match opts.pin {
-            true => {
-                pins.forget_owner();
-                Ok(())
-            }
-            false => pins.remember_owner(),
-        })
+        .and_then(|()| pins.remember_owner())
         .and_then(|()| attach(&pins, &mut binder, opts, old.as_ref()));
     let (mut filter, mode, bound) = match attached {
         Ok(done) => {
+            if opts.pin {
+                pins.forget_owner();
+            }
             pins.note_policy(PolicyEvent::Attached);
             done
         }
@@ -344,6 +345,10 @@ fn refuse_if_taken(pins: &Pins, index: u32, opts: &AttachArgs) -> Result<Option<
                 };
                 bail!("{} is already managed by pkeyfw ({how})", pins.iface);
             }
+            Ok(State::SettingUp(pid)) => bail!(
+                "{} is being set up by another `pkeyfw attach` (process {pid})",
+                pins.iface
+            ),
             Ok(State::Stale) | Err(_) => {
                 eprintln!(
                     "pkeyfw: removing stale pins of an exited attachment under {}",

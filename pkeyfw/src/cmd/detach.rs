@@ -32,14 +32,17 @@ pub fn run(args: &DetachArgs) -> Result<()> {
             pins.dir.display()
         );
     }
-    if let Ok(State::Live {
-        holder: Holder::Foreground(pid),
-        ..
-    }) = pins.state()
-    {
-        bail!(
+    match pins.state() {
+        Ok(State::Live {
+            holder: Holder::Foreground(pid),
+            ..
+        }) => bail!(
             "{iface} is held by a foreground `pkeyfw attach` (process {pid}); stop that process (Ctrl-C or SIGTERM) to detach"
-        );
+        ),
+        Ok(State::SettingUp(pid)) => bail!(
+            "{iface} is being set up by `pkeyfw attach` (process {pid}); detach once it has attached, or stop that process"
+        ),
+        _ => {}
     }
     pins.remove()?;
     println!("detached from {}", cli_iface(iface, netns));

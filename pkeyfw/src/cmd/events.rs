@@ -31,7 +31,10 @@ use tokio::{
 use super::NetnsArg;
 use crate::{
     cmd::{attach::cli_iface, stats},
-    loading::pins::{self, Holder},
+    loading::{
+        maps::{Maps, SuppressedCounts},
+        pins::{self, Holder},
+    },
     reporting::{describe, events},
 };
 
@@ -111,16 +114,9 @@ pub fn run(args: &EventsArgs) -> Result<()> {
     pins::host_bpffs("events")?;
     // Before anything is read: a log that cannot be reached is said now.
     let syslog = args.syslog.as_deref().map(Syslog::open).transpose()?;
-    let live = if args.ifaces.is_empty() {
-        stats::attachments(None, netns)?
-    } else {
-        let mut all = Vec::new();
-        for i in &args.ifaces {
-            all.extend(stats::attachments(Some(i), netns)?);
-        }
-        all
-    };
+    let live = attachments(args, netns)?;
     let mut rings = Vec::new();
+    let mut held = Vec::new();
     for a in live {
         let named = cli_iface(&a.pins.iface, netns);
         let Some(reader) = a.pins.events_reader()? else {
@@ -141,6 +137,7 @@ pub fn run(args: &EventsArgs) -> Result<()> {
             ring: RingBuf::try_from(Map::RingBuf(map))?,
             _reader: reader,
         });
+        held.push(HeldBack::new(a.pins.iface.clone(), a.maps)?);
     }
     if rings.is_empty() {
         bail!("no attachment's events to read");
@@ -148,10 +145,68 @@ pub fn run(args: &EventsArgs) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(stream(rings, args, syslog))
+    runtime.block_on(stream(rings, held, args, syslog))
 }
 
-async fn stream(rings: Vec<Ring>, args: &EventsArgs, syslog: Option<Syslog>) -> Result<()> {
+/// The attachments to read, once none is being set up (said once).
+fn attachments(args: &EventsArgs, netns: Option<&str>) -> Result<Vec<stats::Live>> {
+    let mut said = false;
+    loop {
+        let mut found = stats::Found::default();
+        if args.ifaces.is_empty() {
+            found = stats::attachments(None, netns)?;
+        }
+        for i in &args.ifaces {
+            let one = stats::attachments(Some(i), netns)?;
+            found.live.extend(one.live);
+            found.setting_up.extend(one.setting_up);
+        }
+        if found.setting_up.is_empty() {
+            return Ok(found.live);
+        }
+        if !said {
+            for s in &found.setting_up {
+                eprintln!("pkeyfw: {}; waiting", s.text());
+            }
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// What an attachment's kernel budgets held back, for the window's
+/// summary: the counts last summarised.
+struct HeldBack {
+    iface: String,
+    maps: Maps,
+    seen: SuppressedCounts,
+}
+
+impl HeldBack {
+    fn new(iface: String, maps: Maps) -> Result<HeldBack> {
+        let seen = maps.suppressed()?;
+        Ok(HeldBack { iface, maps, seen })
+    }
+
+    /// The events of each kind held back since the last call.
+    fn since(&mut self) -> Result<Vec<(EventKind, u64)>> {
+        let now = self.maps.suppressed()?;
+        let new = EventKind::ALL
+            .into_iter()
+            .map(|k| (k, now[k.index() as usize] - self.seen[k.index() as usize]))
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        self.seen = now;
+        Ok(new)
+    }
+}
+
+async fn stream(
+    rings: Vec<Ring>,
+    mut held: Vec<HeldBack>,
+    args: &EventsArgs,
+    syslog: Option<Syslog>,
+) -> Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     for ring in rings {
         let tx = tx.clone();
@@ -183,7 +238,7 @@ async fn stream(rings: Vec<Ring>, args: &EventsArgs, syslog: Option<Syslog>) -> 
         tokio::select! {
             got = rx.recv() => {
                 let Some((iface, e)) = got else { return Ok(()) };
-                if budget.allow(source(&e)) {
+                if budget.allow((e.kind, source(&e))) {
                     use std::io::Write as _;
                     writeln!(out, "{}", if args.json { trap_json(&iface, &e).to_string() } else { trap_line(&iface, &e) })?;
                     if let Some(log) = &syslog {
@@ -193,7 +248,22 @@ async fn stream(rings: Vec<Ring>, args: &EventsArgs, syslog: Option<Syslog>) -> 
             }
             _ = window.tick() => {
                 use std::io::Write as _;
-                for (src, hidden) in budget.close() {
+                let mut lines = Vec::new();
+                for h in &mut held {
+                    for (kind, n) in h.since()? {
+                        lines.push(match args.json {
+                            true => json!({"interface": h.iface, "kernel_suppressed": n, "kind": kind.name()}).to_string(),
+                            false => format!("{}: {n} {} events over the kernel's budget (counted, not sent)", h.iface, kind.name()),
+                        });
+                    }
+                }
+                for line in lines {
+                    writeln!(out, "{line}")?;
+                    if let Some(log) = &syslog {
+                        log.send(&line);
+                    }
+                }
+                for ((_, src), hidden) in budget.close() {
                     if args.json {
                         writeln!(out, "{}", json!({"suppressed": hidden, "src": src.to_string()}))?;
                     } else {
@@ -209,10 +279,11 @@ async fn stream(rings: Vec<Ring>, args: &EventsArgs, syslog: Option<Syslog>) -> 
     }
 }
 
-/// Events per source address in the current window.
+/// Events per kind and source address in the current window: a flood of
+/// one kind (refused frames of unknown source, say) never hides another.
 struct Budget {
     per_source: u64,
-    seen: BTreeMap<IpAddr, u64>,
+    seen: BTreeMap<(u8, IpAddr), u64>,
 }
 
 impl Budget {
@@ -224,14 +295,14 @@ impl Budget {
     }
 
     /// Whether one more event from `src` may be shown.
-    fn allow(&mut self, src: IpAddr) -> bool {
+    fn allow(&mut self, src: (u8, IpAddr)) -> bool {
         let n = self.seen.entry(src).or_default();
         *n += 1;
         *n <= self.per_source
     }
 
     /// Ends the window: the sources with events not shown, and how many.
-    fn close(&mut self) -> Vec<(IpAddr, u64)> {
+    fn close(&mut self) -> Vec<((u8, IpAddr), u64)> {
         let hidden = self
             .seen
             .iter()
@@ -359,10 +430,24 @@ mod tests {
     #[test]
     fn a_source_past_its_budget_is_summarised() {
         let mut b = Budget::new(2);
+        let frame = EventKind::Frame as u8;
         let (a, c): (IpAddr, IpAddr) = ("10.0.0.7".parse().unwrap(), "10.0.0.8".parse().unwrap());
+        let a = (frame, a);
         assert!(b.allow(a) && b.allow(a) && !b.allow(a) && !b.allow(a));
-        assert!(b.allow(c));
+        assert!(b.allow((frame, c)));
         assert_eq!(b.close(), vec![(a, 2)]);
         assert!(b.allow(a), "a new window");
+    }
+
+    /// Probe reports carry no address, as frames too malformed to tell
+    /// their source: a flood of those never hides a foreign join.
+    #[test]
+    fn a_flood_of_one_kind_leaves_another_its_budget() {
+        let mut b = Budget::new(2);
+        let unknown = events::addr([0; 16]);
+        for _ in 0..100 {
+            b.allow((EventKind::Frame as u8, unknown));
+        }
+        assert!(b.allow((EventKind::ForeignJoin as u8, unknown)));
     }
 }

@@ -4,7 +4,12 @@
 //! kernel, not in this process), so it needs no other pkeyfw process and
 //! loses nothing when it restarts.
 
-use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
+use std::{
+    convert::Infallible,
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context as _, Result};
 use http_body_util::Full;
@@ -13,9 +18,9 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
 use tokio::{net::TcpListener, sync::Semaphore};
 
-use pkeyfw_common::{Capture, Reason, Stamp, Verdict};
+use pkeyfw_common::{Capture, Reason, Stamp, Verdict, abi::EventKind};
 
-use crate::{cmd::stats, loading::pins, reporting::describe};
+use crate::{cmd::stats, control::netns::NetnsId, loading::pins, reporting::describe};
 
 /// Serve Prometheus metrics: frames per reason and verdict, P_Key and
 /// Q_Key violations per partition, stamping and probe outcomes, bound QPs.
@@ -77,26 +82,44 @@ async fn serve(addr: SocketAddr) -> Result<()> {
 
 async fn answer(req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
     let (status, kind, body) = match req.uri().path() {
-        "/metrics" => match exposition() {
+        "/metrics" => match shared_exposition() {
             Ok(text) => (StatusCode::OK, CONTENT_TYPE, text),
-            Err(e) => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "text/plain",
-                format!("{e:#}\n"),
-            ),
+            Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, "text/plain", e),
         },
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain",
-            "pkeyfw serves /metrics\n".to_string(),
+            Bytes::from_static(b"pkeyfw serves /metrics\n"),
         ),
     };
-    let mut response = Response::new(Full::new(Bytes::from(body)));
+    let mut response = Response::new(Full::new(body));
     *response.status_mut() = status;
     response
         .headers_mut()
         .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(kind));
     Ok(response)
+}
+
+/// How long one read of the maps answers every scrape: clients polling at
+/// any rate cost one read a second, and none starves Prometheus.
+const FRESH: Duration = Duration::from_secs(1);
+
+/// The exposition, read again only when the last read is older than
+/// [`FRESH`].
+fn shared_exposition() -> Result<Bytes, Bytes> {
+    type Read = (Instant, Result<Bytes, Bytes>);
+    static LAST: Mutex<Option<Read>> = Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((at, read)) = &*last
+        && at.elapsed() < FRESH
+    {
+        return read.clone();
+    }
+    let read = exposition()
+        .map(Bytes::from)
+        .map_err(|e| Bytes::from(format!("{e:#}\n")));
+    *last = Some((Instant::now(), read.clone()));
+    read
 }
 
 /// The families of one scrape, registered under their full names.
@@ -154,6 +177,11 @@ pub fn exposition() -> Result<String> {
         "RDMA verbs the probes saw, per outcome",
         &[at[0], at[1], "outcome"],
     )?;
+    let suppressed = f.counter(
+        "pkeyfw_events_suppressed_total",
+        "Events the kernel counted but did not send, over its budget for their kind (64 per CPU per second each)",
+        &[at[0], at[1], "kind"],
+    )?;
     let bound = f.gauge(
         "pkeyfw_qps_bound",
         "QPs the policy in force binds, by what bound them: a [[qp]] entry, a rule applied by pkeyfw, or by the QP-creation probe",
@@ -185,7 +213,22 @@ pub fn exposition() -> Result<String> {
         &["version"],
     )?;
     build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
-    for snap in stats::snapshots()? {
+    let (snaps, setting_up) = stats::summaries()?;
+    let starting = f.gauge(
+        "pkeyfw_attachment_setting_up",
+        "An attachment a `pkeyfw attach` (process pid) is still loading: its counters appear once it is attached (always 1)",
+        &[at[0], at[1], "pid"],
+    )?;
+    for s in &setting_up {
+        let netns = match NetnsId::host().ok() == Some(s.netns) {
+            true => "host".to_string(),
+            false => s.netns.label(),
+        };
+        starting
+            .with_label_values(&[&s.iface, &netns, &s.pid.to_string()])
+            .set(1);
+    }
+    for snap in snaps {
         let netns = snap.netns.clone().unwrap_or_else(|| "host".to_string());
         let at = [snap.iface.as_str(), netns.as_str()];
         let directions = [
@@ -224,6 +267,12 @@ pub fn exposition() -> Result<String> {
             );
         for (family, outcome, n) in outcomes.filter(|&(_, _, n)| n > 0) {
             family.with_label_values(&[at[0], at[1], outcome]).inc_by(n);
+        }
+        for kind in EventKind::ALL {
+            // Every kind from the start, at 0.
+            suppressed
+                .with_label_values(&[at[0], at[1], kind.name()])
+                .inc_by(snap.suppressed[kind.index() as usize]);
         }
         for (by, n) in snap.bound_by {
             bound

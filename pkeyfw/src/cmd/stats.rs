@@ -6,7 +6,7 @@ use std::{io::Write, time::Duration};
 use anyhow::{Result, bail};
 use pkeyfw_common::{
     Capture, Reason, Stamp,
-    abi::{OTHER_PARTITION, QpStats},
+    abi::{EventKind, OTHER_PARTITION, QpStats},
 };
 use serde_json::json;
 
@@ -15,7 +15,7 @@ use crate::{
     cmd::attach::cli_iface,
     control::netlink::XdpMode,
     control::netns::{self, NetnsId},
-    loading::maps::{CaptureCounts, Maps, ReasonCounts, StampCounts},
+    loading::maps::{CaptureCounts, Maps, ReasonCounts, StampCounts, SuppressedCounts},
     loading::pins::{self, Holder, Pins, PolicyRecord, State},
     reporting::describe,
 };
@@ -34,6 +34,8 @@ pub struct Snapshot {
     pub stamps: StampCounts,
     /// What the RDMA-core probes saw (bindings, Q_Keys, joins).
     pub captures: CaptureCounts,
+    /// Events the kernel's per-kind budgets held back.
+    pub suppressed: SuppressedCounts,
     /// P_Key and Q_Key violations per partition: (reason, partition, frames).
     pub violations: Vec<(Reason, u16, u64)>,
     /// Who holds it, when known (else `pinned` says).
@@ -57,6 +59,15 @@ pub struct Snapshot {
 impl Snapshot {
     pub fn read(iface: &str, mode: XdpMode, pinned: bool, maps: &Maps) -> Result<Snapshot> {
         Ok(Snapshot {
+            qps: maps.qp_counters()?,
+            ..Snapshot::summary(iface, mode, pinned, maps)?
+        })
+    }
+
+    /// Without the per-QP counters, whose reading grows with the QPs: what
+    /// a scrape needs.
+    pub fn summary(iface: &str, mode: XdpMode, pinned: bool, maps: &Maps) -> Result<Snapshot> {
+        Ok(Snapshot {
             iface: iface.to_string(),
             mode,
             pinned,
@@ -65,10 +76,11 @@ impl Snapshot {
                 true => Some(maps.xmit_reasons()?),
                 false => None,
             },
-            qps: maps.qp_counters()?,
+            qps: Vec::new(),
             stamping: maps.stamping()?,
             stamps: maps.stamps()?,
             captures: maps.captures()?,
+            suppressed: maps.suppressed()?,
             violations: maps.violations()?,
             holder: None,
             netns: None,
@@ -177,6 +189,16 @@ impl Snapshot {
             .map(|&(by, n)| (by.to_string(), json!(n)))
             .collect::<serde_json::Map<_, _>>()
             .into();
+        out["events_suppressed"] = EventKind::ALL
+            .iter()
+            .map(|k| {
+                (
+                    k.name().to_string(),
+                    json!(self.suppressed[k.index() as usize]),
+                )
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into();
         out["quarantined"] = json!(self.quarantined);
         out["gone_netns_rules"] = self
             .gone_netns
@@ -264,6 +286,18 @@ impl Snapshot {
                 )?;
             }
         }
+        if self.suppressed.iter().any(|&n| n != 0) {
+            let held: Vec<String> = EventKind::ALL
+                .iter()
+                .filter(|k| self.suppressed[k.index() as usize] != 0)
+                .map(|k| format!("{} {}", k.name(), self.suppressed[k.index() as usize]))
+                .collect();
+            writeln!(
+                out,
+                "  events over the kernel's budget (counted, not sent): {}",
+                held.join(", ")
+            )?;
+        }
         if !self.quarantined.is_empty() {
             let qps: Vec<String> = self.quarantined.iter().map(|q| format!("{q:#x}")).collect();
             writeln!(
@@ -299,8 +333,13 @@ pub(crate) struct Live {
 }
 
 impl Live {
-    fn snapshot(&self) -> Result<Snapshot> {
-        Ok(Snapshot::read(
+    /// Its counters, per QP too if `per_qp`.
+    fn snapshot(&self, per_qp: bool) -> Result<Snapshot> {
+        let read = match per_qp {
+            true => Snapshot::read,
+            false => Snapshot::summary,
+        };
+        Ok(read(
             &self.pins.iface,
             self.mode,
             self.holder == Holder::Pinned,
@@ -311,18 +350,53 @@ impl Live {
     }
 }
 
-/// Every live attachment's counters, of every network namespace (those that
-/// cannot be read are reported on stderr and left out).
-pub fn snapshots() -> Result<Vec<Snapshot>> {
-    attachments(None, None)?
+/// An attachment a `pkeyfw attach` is still loading.
+pub struct SettingUp {
+    pub iface: String,
+    /// As the CLI names it (with its namespace).
+    pub named: String,
+    pub netns: NetnsId,
+    pub pid: u32,
+}
+
+impl SettingUp {
+    /// What `stats` and `events` say of it.
+    pub fn text(&self) -> String {
+        format!(
+            "{}: being set up by `pkeyfw attach` (process {}); nothing to read until it is attached",
+            self.named, self.pid
+        )
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        json!({"interface": self.iface, "state": "setting_up", "pid": self.pid})
+    }
+}
+
+/// The attachments found: those that can be read, and those being set up.
+#[derive(Default)]
+pub(crate) struct Found {
+    pub live: Vec<Live>,
+    pub setting_up: Vec<SettingUp>,
+}
+
+/// Every live attachment's counters but those per QP, of every network
+/// namespace (those that cannot be read are reported on stderr and left
+/// out), and those being set up.
+pub fn summaries() -> Result<(Vec<Snapshot>, Vec<SettingUp>)> {
+    let found = attachments(None, None)?;
+    let snaps = found
+        .live
         .iter()
-        .map(Live::snapshot)
-        .collect()
+        .map(|a| a.snapshot(false))
+        .collect::<Result<_>>()?;
+    Ok((snaps, found.setting_up))
 }
 
 /// The live attachments named (in this process's network namespace), or
-/// all (of every namespace, or of `--netns`'s), with their maps.
-pub(crate) fn attachments(iface: Option<&str>, netns: Option<&str>) -> Result<Vec<Live>> {
+/// all (of every namespace, or of `--netns`'s), with their maps, and those
+/// being set up.
+pub(crate) fn attachments(iface: Option<&str>, netns: Option<&str>) -> Result<Found> {
     let all = match iface {
         Some(i) => {
             let pins = Pins::of(i);
@@ -339,7 +413,7 @@ pub(crate) fn attachments(iface: Option<&str>, netns: Option<&str>) -> Result<Ve
             None => None,
         })?,
     };
-    let mut live = Vec::new();
+    let mut found = Found::default();
     for pins in all {
         let ns = match NetnsId::current().ok() == Some(pins.netns) {
             true => netns.map(str::to_string),
@@ -367,13 +441,19 @@ pub(crate) fn attachments(iface: Option<&str>, netns: Option<&str>) -> Result<Ve
                     }
                     other => other?,
                 };
-                live.push(Live {
+                found.live.push(Live {
                     pins,
                     mode,
                     holder,
                     maps,
                 });
             }
+            State::SettingUp(pid) => found.setting_up.push(SettingUp {
+                iface: pins.iface.clone(),
+                named,
+                netns: pins.netns,
+                pid,
+            }),
             State::Stale if iface.is_some() => bail!(
                 "{} is not attached any more (its interface or namespace went away, or its links were removed); `pkeyfw detach {named}` removes what it left",
                 pins.iface,
@@ -384,7 +464,7 @@ pub(crate) fn attachments(iface: Option<&str>, netns: Option<&str>) -> Result<Ve
             ),
         }
     }
-    Ok(live)
+    Ok(found)
 }
 
 /// Counters per reason and per QP of running attachments.
@@ -413,12 +493,18 @@ pub fn run(args: &StatsArgs) -> Result<()> {
     pins::host_bpffs("stats")?;
     let mut out = std::io::stdout().lock();
     loop {
-        let live = attachments(iface, netns)?;
-        if live.is_empty() && !json {
+        let found = attachments(iface, netns)?;
+        if found.live.is_empty() && found.setting_up.is_empty() && !json {
             writeln!(out, "no pkeyfw attachments")?;
         }
-        for a in &live {
-            let snap = a.snapshot()?;
+        for s in &found.setting_up {
+            match json {
+                true => writeln!(out, "{}", s.json())?,
+                false => writeln!(out, "{}", s.text())?,
+            }
+        }
+        for a in &found.live {
+            let snap = a.snapshot(true)?;
             if json {
                 writeln!(out, "{}", snap.json())?;
             } else {

@@ -67,12 +67,23 @@ pub fn update<K: Pod, V: Pod>(map: &MapData, entries: &[(K, V)]) -> Result<(), F
 
 /// Every value of array `map`, in index order, a chunk per call.
 pub fn array_values<V: Pod + Default>(map: &MapData) -> std::io::Result<Vec<V>> {
+    Ok(entries::<u32, V>(map)?
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect())
+}
+
+/// Every entry of `map` (an array, in index order, or a hash map), a chunk
+/// per call: a few system calls for a table of thousands of QPs where an
+/// iteration makes two per entry.
+pub fn entries<K: Pod + Default, V: Pod + Default>(map: &MapData) -> std::io::Result<Vec<(K, V)>> {
     let fd = map.fd().as_fd().as_raw_fd();
     let mut out = Vec::new();
-    // An array's batch position is its next index.
+    // The batch position (an array's next index, a hash map's next bucket)
+    // is a u32 for both.
     let (mut at, mut next, mut first) = (0u32, 0u32, true);
     loop {
-        let mut keys = vec![0u32; CHUNK];
+        let mut keys = vec![K::default(); CHUNK];
         let mut values = vec![V::default(); CHUNK];
         let mut attr = BatchAttr {
             in_batch: if first { 0 } else { &raw mut at as u64 },
@@ -84,11 +95,11 @@ pub fn array_values<V: Pod + Default>(map: &MapData) -> std::io::Result<Vec<V>> 
             ..BatchAttr::default()
         };
         // SAFETY: `attr` points at buffers of `count` keys and values of the
-        // map's sizes (an array's u32 key; `V` is its value, as typed by
-        // the caller) and at the batch positions, all live over the call.
+        // map's sizes (`K` and `V`, as typed by the caller) and at the batch
+        // positions, all live over the call.
         let result = unsafe { call(BPF_MAP_LOOKUP_BATCH, &mut attr) };
-        values.truncate(attr.count as usize);
-        out.extend(values);
+        let n = attr.count as usize;
+        out.extend(keys.into_iter().zip(values).take(n));
         match result {
             // The end: the last entries came with it.
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(out),

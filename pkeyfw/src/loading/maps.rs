@@ -25,9 +25,10 @@ use aya::{
 use pkeyfw_common::{
     Capture, Reason, Stamp, Verdict,
     abi::{
-        Config, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, KernelSlot, LAYOUT_VERSION,
-        MAPS, MapKind, OTHER_PARTITION, PARTITIONS, PORT_SERIAL_BITS, QPN_MASK, QpEntry, QpStats,
-        name, port_entry, port_key_index, qp_flags, qp_key, quarantine_bit, violation_key,
+        Config, EventBudget, EventKind, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey,
+        KernelSlot, LAYOUT_VERSION, MAPS, MapKind, OTHER_PARTITION, PARTITIONS, PORT_SERIAL_BITS,
+        QPN_MASK, QpEntry, QpStats, name, port_entry, port_key_index, qp_flags, qp_key,
+        quarantine_bit, violation_key,
     },
     reason::{REASON_SLOTS, reason_slot},
     tenant::{BindSpec, MAX_RULES, matcher},
@@ -91,6 +92,8 @@ impl ReasonCounts {
 pub type StampCounts = [u64; Stamp::COUNT];
 /// Verbs per RDMA-probe outcome, in [`Capture`] order.
 pub type CaptureCounts = [u64; Capture::COUNT];
+/// Events the kernel's budgets held back, per [`EventKind`].
+pub type SuppressedCounts = [u64; EventKind::COUNT];
 
 /// The program's maps.
 pub struct Maps {
@@ -103,6 +106,9 @@ pub struct Maps {
     probed: u32,
     /// When this process last retired a generation (None: not known here).
     retired: Option<Instant>,
+    /// The loader's stats slots the live generation leaves free, as this
+    /// process keeps them between binds (None: read again at the next).
+    free: Option<Vec<u32>>,
     active: Array<MapData, u32>,
     config: Array<MapData, Config>,
     qps: HashMap<MapData, u32, QpEntry>,
@@ -112,6 +118,7 @@ pub struct Maps {
     xmit_reasons: PerCpuArray<MapData, u64>,
     qp_stats: Array<MapData, QpStats>,
     events: RingBuf<MapData>,
+    event_budget: PerCpuArray<MapData, EventBudget>,
     stamps: PerCpuArray<MapData, u64>,
     captures: PerCpuArray<MapData, u64>,
     violations: HashMap<MapData, u32, u64>,
@@ -222,6 +229,7 @@ impl Maps {
             capacity,
             probed,
             retired: None,
+            free: None,
             active: typed(take(name::ACTIVE), name::ACTIVE)?,
             config: typed(take(name::CONFIG), name::CONFIG)?,
             qps: typed(take(name::QPS), name::QPS)?,
@@ -231,6 +239,7 @@ impl Maps {
             xmit_reasons: typed(take(name::XMIT_REASONS), name::XMIT_REASONS)?,
             qp_stats: typed(take(name::QP_STATS), name::QP_STATS)?,
             events: typed(take(name::EVENTS), name::EVENTS)?,
+            event_budget: typed(take(name::EVENT_BUDGET), name::EVENT_BUDGET)?,
             stamps: typed(take(name::STAMPS), name::STAMPS)?,
             captures: typed(take(name::CAPTURES), name::CAPTURES)?,
             violations: typed(take(name::VIOLATIONS), name::VIOLATIONS)?,
@@ -303,6 +312,20 @@ impl Maps {
     /// Verbs per RDMA-probe outcome, summed over CPUs.
     pub fn captures(&self) -> Result<CaptureCounts> {
         summed(&self.captures, name::CAPTURES)
+    }
+
+    /// Events the kernel held back per kind (over its budget), summed over
+    /// CPUs.
+    pub fn suppressed(&self) -> Result<SuppressedCounts> {
+        let mut counts = [0; EventKind::COUNT];
+        for (kind, count) in counts.iter_mut().enumerate() {
+            let per_cpu = self
+                .event_budget
+                .get(&(kind as u32), 0)
+                .context("reading EVENT_BUDGET")?;
+            *count = per_cpu.iter().map(|b| b.suppressed).sum();
+        }
+        Ok(counts)
     }
 
     /// P_Key and Q_Key violations per partition (15-bit key portion;
@@ -533,6 +556,7 @@ impl Maps {
         }
         self.active.set(0, &idle, 0).context("switching ACTIVE")?;
         self.retired = Some(Instant::now());
+        self.free = None;
         if keep {
             // The probe wrote the retired generation until now (a run of it
             // that read ACTIVE before the switch is over within this).
@@ -619,8 +643,8 @@ impl Maps {
     /// the Q_Key the QP set since.
     pub fn bind_live(&mut self, qpn: u32, rule: &QpRule) -> Result<()> {
         let g = self.active_generation()?;
-        let held = self.held(g)?.qps;
-        let existing = held.iter().find(|(q, _)| *q == qpn).map(|(_, e)| *e);
+        let key = qp_key(g, qpn);
+        let existing = self.qp_entry(key)?;
         if existing.is_some_and(|e| e.flags & qp_flags::PROBE != 0) {
             return Ok(());
         }
@@ -628,35 +652,68 @@ impl Maps {
         let slot = match existing {
             Some(e) => e.slot,
             None => {
-                let used: HashSet<u32> = held.iter().map(|(_, e)| e.slot).collect();
-                let slot = (0..self.capacity)
-                    .find(|s| !used.contains(s))
-                    .context("no free QP stats slot")?;
+                let slot = self.free_slots(g)?.pop().context("no free QP stats slot")?;
                 self.qp_stats
                     .set(slot, &QpStats::default(), 0)
                     .context("resetting QP_STATS")?;
                 slot
             }
         };
-        self.qps
-            .insert(&qp_key(g, qpn), &Policy::qp_entry(rule, slot), 0)
-            .with_context(|| format!("writing QPS entry {qpn:#x}"))
+        let written = self
+            .qps
+            .insert(&key, &Policy::qp_entry(rule, slot), 0)
+            .with_context(|| format!("writing QPS entry {qpn:#x}"));
+        if written.is_err() && existing.is_none() {
+            self.release(slot);
+        }
+        written
     }
 
     /// Removes one QP from the live generation, in place.
     /// The probe's bindings stay: it removes them when their QP is
     /// destroyed.
     pub fn unbind_live(&mut self, qpn: u32) -> Result<()> {
-        let g = self.active_generation()?;
-        let key = qp_key(g, qpn);
-        if self
-            .qps
-            .get(&key, 0)
-            .is_ok_and(|e| e.flags & qp_flags::PROBE != 0)
-        {
+        let key = qp_key(self.active_generation()?, qpn);
+        let Some(entry) = self.qp_entry(key)? else {
+            return Ok(());
+        };
+        if entry.flags & qp_flags::PROBE != 0 {
             return Ok(());
         }
-        ignore_missing(self.qps.remove(&key))
+        ignore_missing(self.qps.remove(&key))?;
+        self.release(entry.slot);
+        Ok(())
+    }
+
+    /// The QPS entry under `key`, if any.
+    fn qp_entry(&self, key: u32) -> Result<Option<QpEntry>> {
+        match self.qps.get(&key, 0) {
+            Ok(e) => Ok(Some(e)),
+            Err(MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(e).context("reading QPS"),
+        }
+    }
+
+    /// The loader's slots generation `g` (the live one) leaves free: read
+    /// from the maps once after each policy switch, then kept here, so that
+    /// a bind costs the same however many QPs are bound.
+    fn free_slots(&mut self, g: u32) -> Result<&mut Vec<u32>> {
+        if self.free.is_none() {
+            let used: HashSet<u32> = self.held(g)?.qps.iter().map(|(_, e)| e.slot).collect();
+            // Popped lowest first.
+            let free = (0..self.capacity).rev().filter(|s| !used.contains(s));
+            self.free = Some(free.collect());
+        }
+        Ok(self.free.get_or_insert_default())
+    }
+
+    /// Gives a loader's slot back (the probe's, above them, are its own).
+    fn release(&mut self, slot: u32) {
+        if let Some(free) = &mut self.free
+            && slot < self.capacity
+        {
+            free.push(slot);
+        }
     }
 
     /// A rule that binds a UD QP with its own Q_Key, with the one it set if
@@ -764,16 +821,12 @@ impl Maps {
     /// What generation `g` holds, read from the maps (its port table is
     /// emptied by a new serial, so not listed).
     fn held(&self, g: u32) -> Result<Held> {
-        let qps = self
-            .qps
-            .iter()
-            .filter_map(|item| match item {
-                Ok((key, entry)) if key >> 24 == g => Some(Ok((key & QPN_MASK, entry))),
-                Ok(_) => None,
-                Err(e) => Some(Err(e)),
-            })
-            .collect::<Result<_, _>>()
-            .context("reading QPS")?;
+        let qps = batch::entries::<u32, QpEntry>(self.qps.map())
+            .context("reading QPS")?
+            .into_iter()
+            .filter(|(key, _)| key >> 24 == g)
+            .map(|(key, entry)| (key & QPN_MASK, entry))
+            .collect();
         let groups = self
             .groups
             .keys()

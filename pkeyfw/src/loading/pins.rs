@@ -67,6 +67,9 @@ pub enum State {
     /// The program is no longer attached (the interface or its namespace
     /// went away, or something removed the link).
     Stale,
+    /// A `pkeyfw attach`, this running process, is loading it: nothing is
+    /// pinned yet (seconds on a slow machine).
+    SettingUp(u32),
 }
 
 /// Who answers for a live attachment.
@@ -246,7 +249,8 @@ impl Pins {
         }
     }
 
-    /// Notes this process as the foreground attachment's owner.
+    /// Notes this process as the attachment's owner: a foreground one's
+    /// for as long as it runs, a pinned one's while it is set up.
     pub fn remember_owner(&self) -> Result<()> {
         let pid = std::process::id();
         let started = start_time(pid).unwrap_or_default();
@@ -255,9 +259,13 @@ impl Pins {
             .with_context(|| format!("writing {}", self.owner_note().display()))
     }
 
-    /// Forgets a former owner (a pinned attachment has none).
+    /// Forgets the owner, once a pinned attachment is set up: it has none.
     pub fn forget_owner(&self) {
         let _ = fs::remove_file(self.owner_note());
+    }
+
+    /// Forgets a former attachment's policy history.
+    pub fn forget_record(&self) {
         let _ = fs::remove_file(self.record_note());
     }
 
@@ -302,7 +310,14 @@ impl Pins {
     /// Whether the interface runs the pinned program, and how. Looks into
     /// the pins' network namespace; one that is gone leaves them stale.
     pub fn state(&self) -> Result<State> {
-        let ours = ProgramInfo::from_pin(self.dir.join(PROGRAM))
+        // The owner is noted before anything is pinned.
+        let program = self.dir.join(PROGRAM);
+        if !program.exists()
+            && let Holder::Foreground(pid) = self.holder()
+        {
+            return Ok(State::SettingUp(pid));
+        }
+        let ours = ProgramInfo::from_pin(program)
             .with_context(|| format!("opening the program pinned under {}", self.dir.display()))?
             .id();
         let Some(netns) = self.netns.find() else {
@@ -503,10 +518,14 @@ fn root() -> PathBuf {
 /// /sys/fs/bpf/pkeyfw first and own every pin pkeyfw makes in it.
 fn trusted_dir(dir: &Path) -> Result<()> {
     match fs::symlink_metadata(dir) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => fs::DirBuilder::new()
-            .mode(0o700)
-            .create(dir)
-            .with_context(|| format!("creating {}", dir.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            match fs::DirBuilder::new().mode(0o700).create(dir) {
+                // Another pkeyfw made it first (systemd starts instances
+                // at once): it is checked as any existing one.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => trusted_dir(dir),
+                made => made.with_context(|| format!("creating {}", dir.display())),
+            }
+        }
         Err(e) => Err(e).with_context(|| format!("reading {}", dir.display())),
         Ok(meta) => {
             let mode = meta.permissions().mode();
@@ -635,5 +654,29 @@ mod tests {
         std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
         let e = trusted_dir(&theirs).unwrap_err().to_string();
         assert!(e.contains("owner uid 65534"), "{e}");
+    }
+
+    /// Attaches started at once (systemd starts its instances so) each
+    /// make the root directory or find it made, never fail on the other.
+    #[test]
+    fn directories_made_at_once_are_all_made() {
+        let tmp = tempfile::tempdir().unwrap();
+        for round in 0..200 {
+            let dir = tmp.path().join(round.to_string());
+            let barrier = std::sync::Barrier::new(4);
+            std::thread::scope(|s| {
+                let made: Vec<_> = (0..4)
+                    .map(|_| {
+                        s.spawn(|| {
+                            barrier.wait();
+                            trusted_dir(&dir).map_err(|e| format!("{e:#}"))
+                        })
+                    })
+                    .collect();
+                for m in made {
+                    m.join().unwrap().unwrap();
+                }
+            });
+        }
     }
 }

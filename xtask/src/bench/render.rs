@@ -35,6 +35,7 @@ pub fn tables(doc: &Value) -> Result<Vec<Table>> {
         partitions(&doc["partitions"])?,
         stamping(&doc["stamping"])?,
         switch(&doc["switch"])?,
+        binding(&doc["binding"])?,
         live(&doc["live"])?,
         live_goals(&doc["live"])?,
     ])
@@ -148,6 +149,30 @@ fn load(v: &Value) -> Result<Table> {
     Ok(Table {
         title: "Wall-clock time to load a filter and apply a policy into it".to_string(),
         columns: columns(&["QPs", "load", "apply", "apply per QP"]),
+        rows,
+    })
+}
+
+fn binding(v: &Value) -> Result<Table> {
+    let rows = v["rows"]
+        .as_array()
+        .context("binding: no rows")?
+        .iter()
+        .map(|r| {
+            Ok(vec![
+                thousands(int(r, "bound")?),
+                thousands(num(r, "binds_per_s")? as u64),
+                thousands(num(r, "releases_per_s")? as u64),
+                format!("{:.1} ms", num(r, "reload_ms")?),
+            ])
+        })
+        .collect::<Result<_>>()?;
+    Ok(Table {
+        title: format!(
+            "Binding under churn: {} QPs created and destroyed among those bound, a reload half-way",
+            thousands(int(v, "churn")?)
+        ),
+        columns: columns(&["QPs bound", "binds/s", "releases/s", "reload"]),
         rows,
     })
 }

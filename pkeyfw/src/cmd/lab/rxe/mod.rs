@@ -150,9 +150,14 @@ fn judge(sc: &Scenario, o: &Observed) -> bool {
     };
     // A foreign Q_Key's datagrams are refused besides the verdict.
     let foreign = matches!(sc.attack, Some(Attack::ForeignQkey(_)));
+    // A join is made under a flood of malformed frames.
+    let flooded = matches!(sc.attack, Some(Attack::ForeignJoin(_)));
     let refused_at_server = |counts: &ReasonCounts| {
         Reason::ALL.into_iter().all(|r| {
-            r == sc.reason || (foreign && r == Reason::QkeyViolation) || counts.refused_by(r) == 0
+            r == sc.reason
+                || (foreign && r == Reason::QkeyViolation)
+                || (flooded && r == Reason::Malformed)
+                || counts.refused_by(r) == 0
         })
     };
     o.completes() == sc.completes
@@ -169,13 +174,16 @@ fn judge(sc: &Scenario, o: &Observed) -> bool {
 /// lost nothing; a full table quarantined): the flood of
 /// modifies and the squatted peers took no frame from its owner (every
 /// frame of the bound QPs stamped with their own key, as rxe's socket says
-/// who sends); the join was counted and reported.
+/// who sends); the join was counted and reported under a junk flood.
 fn attack_failed(sc: &Scenario, o: &Observed) -> bool {
     let [server, _] = o.probes.map(|p| move |c: Capture| p[c.index() as usize]);
     match sc.attack {
         None => true,
         Some(Attack::ModifyFlood | Attack::Squat) => o.unbound == 0,
-        Some(Attack::ForeignJoin(_)) => server(Capture::ForeignJoin) > 0 && o.join_reported,
+        // Under a flood that exhausted the refused frames' budget.
+        Some(Attack::ForeignJoin(_)) => {
+            server(Capture::ForeignJoin) > 0 && o.join_reported && o.suppressed > 0
+        }
         // The program's Q_Key was captured, the other one refused.
         // The table was full for the server's QP only while the filler held
         // it.

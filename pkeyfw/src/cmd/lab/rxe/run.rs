@@ -16,7 +16,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use pkeyfw_common::{Capture, Reason, Stamp};
+use pkeyfw_common::{Capture, Reason, Stamp, abi::EventKind};
 use pkeyfw_testkit::wire;
 
 use super::{
@@ -65,6 +65,8 @@ pub struct Observed {
     pub leftover: u64,
     /// Whether an attachment printed a foreign-join violation.
     pub join_reported: bool,
+    /// Refused frames' events the server end's kernel budget held back.
+    pub suppressed: u64,
     /// Once a table's filler is gone: whether a new QP a rule binds was
     /// bound at its creation, not quarantined.
     pub rebound: Option<bool>,
@@ -362,6 +364,8 @@ pub fn scenario(
         ))
     };
     let (reasons, [mut stamped, mut unbound], server_probes) = counted(server_end)?;
+    let suppressed = Maps::from_pins(&Pins::of(&server_end.iface).dir)?.suppressed()?
+        [EventKind::Frame.index() as usize];
     let mut probes = [server_probes, CaptureCounts::default()];
     let client_reasons = match &client_attach {
         Some(_) => {
@@ -412,6 +416,7 @@ pub fn scenario(
         join_reported: attach_lines
             .iter()
             .any(|l| l.contains("violation foreign_join")),
+        suppressed,
         leftover,
         rxe_rcvd: [0, 1].map(|i| rcvd_after[i].saturating_sub(rcvd_before[i])),
         passed: [passed(Some(&reasons)), passed(client_reasons.as_ref())],
@@ -419,11 +424,12 @@ pub fn scenario(
         frames,
         bad_icrc,
         output: format!(
-            "client: {}\nclient stderr: {}\nserver: {}\nserver stderr: {}\npkeyfw attach:\n{}",
+            "client: {}\nclient stderr: {}\nserver: {}\nserver stderr: {}\nserver probes: {:?}, frame events held back: {suppressed}\npkeyfw attach:\n{}",
             tail("client"),
             tail("client.err"),
             tail("server"),
             tail("server.err"),
+            probes[0],
             attach_lines.join("\n")
         ),
     })
@@ -483,6 +489,10 @@ fn attack(attack: Attack, server: &End, client: &End, work: &Path) -> Result<Opt
             cmd.args(["--device", &server.device, "--join"])
                 .arg(group.to_string())
                 .args(["--hold-ms", "600000"]);
+            // Joined under a flood of junk on the joining CPU: the refused
+            // frames spend their own budget, not the join's.
+            junk_flood(client, server)?;
+            on_cpu_0(&mut cmd);
             500
         }
         Attack::Squat => {
@@ -509,6 +519,46 @@ fn attack(attack: Attack, server: &End, client: &End, work: &Path) -> Result<Opt
         .context("starting pkeyfw lab verbs as nobody")?;
     std::thread::sleep(Duration::from_millis(ready));
     Ok(Some(Proc(child)))
+}
+
+/// Sends malformed frames to port 4791 of `to` from `from`, 3,000 a second
+/// for 3 s, from CPU 0, where XDP judges them (veth runs its XDP on the
+/// sender's CPU): far past the refused frames' event budget.
+fn junk_flood(from: &End, to: &End) -> Result<()> {
+    let socket = std::net::UdpSocket::bind((from.addr, 0))?;
+    let to = std::net::SocketAddr::from((to.addr, 4791));
+    std::thread::spawn(move || {
+        pin_to_cpu_0();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(3) {
+            for _ in 0..30 {
+                let _ = socket.send_to(&[0; 4], to);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
+    Ok(())
+}
+
+/// Runs `cmd` on CPU 0.
+fn on_cpu_0(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: sched_setaffinity is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            pin_to_cpu_0();
+            Ok(())
+        })
+    };
+}
+
+fn pin_to_cpu_0() {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes within it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
+    }
 }
 
 /// Whether a QP a rule binds (the attacker's), created on `end`'s device

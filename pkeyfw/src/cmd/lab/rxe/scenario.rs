@@ -554,7 +554,7 @@ pub fn all() -> Vec<Scenario> {
             attack: Some(Attack::ForeignJoin(Ipv4Addr::new(239, 1, 1, 1))),
             tenants: [Tenant::ANY; 2],
             pinned: false,
-            why: "a join to 0x0002's group is reported",
+            why: "a join to 0x0002's group is reported under a junk flood",
         },
         Scenario {
             name: "tenant-cgroup-a-b",
