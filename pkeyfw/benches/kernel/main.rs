@@ -58,6 +58,16 @@ const TARGET_QPN: u32 = 2;
 const UNKNOWN_QPN: u32 = 0x00fe_0000;
 
 fn main() -> Result<()> {
+    // `--only binding --json FILE`: that section alone, into FILE's
+    // document (the rest of a full run's figures stay).
+    if let Some(section) = arg("--only") {
+        ensure!(section == "binding", "--only takes binding");
+        let path = json_path().context("--only updates the document --json names")?;
+        let mut doc: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+        doc["binding"] = binding()?;
+        let text = serde_json::to_string_pretty(&doc)? + "\n";
+        return std::fs::write(&path, text).with_context(|| format!("writing {path}"));
+    }
     let paths = paths();
     let sized: Vec<Path> = paths.iter().filter(|p| p.sized).cloned().collect();
     let baseline = Baseline::load(BASELINE)?;
@@ -109,7 +119,12 @@ fn main() -> Result<()> {
 /// Where `--json FILE` says the document goes; standard output without it
 /// (cargo passes `--bench` too, which is ignored).
 fn json_path() -> Option<String> {
-    let mut args = std::env::args().skip_while(|a| a != "--json");
+    arg("--json")
+}
+
+/// The value after `name` on the command line.
+fn arg(name: &str) -> Option<String> {
+    let mut args = std::env::args().skip_while(|a| a != name);
     args.next()?;
     args.next()
 }
