@@ -27,14 +27,18 @@ use pkeyfw_common::{
     abi::{
         Config, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, KernelSlot, LAYOUT_VERSION,
         MAPS, MapKind, OTHER_PARTITION, PARTITIONS, PORT_SERIAL_BITS, QPN_MASK, QpEntry, QpStats,
-        name, port_entry, port_key_index, qp_flags, qp_key, quarantine_bit, violation_key,
+        listed_key, name, port_entry, port_key_index, qp_flags, qp_key, quarantine_bit,
+        violation_key,
     },
     reason::{REASON_SLOTS, reason_slot},
     tenant::{BindSpec, MAX_RULES, matcher},
 };
 
 use super::batch;
-use crate::policy::{Policy, QpRule};
+use crate::{
+    control::netlink,
+    policy::{Policy, QpRule},
+};
 
 /// How long a retired policy generation stays untouched before it is
 /// rewritten: far longer than any XDP program run, which is all that could
@@ -121,6 +125,7 @@ pub struct Maps {
     free_slots: Stack<MapData, u32>,
     next_slot: Array<MapData, u64>,
     quarantine: Array<MapData, u64>,
+    listed: HashMap<MapData, u64, u8>,
     /// The other maps, held open.
     _rest: Vec<Map>,
 }
@@ -129,6 +134,8 @@ pub struct Maps {
 struct Held {
     qps: Vec<(u32, QpEntry)>,
     groups: Vec<GroupKey>,
+    /// `LISTED` keys.
+    listed: Vec<u64>,
 }
 
 /// The object's own maps for `--trace`: aya-log's ring buffer (read by
@@ -240,6 +247,7 @@ impl Maps {
             free_slots: typed(take(name::FREE_SLOTS), name::FREE_SLOTS)?,
             next_slot: typed(take(name::NEXT_SLOT), name::NEXT_SLOT)?,
             quarantine: typed(take(name::QUARANTINE), name::QUARANTINE)?,
+            listed: typed(take(name::LISTED), name::LISTED)?,
             _rest: maps.into_values().collect(),
         })
     }
@@ -738,6 +746,18 @@ impl Maps {
                 .insert(&key, &group.entry(), 0)
                 .with_context(|| format!("writing GROUPS entry {}", group.addr))?;
         }
+        // By index in this (the ports') namespace: a port that does not
+        // exist has nothing to send, and one made later with its name is
+        // not listed until the policy is applied again.
+        for index in policy
+            .listed
+            .iter()
+            .filter_map(|i| netlink::if_index(i).ok())
+        {
+            self.listed
+                .insert(&listed_key(g, index), &1, 0)
+                .with_context(|| format!("writing LISTED entry {index}"))?;
+        }
         Ok(())
     }
 
@@ -780,13 +800,26 @@ impl Maps {
             .filter(|k| k.as_ref().map_or(true, |k| k.generation == g))
             .collect::<Result<_, _>>()
             .context("reading GROUPS")?;
-        Ok(Held { qps, groups })
+        Ok(Held {
+            qps,
+            groups,
+            listed: self.listed_keys(g)?,
+        })
+    }
+
+    /// Generation `g`'s `LISTED` keys.
+    fn listed_keys(&self, g: u32) -> Result<Vec<u64>> {
+        self.listed
+            .keys()
+            .filter(|k| k.as_ref().map_or(true, |k| k >> 32 == u64::from(g)))
+            .collect::<Result<_, _>>()
+            .context("reading LISTED")
     }
 
     /// Empties generation `g`, once nothing can still be reading it.
     fn clear(&mut self, g: u32) -> Result<()> {
         let held = self.held(g)?;
-        let empty = held.qps.is_empty() && held.groups.is_empty();
+        let empty = held.qps.is_empty() && held.groups.is_empty() && held.listed.is_empty();
         // A generation never written needs no wait; any other may still be
         // read, if only its settings and port table, which are rewritten
         // next.
@@ -800,6 +833,9 @@ impl Maps {
         }
         for key in held.groups {
             ignore_missing(self.groups.remove(&key))?;
+        }
+        for key in held.listed {
+            ignore_missing(self.listed.remove(&key))?;
         }
         Ok(())
     }
