@@ -44,12 +44,17 @@ fn the_lab_shows_every_case_as_expected() {
 }
 
 /// `pkeyfw lab switch`: the seeds' four hosts on a bridge, every frame as
-/// the rules say at the switch ports, in all three rounds; none of a tenant
-/// on a port that joined the bridge after `switch attach` (no policy lists
-/// it) reaches anyone; nothing left.
+/// the rules say at the switch ports, in all three rounds; `switch attach`
+/// refuses the bridge while it has a port the policy does not list, naming
+/// it, and nothing of a tenant on that port, once it joined again after the
+/// attach, reaches anyone; nothing left.
 #[test]
 fn the_switch_lab_shows_every_frame_as_expected() {
     let text = lab(&["lab", "switch"]);
+    assert!(
+        text.contains(": bridge br0 has ports the policy does not list: swe; expected every port"),
+        "{text}"
+    );
     // 12 ordered pairs × 3 networks + 2 forgeries, and E's 4 hosts × 5
     // networks, in 3 rounds, and 3 more forgeries at the access ports.
     assert!(

@@ -4,7 +4,7 @@
 //! per-interface commands (`stats`, `events`, `reload`, `detach`) work on a
 //! port as on a host's interface.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
 
@@ -14,7 +14,7 @@ use super::{
     detach::{self, DetachArgs},
     reload::{self, ReloadArgs},
 };
-use crate::policy::SwitchPolicy;
+use crate::{control::bridge, policy::SwitchPolicy};
 
 /// Enforce partitions at the ports of a switch (a bridge or router).
 ///
@@ -78,6 +78,8 @@ fn netns(args: &SwitchArgs) -> NetnsArg {
 
 fn attach_all(args: &SwitchAttachArgs) -> Result<()> {
     let ports = ports(&args.switch)?;
+    args.switch.netns.enter()?;
+    refuse_unlisted(&ports, &args.switch.policy)?;
     for (i, iface) in ports.iter().enumerate() {
         let attached = attach::run(&AttachArgs {
             iface: iface.clone(),
@@ -107,6 +109,23 @@ fn attach_all(args: &SwitchAttachArgs) -> Result<()> {
         ports.len(),
         ports.join(", ")
     );
+    Ok(())
+}
+
+/// Refuses a policy that leaves ports of its ports' bridges out: a tenant
+/// there would send RoCE that no port judged on the way in (which the
+/// listed ports then refuse, as they refuse it from a port that joins the
+/// bridge later). The whole bridge is the switch.
+fn refuse_unlisted(ports: &[String], policy: &Path) -> Result<()> {
+    let bridges = bridge::with_unlisted(ports)?;
+    if !bridges.is_empty() {
+        let said: Vec<String> = bridges.iter().map(ToString::to_string).collect();
+        bail!(
+            "{}: {}; expected every port of the bridge as a [[switch.port]], or taken out of the bridge",
+            policy.display(),
+            said.join("; ")
+        );
+    }
     Ok(())
 }
 

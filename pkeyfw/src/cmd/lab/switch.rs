@@ -17,10 +17,12 @@
 //! is the host's HCA with one key: B sending 0x7FFF (the default partition
 //! its port's table holds), D sending A's 0x8001, and B sending RoCE v1.
 //!
-//! A fifth tenant, E, is on a port that joins the bridge after `switch
-//! attach` and that no policy lists (a new VM's tap, say). In every round
-//! it sends each host a frame with that host's partition as a full member,
-//! over IPv4, IPv6, a VLAN, QinQ and RoCE v1: none may arrive.
+//! A fifth tenant, E, is on a port of the bridge that the policy does not
+//! list: `switch attach` must refuse the bridge, naming the port. Taken out
+//! of the bridge, E's port joins it again after the attach (a new VM's tap,
+//! say). In every round E sends each host a frame with that host's
+//! partition as a full member, over IPv4, IPv6, a VLAN, QinQ and RoCE v1:
+//! none may arrive.
 //! Everything is removed at the end, also on failure.
 
 use std::{path::Path, process::Command, time::Duration};
@@ -223,17 +225,19 @@ impl Fabric {
             quiet(&h, "eth0")?;
             quiet(s, &port(i))?;
             ip(&["-n", &h, "link", "set", "eth0", "up"])?;
-            ip(&["-n", s, "link", "set", &port(i), "up"])?;
-            if i != E {
-                self.join(i)?;
-            }
+            ip(&["-n", s, "link", "set", &port(i), "master", "br0", "up"])?;
         }
         Ok(())
     }
 
-    /// Makes host `i`'s port a port of the bridge.
-    fn join(&self, i: usize) -> Result<()> {
-        ip(&["-n", &self.switch, "link", "set", &port(i), "master", "br0"])
+    /// Makes host `i`'s port a port of the bridge (`join`) or not.
+    fn member(&self, i: usize, join: bool) -> Result<()> {
+        let how: &[&str] = if join {
+            &["master", "br0"]
+        } else {
+            &["nomaster"]
+        };
+        ip(&[&["-n", &self.switch, "link", "set", &port(i)], how].concat())
     }
 
     fn remove(&self) {
@@ -276,8 +280,9 @@ fn pkeyfw(args: &[&str], policy: &Path) -> Result<()> {
         .context("running pkeyfw")?;
     if !out.status.success() {
         bail!(
-            "pkeyfw {}: {}",
+            "pkeyfw {} {}: {}",
             args.join(" "),
+            policy.display(),
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
@@ -410,6 +415,19 @@ fn rounds(fabric: &Fabric) -> Result<bool> {
         fabric.switch,
         (0..HOSTS.len()).map(port).collect::<Vec<_>>().join(", ")
     );
+    std::fs::write(&fabric.policy, Round::Drop.policy())?;
+    let attach = ["switch", "attach", "--netns", &fabric.switch, "--policy"];
+    match pkeyfw(&attach, &fabric.policy) {
+        Ok(()) => bail!(
+            "`pkeyfw switch attach` took bridge br0 with port {}, which its policy does not list",
+            port(E)
+        ),
+        Err(e) => println!(
+            "\n{} is a port of br0 that the policy does not list: `pkeyfw switch attach` refuses:\n  {e:#}",
+            port(E)
+        ),
+    }
+    fabric.member(E, false)?;
     let mut all_ok = true;
     let (mut total, mut matched) = (0, 0);
     for (n, round) in [Round::Drop, Round::Corrupt, Round::Access]
@@ -423,9 +441,9 @@ fn rounds(fabric: &Fabric) -> Result<bool> {
             &fabric.policy,
         )?;
         if n == 0 {
-            fabric.join(E)?;
+            fabric.member(E, true)?;
             println!(
-                "\n{} joins the bridge after `pkeyfw switch attach`; no policy lists it",
+                "\n{} is taken out of br0 for the attach, and joins it again after",
                 port(E)
             );
         }
