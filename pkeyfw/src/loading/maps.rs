@@ -138,6 +138,18 @@ struct Held {
     listed: Vec<u64>,
 }
 
+/// A policy written into the idle generation, not live yet
+/// ([`Maps::stage`]): [`Maps::flip`] makes it live, [`Maps::discard`]
+/// drops it.
+#[must_use]
+pub struct Staged {
+    idle: u32,
+    /// Whether the `[[bind]]` rules stay, and with them the probe's
+    /// bindings (`carried` into the new generation).
+    keep: bool,
+    carried: Vec<(u32, QpEntry)>,
+}
+
 /// The object's own maps for `--trace`: aya-log's ring buffer (read by
 /// `Filter::kernel_log`) and the frame each CPU is to log.
 const OWN: [&str; 2] = ["AYA_LOGS", "TRACED"];
@@ -279,6 +291,13 @@ impl Maps {
     /// Whether the live policy is a switch port's.
     pub fn switch_port(&self) -> Result<bool> {
         Ok(self.live_config()?.switch != 0)
+    }
+
+    /// The interfaces (by index) a switch port's live policy lists as the
+    /// ports of its switch.
+    pub fn listed(&self) -> Result<HashSet<u32>> {
+        let keys = self.listed_keys(self.active_generation()?)?;
+        Ok(keys.into_iter().map(|k| k as u32).collect())
     }
 
     /// Refuses a reload that would make a host port a switch port or back:
@@ -495,6 +514,16 @@ impl Maps {
     /// by the old policy or the new one, never a mix. On error the running
     /// policy stays in force and the idle generation is left empty.
     pub fn apply(&mut self, policy: &Policy) -> Result<()> {
+        let staged = self.stage(policy)?;
+        self.flip(&staged)?;
+        self.settle(staged, policy)
+    }
+
+    /// Writes `policy` into the idle generation, which no frame reads: the
+    /// first half of [`apply`](Self::apply), so that several filters (a
+    /// switch's ports) can all take a policy before any switches to it. On
+    /// error the idle generation is left empty.
+    pub fn stage(&mut self, policy: &Policy) -> Result<Staged> {
         if policy.qps.len() > self.capacity as usize {
             bail!(
                 "the policy binds {} QPs; this filter was loaded for at most {}",
@@ -519,19 +548,10 @@ impl Maps {
         self.clear(idle)?;
         let held = self.held(active)?.qps;
         let slots = held.iter().map(|(q, e)| (*q, e.slot)).collect();
-        // ([[qp]] entries still win.)
-        let entry = |q: &u32| {
-            policy
-                .qps
-                .get(q)
-                .is_some_and(|r| r.flags & qp_flags::RULE == 0)
-        };
-        let probed = |qps: Vec<(u32, QpEntry)>| {
-            qps.into_iter()
-                .filter(|(q, e)| keep && e.flags & qp_flags::PROBE != 0 && !entry(q))
-                .collect::<Vec<_>>()
-        };
-        let carried = probed(held);
+        let carried = held
+            .into_iter()
+            .filter(|(q, e)| keep && e.flags & qp_flags::PROBE != 0 && !is_entry(policy, *q))
+            .collect::<Vec<_>>();
         let written = self
             .write(idle, policy, &rules, slots)
             .and_then(|()| self.put(idle, &carried));
@@ -539,15 +559,48 @@ impl Maps {
             let _ = self.clear(idle);
             return Err(e.context("the running policy is unchanged"));
         }
-        self.active.set(0, &idle, 0).context("switching ACTIVE")?;
+        Ok(Staged {
+            idle,
+            keep,
+            carried,
+        })
+    }
+
+    /// Makes a staged policy live: one write to `ACTIVE`.
+    pub fn flip(&mut self, staged: &Staged) -> Result<()> {
+        self.active
+            .set(0, &staged.idle, 0)
+            .context("switching ACTIVE")?;
         self.retired = Some(Instant::now());
-        if keep {
-            // The probe wrote the retired generation until now (a run of it
-            // that read ACTIVE before the switch is over within this).
-            std::thread::sleep(Duration::from_millis(1));
-            self.settle(active, idle, &carried, &entry)?;
-        }
         Ok(())
+    }
+
+    /// Makes the policy a [`flip`](Self::flip) retired live again (its
+    /// generation is untouched until the next [`stage`](Self::stage)).
+    pub fn unflip(&mut self, staged: &Staged) -> Result<()> {
+        self.active
+            .set(0, &(1 - staged.idle), 0)
+            .context("switching ACTIVE back")
+    }
+
+    /// Drops a staged policy that is not live.
+    pub fn discard(&mut self, staged: Staged) -> Result<()> {
+        self.clear(staged.idle)
+    }
+
+    /// After [`flip`](Self::flip): the probe's bindings made in the retired
+    /// generation meanwhile carried into the live one (see
+    /// [`settle_probed`](Self::settle_probed)).
+    pub fn settle(&mut self, staged: Staged, policy: &Policy) -> Result<()> {
+        if !staged.keep {
+            return Ok(());
+        }
+        // The probe wrote the retired generation until now (a run of it
+        // that read ACTIVE before the switch is over within this).
+        std::thread::sleep(Duration::from_millis(1));
+        self.settle_probed(1 - staged.idle, staged.idle, &staged.carried, &|q: &u32| {
+            is_entry(policy, *q)
+        })
     }
 
     /// After a switch with the rules kept: the probe's bindings in the new
@@ -558,7 +611,7 @@ impl Maps {
     /// in `old` meanwhile is added (its QPN holds one of the probe's slots:
     /// few, where the table may hold millions). An entry the probe wrote
     /// into `new` since the switch is left alone.
-    fn settle(
+    fn settle_probed(
         &mut self,
         old: u32,
         new: u32,
@@ -839,6 +892,15 @@ impl Maps {
         }
         Ok(())
     }
+}
+
+/// Whether `policy` binds `qpn` by a `[[qp]]` entry (which wins over what
+/// the probe bound).
+fn is_entry(policy: &Policy, qpn: u32) -> bool {
+    policy
+        .qps
+        .get(&qpn)
+        .is_some_and(|r| r.flags & qp_flags::RULE == 0)
 }
 
 /// The first `N` counters of a per-CPU counter map, each summed over CPUs.
