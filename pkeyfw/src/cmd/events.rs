@@ -3,7 +3,11 @@
 //! traps an InfiniBand port sends its subnet manager: 257 Bad P_Key, 258
 //! Bad Q_Key. Repeats from one source past a budget per window are
 //! summarised, as OpenSM ages its traps. The kernel already limits events
-//! per CPU and per second; the counters (`stats`) have every frame.
+//! per CPU and per second; the counters (`stats`) have every frame. Ports
+//! of a switch's bridge that its policy does not list are reported too
+//! ([`joins`]).
+
+mod joins;
 
 use std::{
     collections::BTreeMap,
@@ -120,6 +124,14 @@ pub fn run(args: &EventsArgs) -> Result<()> {
         }
         all
     };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (joined, joins) = mpsc::unbounded_channel();
+    if let Err(e) = joins::watch(&live, &joined, &runtime) {
+        eprintln!("pkeyfw: not watching for unlisted bridge ports: {e:#}");
+    }
+    drop(joined);
     let mut rings = Vec::new();
     for a in live {
         let named = cli_iface(&a.pins.iface, netns);
@@ -145,13 +157,15 @@ pub fn run(args: &EventsArgs) -> Result<()> {
     if rings.is_empty() {
         bail!("no attachment's events to read");
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(stream(rings, args, syslog))
+    runtime.block_on(stream(rings, joins, args, syslog))
 }
 
-async fn stream(rings: Vec<Ring>, args: &EventsArgs, syslog: Option<Syslog>) -> Result<()> {
+async fn stream(
+    rings: Vec<Ring>,
+    mut joins: mpsc::UnboundedReceiver<joins::Unlisted>,
+    args: &EventsArgs,
+    syslog: Option<Syslog>,
+) -> Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     for ring in rings {
         let tx = tx.clone();
@@ -189,6 +203,14 @@ async fn stream(rings: Vec<Ring>, args: &EventsArgs, syslog: Option<Syslog>) -> 
                     if let Some(log) = &syslog {
                         log.send(&format!("{iface} {}", trap_text(&e)));
                     }
+                }
+            }
+            Some(u) = joins.recv() => {
+                use std::io::Write as _;
+                let time = rfc3339(SystemTime::now());
+                writeln!(out, "{}", if args.json { u.json(time).to_string() } else { format!("{time} {}", u.text()) })?;
+                if let Some(log) = &syslog {
+                    log.send(&u.text());
                 }
             }
             _ = window.tick() => {

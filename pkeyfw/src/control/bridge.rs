@@ -55,6 +55,13 @@ pub struct Bridge {
     pub unlisted: Vec<String>,
 }
 
+/// The bridge switch port `iface` is a port of, with its ports that are
+/// not `listed`; `None` for a router's port.
+pub fn of_port(iface: &str, listed: &HashSet<u32>) -> Result<Option<Bridge>> {
+    let port = HashSet::from([netlink::if_index(iface)?]);
+    Ok(bridges(&links()?, &port, listed).into_iter().next())
+}
+
 /// The bridges of a switch policy's ports (by name, in this network
 /// namespace) that have ports it does not list.
 pub fn with_unlisted(ports: &[String]) -> Result<Vec<Bridge>> {

@@ -156,6 +156,32 @@ pub fn links() -> Result<Vec<LinkMessage>> {
         .collect())
 }
 
+/// A route netlink socket of this network namespace that receives every
+/// RTM_NEWLINK and RTM_DELLINK (RTNLGRP_LINK), non-blocking; read it with
+/// [`link_changes`].
+pub fn link_watch() -> Result<Socket> {
+    let mut socket = Socket::new(NETLINK_ROUTE).context("netlink socket")?;
+    socket.bind_auto()?;
+    socket
+        .add_membership(libc::RTNLGRP_LINK)
+        .context("joining RTNLGRP_LINK")?;
+    socket.set_non_blocking(true)?;
+    Ok(socket)
+}
+
+/// The links a datagram of [`link_watch`]'s announces, as they are now
+/// (RTM_NEWLINK; a deleted one is not a member of anything).
+pub fn link_changes(datagram: &[u8]) -> Result<Vec<LinkMessage>> {
+    Ok(messages(datagram)
+        .context("decoding an RTM_NEWLINK")?
+        .into_iter()
+        .filter_map(|m| match m.payload {
+            NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => Some(link),
+            _ => None,
+        })
+        .collect())
+}
+
 /// The replies to a dump request (`what` names it in errors).
 fn dump(message: RouteNetlinkMessage, what: &'static str) -> Result<Vec<RouteNetlinkMessage>> {
     let socket = request(message, NLM_F_DUMP, what)?;
