@@ -27,6 +27,7 @@ pub mod name {
     pub const QKEYS: &str = "QKEYS";
     pub const NEXT_SLOT: &str = "NEXT_SLOT";
     pub const QUARANTINE: &str = "QUARANTINE";
+    pub const LISTED: &str = "LISTED";
 }
 
 /// The layout of every map below, as one number: `ABI[0]` holds it, so a
@@ -39,7 +40,7 @@ pub const LAYOUT_VERSION: u32 = LAYOUT << 24
     | (crate::Stamp::COUNT as u32) << 8
     | crate::Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 14;
+const LAYOUT: u32 = 15;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -104,7 +105,7 @@ pub struct MapSpec {
 
 /// Every map of the filter object: the loader takes, pins, opens and sizes
 /// the maps from this table, and refuses an object with a map it lacks.
-pub const MAPS: [MapSpec; 20] = {
+pub const MAPS: [MapSpec; 21] = {
     use MapKind::*;
     use MapSize::*;
     const fn spec(name: &'static str, kind: MapKind, size: MapSize) -> MapSpec {
@@ -131,6 +132,7 @@ pub const MAPS: [MapSpec; 20] = {
         spec(name::QKEYS, HashMap, Probed),
         spec(name::NEXT_SLOT, Array, Fixed),
         spec(name::QUARANTINE, Array, Fixed),
+        spec(name::LISTED, HashMap, Fixed),
     ]
 };
 
@@ -164,6 +166,16 @@ pub const QPN_MASK: u32 = 0x00ff_ffff;
 #[inline(always)]
 pub const fn qp_key(generation: u32, qpn: u32) -> u32 {
     (generation << 24) | (qpn & QPN_MASK)
+}
+
+/// Ports a switch policy may name: the `LISTED` entries of a generation.
+pub const SWITCH_PORTS: u32 = 1 << 12;
+
+/// `LISTED` key: an interface (its ifindex) that a switch port's policy in
+/// a generation lists as a port of its switch.
+#[inline(always)]
+pub const fn listed_key(generation: u32, ifindex: u32) -> u64 {
+    (generation as u64) << 32 | ifindex as u64
 }
 
 /// `VIOLATIONS` key: what an InfiniBand port counts as P_KeyViolations or

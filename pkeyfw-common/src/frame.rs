@@ -33,6 +33,14 @@ pub trait Frame {
     fn stripped_vlan_tags(&self) -> usize {
         0
     }
+
+    /// The interface the frame entered this host through (`skb_iif`), for
+    /// a frame a switch port forwards out (TC egress); 0 for one the host
+    /// made itself, and wherever it is not known (XDP, host frames).
+    #[inline(always)]
+    fn ingress_ifindex(&self) -> u32 {
+        0
+    }
 }
 
 impl Frame for [u8] {

@@ -27,6 +27,11 @@ crate::named_enum! {
         /// than any one RoCE packet, which only such an aggregate can be:
         /// refused whole.
         Gso = 8 => "gso",
+        /// Leaving a switch port after entering the switch through an
+        /// interface its policy does not list (a bridge port it forgot, or
+        /// one that joined since): refused whatever it is, as long as it is
+        /// or could be RoCE.
+        UnlistedPort = 9 => "unlisted_port",
     }
 }
 

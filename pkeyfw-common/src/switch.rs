@@ -18,6 +18,12 @@
 //! on VL15 are. No QP, group or Q_Key rule applies: a switch sees
 //! partitions, not receivers.
 //!
+//! Every port of the switch is judged: RoCE (or what could be) leaving a
+//! port after entering the switch through an interface the port's policy
+//! does not list — a bridge port it forgot, a VM's tap added since — is
+//! refused whatever the port checks, for no port judged it on the way in.
+//! The switch host's own frames entered through none.
+//!
 //! An access port (`access_pkey`) stands in for the HCA of a host that
 //! cannot stamp (an unmodified rdma_rxe, whose every frame carries 0xFFFF):
 //! every QP behind it is, in effect, in the port's partition and no other.
@@ -98,7 +104,9 @@ impl Rewrite {
 
 /// What a switch port does with a frame received on it (`Inbound`) or
 /// forwarded out of it (`Outbound`); `None` when it neither checks nor
-/// stamps in that direction.
+/// stamps in that direction. Whatever a port checks, RoCE leaving it that
+/// entered through an interface its policy does not list is refused
+/// (`unlisted_port`): no port of the switch judged it on the way in.
 #[inline(always)]
 pub fn judge<F: Frame + ?Sized, T: Tables>(
     frame: &F,
@@ -116,11 +124,24 @@ pub fn judge<F: Frame + ?Sized, T: Tables>(
                 Direction::Outbound => switch_flags::OUTBOUND,
             }
             != 0;
-    if !checks && access == 0 {
+    // Where a frame leaving came from (0: the switch host itself).
+    let iif = match direction {
+        Direction::Inbound => 0,
+        Direction::Outbound => frame.ingress_ifindex(),
+    };
+    if !checks && access == 0 && iif == 0 {
         return None;
     }
-    let (roce, reason, allowed) = match parse::classify(frame) {
+    let parsed = parse::classify(frame);
+    let unlisted = iif != 0 && !matches!(parsed, Parsed::NotRoce) && !tables.listed(iif);
+    if !checks && access == 0 && !unlisted {
+        return None;
+    }
+    let (roce, reason, allowed) = match parsed {
         Parsed::NotRoce => (None, Reason::NotRoce, true),
+        // No port judged it on the way in: whatever it says, it goes nowhere.
+        Parsed::Malformed if unlisted => (None, Reason::UnlistedPort, false),
+        Parsed::Roce(roce) if unlisted => (Some(roce), Reason::UnlistedPort, false),
         // Fail closed where the port checks, exactly as a host does.
         Parsed::Malformed => (None, Reason::Malformed, !checks),
         Parsed::Roce(roce) if roce.aggregate(frame) => (Some(roce), Reason::Gso, !checks),

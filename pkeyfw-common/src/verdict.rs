@@ -29,6 +29,13 @@ pub trait Tables {
     /// Whether QPN `qpn` is a QP the QP-creation probe had no room to bind
     /// (asked only of a QPN the table does not hold).
     fn quarantined(&self, qpn: u32) -> bool;
+    /// Whether a switch port's policy lists interface `ifindex` as a port
+    /// of its switch (asked only of a frame that entered through one; the
+    /// host's tables know no interfaces).
+    #[inline(always)]
+    fn listed(&self, _ifindex: u32) -> bool {
+        false
+    }
 }
 
 /// Judges one frame: classification, then the partition rules, then monitor mode.

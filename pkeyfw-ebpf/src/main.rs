@@ -30,8 +30,8 @@ use pkeyfw_common::{
     abi::{
         Config, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget, EventKind, GENERATIONS,
         GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot, PARTITIONS, QPN_MASK,
-        QUARANTINE_WORDS, QpEntry, QpStats, SenderLayout, VIOLATION_SLOTS, port_entry_flags,
-        port_key_index, qp_key, quarantine_bit, violation_key,
+        QUARANTINE_WORDS, QpEntry, QpStats, SWITCH_PORTS, SenderLayout, VIOLATION_SLOTS,
+        listed_key, port_entry_flags, port_key_index, qp_key, quarantine_bit, violation_key,
     },
     frame::MAX_OFFSET,
     judge, pkey,
@@ -109,6 +109,12 @@ static QKEYS: HashMap<u32, u32, { KERNEL_SLOTS as usize }, GROWN> = HashMap::new
 /// to or from such a QP is refused until it is bound or destroyed.
 #[btf_map]
 static QUARANTINE: Array<u64, { QUARANTINE_WORDS as usize }> = Array::new();
+
+/// (generation, ifindex) of every port a switch port's policy lists: RoCE
+/// that entered the switch through any other interface leaves through none
+/// of them.
+#[btf_map]
+static LISTED: HashMap<u64, u8, { (GENERATIONS * SWITCH_PORTS) as usize }, GROWN> = HashMap::new();
 
 /// P_Key and Q_Key violations per partition (`violation_key`), as an IB
 /// port counts them; entries made on first use, updated atomically.
@@ -624,6 +630,12 @@ impl Frame for Skb<'_> {
         // SAFETY: a live __sk_buff; vlan_present is readable by TC programs.
         unsafe { (*self.0.as_ptr().cast::<__sk_buff>()).vlan_present as usize }
     }
+
+    #[inline(always)]
+    fn ingress_ifindex(&self) -> u32 {
+        // SAFETY: a live __sk_buff; ingress_ifindex is readable by TC programs.
+        unsafe { (*self.0.as_ptr().cast::<__sk_buff>()).ingress_ifindex }
+    }
 }
 
 impl Skb<'_> {
@@ -692,6 +704,12 @@ impl Tables for Generation {
     fn quarantined(&self, qpn: u32) -> bool {
         let (word, bit) = quarantine_bit(qpn);
         QUARANTINE.get(word).is_some_and(|w| w & bit != 0)
+    }
+
+    #[inline(always)]
+    fn listed(&self, ifindex: u32) -> bool {
+        // SAFETY: only whether the entry exists is read.
+        unsafe { LISTED.get(&listed_key(self.generation, ifindex)).is_some() }
     }
 }
 

@@ -6,7 +6,11 @@ use std::{
     fs::File,
     os::fd::AsRawFd,
     process::Command,
-    sync::mpsc,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
     thread,
     time::{Duration, Instant},
 };
@@ -266,8 +270,9 @@ pub fn send(ns: &str, iface: &str, frames: &[Vec<u8>]) -> Result<()> {
 }
 
 /// Captures what reaches `iface` in namespace `ns` (after XDP: packet sockets
-/// see only what the program passed) while `during` runs, until `quiet` passes
-/// with nothing new.
+/// see only what the program passed) while `during` runs, and after it until
+/// `quiet` passes with nothing new. (However long `during` is silent, as
+/// while it sends frames that are to be dropped, the capture goes on.)
 pub fn capture_during<T>(
     ns: &str,
     iface: &str,
@@ -275,17 +280,21 @@ pub fn capture_during<T>(
     during: impl FnOnce() -> T,
 ) -> Result<(T, Vec<Vec<u8>>)> {
     let (ready_tx, ready_rx) = mpsc::channel();
-    let (iface, ns) = (iface.to_string(), ns.to_string());
+    let done = Arc::new(AtomicBool::new(false));
+    let (iface, ns, sent) = (iface.to_string(), ns.to_string(), done.clone());
     let capture = thread::spawn(move || -> Result<Vec<Vec<u8>>> {
         enter(&ns)?;
         let sock = PacketSocket::bind(&iface)?;
         ready_tx.send(()).ok();
         let mut got = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(30);
-        while let Some(frame) = sock.recv(quiet)? {
-            got.push(frame);
-            if Instant::now() > deadline {
-                break;
+        while Instant::now() < deadline {
+            // Read before the silence: a frame sent last is still taken.
+            let finished = sent.load(Ordering::Acquire);
+            match sock.recv(quiet)? {
+                Some(frame) => got.push(frame),
+                None if finished => break,
+                None => {}
             }
         }
         Ok(got)
@@ -294,6 +303,7 @@ pub fn capture_during<T>(
         .recv_timeout(Duration::from_secs(10))
         .context("the capture socket did not come up")?;
     let result = during();
+    done.store(true, Ordering::Release);
     let got = capture
         .join()
         .map_err(|_| anyhow::anyhow!("capture thread panicked"))??;

@@ -44,16 +44,26 @@ fn the_lab_shows_every_case_as_expected() {
 }
 
 /// `pkeyfw lab switch`: the seeds' four hosts on a bridge, every frame as
-/// the rules say at the switch ports, in all three rounds; nothing left.
+/// the rules say at the switch ports, in all three rounds; `switch attach`
+/// refuses the bridge while it has a port the policy does not list, naming
+/// it, and nothing of a tenant on that port, once it joined again after the
+/// attach, reaches anyone; nothing left.
 #[test]
 fn the_switch_lab_shows_every_frame_as_expected() {
     let text = lab(&["lab", "switch"]);
-    // 12 ordered pairs × 3 networks + 2 forgeries, in 3 rounds, and 3 more
-    // forgeries at the access ports.
     assert!(
-        text.contains("117 of 117 frames as the partition rules say"),
+        text.contains(": bridge br0 has ports the policy does not list: swe; expected every port"),
         "{text}"
     );
+    // 12 ordered pairs × 3 networks + 2 forgeries, and E's 4 hosts × 5
+    // networks, in 3 rounds, and 3 more forgeries at the access ports.
+    assert!(
+        text.contains("177 of 177 frames as the partition rules say"),
+        "{text}"
+    );
+    for to in ['A', 'B', 'C', 'D'] {
+        assert!(text.contains(&format!(" E → {to}    qinq ")), "{text}");
+    }
     for round in ["round drop", "round corrupt", "round access"] {
         assert!(text.contains(round), "{text}");
     }

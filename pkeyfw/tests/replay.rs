@@ -88,7 +88,11 @@ fn connectx_capture_with_one_qp_bound_and_unknown_dropped() {
     assert_eq!(t["ok"], 68);
     assert_eq!(t["not_roce"], 18);
     assert_eq!(t["unknown_qp"], 37);
-    assert_eq!(t.as_object().unwrap().len(), 9, "all nine reasons");
+    assert_eq!(
+        t.as_object().unwrap().len(),
+        pkeyfw_common::Reason::COUNT,
+        "every reason"
+    );
     assert_eq!(totals["passed"], 86);
     assert_eq!(totals["dropped"], 37);
     assert_eq!(frames[0]["reason"], "not_roce");

@@ -22,7 +22,11 @@ fn every_case_on_the_host() {
 #[test]
 fn the_table_covers_every_reason_both_ways_it_can_go() {
     let cases = common::cases::all();
-    for reason in Reason::ALL {
+    // A host port's reasons; a switch port's own is tested below.
+    for reason in Reason::ALL
+        .into_iter()
+        .filter(|&r| r != Reason::UnlistedPort)
+    {
         assert!(
             cases.iter().any(|c| c.reason == reason),
             "no case for {}",
@@ -93,4 +97,62 @@ fn a_super_packet_is_refused_whole() {
     policy.monitor = true;
     let o = judge(&Gso(&smi), &policy, &policy.config());
     assert_eq!((o.reason, o.allowed, o.pass), (Reason::Gso, false, true));
+}
+
+/// A frame leaving a switch port after entering the switch through an
+/// interface the port's policy does not list is refused (unlisted_port),
+/// whatever it is as long as it is or could be RoCE, and whatever the port
+/// checks; monitor mode passes it; one the switch host made (no ingress)
+/// and one received on the port are judged as ever.
+#[test]
+fn what_entered_through_an_unlisted_port_leaves_through_none() {
+    use pkeyfw::policy::SwitchRole;
+    use pkeyfw_common::{Direction, Frame, switch};
+    use pkeyfw_testkit::wire::Packet;
+    struct Entered<'a>(&'a [u8], u32);
+    impl Frame for Entered<'_> {
+        fn header<T: Copy>(&self, off: usize) -> Option<T> {
+            self.0.header(off)
+        }
+        fn wire_len(&self) -> usize {
+            self.0.len()
+        }
+        fn ingress_ifindex(&self) -> u32 {
+            self.1
+        }
+    }
+    let mut policy = pkeyfw::policy::Policy::with_table(vec![0x8001]);
+    policy.switch = Some(SwitchRole {
+        inbound: true,
+        outbound: false,
+        corrupt: true,
+        access: None,
+    });
+    let judged = |frame: &[u8], iif: u32, direction: Direction, policy: &pkeyfw::policy::Policy| {
+        let o = switch::judge(&Entered(frame, iif), policy, &policy.config(), direction)
+            .map(|a| a.outcome);
+        o.map(|o| (o.reason, o.allowed, o.pass, o.corrupt))
+    };
+    let good = Packet::rc(0x8001, 0x100).bytes();
+    let smi = Packet::ud(0x8002, 0, 0).bytes();
+    let mut cut = good.clone();
+    cut.truncate(Packet::rc(0x8001, 0x100).headers_end() - 1);
+    let tcp = pkeyfw_testkit::cases::frames::tcp().bytes();
+    let refused = Some((Reason::UnlistedPort, false, false, false));
+    for frame in [&good, &smi, &cut] {
+        assert_eq!(judged(frame, 7, Direction::Outbound, &policy), refused);
+    }
+    assert_eq!(judged(&tcp, 7, Direction::Outbound, &policy), None);
+    // The port checks nothing outbound: the host's own and a received
+    // frame are its business as before.
+    assert_eq!(judged(&good, 0, Direction::Outbound, &policy), None);
+    assert_eq!(
+        judged(&good, 7, Direction::Inbound, &policy),
+        Some((Reason::Ok, true, true, false))
+    );
+    policy.monitor = true;
+    assert_eq!(
+        judged(&good, 7, Direction::Outbound, &policy),
+        Some((Reason::UnlistedPort, false, true, false))
+    );
 }

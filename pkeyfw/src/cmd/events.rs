@@ -3,7 +3,11 @@
 //! traps an InfiniBand port sends its subnet manager: 257 Bad P_Key, 258
 //! Bad Q_Key. Repeats from one source past a budget per window are
 //! summarised, as OpenSM ages its traps. The kernel already limits events
-//! per CPU and per second; the counters (`stats`) have every frame.
+//! per CPU and per second; the counters (`stats`) have every frame. Ports
+//! of a switch's bridge that its policy does not list are reported too
+//! ([`joins`]).
+
+mod joins;
 
 use std::{
     collections::BTreeMap,
@@ -115,6 +119,14 @@ pub fn run(args: &EventsArgs) -> Result<()> {
     // Before anything is read: a log that cannot be reached is said now.
     let syslog = args.syslog.as_deref().map(Syslog::open).transpose()?;
     let live = attachments(args, netns)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (joined, joins) = mpsc::unbounded_channel();
+    if let Err(e) = joins::watch(&live, &joined, &runtime) {
+        eprintln!("pkeyfw: not watching for unlisted bridge ports: {e:#}");
+    }
+    drop(joined);
     let mut rings = Vec::new();
     let mut held = Vec::new();
     for a in live {
@@ -142,10 +154,7 @@ pub fn run(args: &EventsArgs) -> Result<()> {
     if rings.is_empty() {
         bail!("no attachment's events to read");
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(stream(rings, held, args, syslog))
+    runtime.block_on(stream(rings, held, joins, args, syslog))
 }
 
 /// The attachments to read, once none is being set up (said once).
@@ -204,6 +213,7 @@ impl HeldBack {
 async fn stream(
     rings: Vec<Ring>,
     mut held: Vec<HeldBack>,
+    mut joins: mpsc::UnboundedReceiver<joins::Unlisted>,
     args: &EventsArgs,
     syslog: Option<Syslog>,
 ) -> Result<()> {
@@ -244,6 +254,14 @@ async fn stream(
                     if let Some(log) = &syslog {
                         log.send(&format!("{iface} {}", trap_text(&e)));
                     }
+                }
+            }
+            Some(u) = joins.recv() => {
+                use std::io::Write as _;
+                let time = rfc3339(SystemTime::now());
+                writeln!(out, "{}", if args.json { u.json(time).to_string() } else { format!("{time} {}", u.text()) })?;
+                if let Some(log) = &syslog {
+                    log.send(&u.text());
                 }
             }
             _ = window.tick() => {

@@ -207,6 +207,11 @@ pub fn exposition() -> Result<String> {
         "When the policy in force was applied (Unix time)",
         &[at[0], at[1]],
     )?;
+    let unlisted = f.gauge(
+        "pkeyfw_switch_unlisted_port",
+        "A port of a switch's bridge that its policy does not list: its RoCE reaches none of the switch's ports (always 1)",
+        &["netns", "bridge", "port"],
+    )?;
     let build = f.gauge(
         "pkeyfw_build_info",
         "The pkeyfw serving these metrics (always 1)",
@@ -296,6 +301,12 @@ pub fn exposition() -> Result<String> {
         policy
             .with_label_values(&[at[0], at[1], &file, &snap.generation.to_string()])
             .set(1);
+        // Each port of the bridge says it: one series.
+        if let Some(b) = &snap.bridge {
+            for port in &b.unlisted {
+                unlisted.with_label_values(&[at[1], &b.name, port]).set(1);
+            }
+        }
         if snap.record.applied_at > 0 {
             applied
                 .with_label_values(&[at[0], at[1]])

@@ -3,7 +3,7 @@
 
 use std::{io::Write, time::Duration};
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
 use pkeyfw_common::{
     Capture, Reason, Stamp,
     abi::{EventKind, OTHER_PARTITION, QpStats},
@@ -13,6 +13,7 @@ use serde_json::json;
 use super::NetnsArg;
 use crate::{
     cmd::attach::cli_iface,
+    control::bridge::{self, Bridge},
     control::netlink::XdpMode,
     control::netns::{self, NetnsId},
     loading::maps::{CaptureCounts, Maps, ReasonCounts, StampCounts, SuppressedCounts},
@@ -28,6 +29,9 @@ pub struct Snapshot {
     pub reasons: ReasonCounts,
     /// A switch port's outbound counters (its inbound ones are `reasons`).
     pub switch: Option<ReasonCounts>,
+    /// A switch port's bridge, with the ports of it that its policy does
+    /// not list (None: a router's port, or not known).
+    pub bridge: Option<Bridge>,
     pub qps: Vec<(u32, QpStats)>,
     /// Whether the active policy stamps.
     pub stamping: bool,
@@ -76,6 +80,7 @@ impl Snapshot {
                 true => Some(maps.xmit_reasons()?),
                 false => None,
             },
+            bridge: None,
             qps: Vec::new(),
             stamping: maps.stamping()?,
             stamps: maps.stamps()?,
@@ -97,6 +102,21 @@ impl Snapshot {
     pub fn noted(mut self, pins: &Pins) -> Snapshot {
         self.policy_file = pins.remembered_policy().ok();
         self.record = pins.record();
+        self
+    }
+
+    /// With the bridge a switch port is in, looked up in its namespace.
+    pub fn bridged(mut self, iface: &str, netns: NetnsId, maps: &Maps) -> Snapshot {
+        if self.switch.is_some() {
+            let found = maps.listed().and_then(|listed| {
+                let ns = netns.find().context("its network namespace")?;
+                ns.run(|| bridge::of_port(iface, &listed))?
+            });
+            self.bridge = found.unwrap_or_else(|e| {
+                eprintln!("pkeyfw: {iface}: cannot tell its bridge: {e:#}");
+                None
+            });
+        }
         self
     }
 
@@ -148,6 +168,8 @@ impl Snapshot {
                 "port_xmit_constraint_errors": xmit.refused(),
                 "inbound": verdicts,
                 "outbound": describe::verdicts_json(xmit),
+                "bridge": self.bridge.as_ref().map(|b| &b.name),
+                "unlisted_ports": self.bridge.as_ref().map_or(&[][..], |b| &b.unlisted),
             });
         }
         if let Some(Holder::Foreground(pid) | Holder::Gone(pid)) = self.holder {
@@ -245,6 +267,14 @@ impl Snapshot {
                     self.reasons.refused(),
                     xmit.refused()
                 )?;
+                match &self.bridge {
+                    Some(b) if !b.unlisted.is_empty() => writeln!(
+                        out,
+                        "  {b} (their RoCE reaches none of the switch's ports until listed)"
+                    )?,
+                    Some(b) => writeln!(out, "  bridge {}: every port listed", b.name)?,
+                    None => {}
+                }
                 writeln!(out, "  inbound (received on the port):")?;
                 describe::reasons_text(&self.reasons, out)?;
                 writeln!(out, "  outbound (forwarded out of it):")?;
@@ -346,6 +376,7 @@ impl Live {
             &self.maps,
         )?
         .placed(self.holder, self.pins.netns)
+        .bridged(&self.pins.iface, self.pins.netns, &self.maps)
         .noted(&self.pins))
     }
 }

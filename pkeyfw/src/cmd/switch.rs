@@ -4,7 +4,9 @@
 //! per-interface commands (`stats`, `events`, `reload`, `detach`) work on a
 //! port as on a host's interface.
 
-use std::path::PathBuf;
+mod two_phase;
+
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
 
@@ -12,9 +14,8 @@ use super::{
     NetnsArg,
     attach::{self, AttachArgs, Mode},
     detach::{self, DetachArgs},
-    reload::{self, ReloadArgs},
 };
-use crate::policy::SwitchPolicy;
+use crate::{control::bridge, loading::pins::Pins, policy::SwitchPolicy};
 
 /// Enforce partitions at the ports of a switch (a bridge or router).
 ///
@@ -23,7 +24,7 @@ use crate::policy::SwitchPolicy;
 #[derive(clap::Subcommand)]
 pub enum SwitchCommand {
     Attach(SwitchAttachArgs),
-    Reload(SwitchArgs),
+    Reload(SwitchReloadArgs),
     Detach(SwitchArgs),
 }
 
@@ -34,6 +35,18 @@ pub struct SwitchAttachArgs {
     pub switch: SwitchArgs,
     /// How inbound frames are judged: native XDP (in the driver) or skb
     /// (TC ingress); auto tries native first. Outbound is TC egress.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub mode: Mode,
+}
+
+/// Switch every port to its new table, all before any (see the README's
+/// "Switch ports"); ports the policy adds are attached first.
+#[derive(clap::Args)]
+pub struct SwitchReloadArgs {
+    #[command(flatten)]
+    pub switch: SwitchArgs,
+    /// How the ports the policy adds judge inbound frames (as `switch
+    /// attach --mode`).
     #[arg(long, value_enum, default_value = "auto")]
     pub mode: Mode,
 }
@@ -51,13 +64,7 @@ pub struct SwitchArgs {
 pub fn run(command: &SwitchCommand) -> Result<()> {
     match command {
         SwitchCommand::Attach(args) => attach_all(args),
-        SwitchCommand::Reload(args) => each_port(args, "reloading", |iface, netns| {
-            reload::run(&ReloadArgs {
-                iface,
-                netns,
-                policy: Some(args.policy.clone()),
-            })
-        }),
+        SwitchCommand::Reload(args) => reload_all(args),
         SwitchCommand::Detach(args) => each_port(args, "detaching", |iface, netns| {
             detach::run(&DetachArgs { iface, netns })
         }),
@@ -78,12 +85,25 @@ fn netns(args: &SwitchArgs) -> NetnsArg {
 
 fn attach_all(args: &SwitchAttachArgs) -> Result<()> {
     let ports = ports(&args.switch)?;
+    args.switch.netns.enter()?;
+    refuse_unlisted(&ports, &args.switch.policy)?;
+    attach_ports(&ports, &args.switch, args.mode)?;
+    println!(
+        "pkeyfw: switch attached: {} ports ({})",
+        ports.len(),
+        ports.join(", ")
+    );
+    Ok(())
+}
+
+/// Attaches `ports` with their tables, pinned: all or none.
+fn attach_ports(ports: &[String], args: &SwitchArgs, mode: Mode) -> Result<()> {
     for (i, iface) in ports.iter().enumerate() {
         let attached = attach::run(&AttachArgs {
             iface: iface.clone(),
-            netns: netns(&args.switch),
-            policy: args.switch.policy.clone(),
-            mode: args.mode,
+            netns: netns(args),
+            policy: args.policy.clone(),
+            mode,
             pin: true,
             watch: false,
             log_rate: 0,
@@ -91,22 +111,72 @@ fn attach_all(args: &SwitchAttachArgs) -> Result<()> {
         });
         if let Err(e) = attached {
             // None rather than some: the ports attached so far go again.
-            for done in ports[..i].iter().rev() {
-                let _ = detach::run(&DetachArgs {
-                    iface: done.clone(),
-                    netns: netns(&args.switch),
-                });
-            }
+            detach_ports(&ports[..i], args);
             return Err(e.context(format!(
                 "attaching switch port {iface}; the ports attached before it were detached"
             )));
         }
     }
+    Ok(())
+}
+
+/// Detaches `ports`, last first, as far as they go.
+fn detach_ports(ports: &[String], args: &SwitchArgs) {
+    for iface in ports.iter().rev() {
+        let _ = detach::run(&DetachArgs {
+            iface: iface.clone(),
+            netns: netns(args),
+        });
+    }
+}
+
+/// Attaches the ports the policy adds, then switches the others together
+/// (see [`two_phase`]): the ports a reload adds are listed by all once it
+/// is done. A bridge port the policy still does not list is warned about,
+/// not refused: its RoCE goes to no listed port meanwhile, and a reload
+/// must not wait for it.
+fn reload_all(args: &SwitchReloadArgs) -> Result<()> {
+    let ports = ports(&args.switch)?;
+    let netns = args.switch.netns.enter()?;
+    for b in bridge::with_unlisted(&ports)? {
+        eprintln!(
+            "pkeyfw: warning: {}: {b}; their RoCE reaches none of the switch's ports",
+            args.switch.policy.display()
+        );
+    }
+    let (added, kept): (Vec<String>, Vec<String>) =
+        ports.iter().cloned().partition(|p| !Pins::of(p).exists());
+    attach_ports(&added, &args.switch, args.mode)?;
+    if let Err(e) = two_phase::run(&kept, &args.switch.policy, netns) {
+        detach_ports(&added, &args.switch);
+        return Err(e.context("the ports the policy adds were detached again"));
+    }
     println!(
-        "pkeyfw: switch attached: {} ports ({})",
+        "pkeyfw: switch reloaded: {} ports run {}{}",
         ports.len(),
-        ports.join(", ")
+        args.switch.policy.display(),
+        match added.is_empty() {
+            true => String::new(),
+            false => format!(" (attached: {})", added.join(", ")),
+        }
     );
+    Ok(())
+}
+
+/// Refuses a policy that leaves ports of its ports' bridges out: a tenant
+/// there would send RoCE that no port judged on the way in (which the
+/// listed ports then refuse, as they refuse it from a port that joins the
+/// bridge later). The whole bridge is the switch.
+fn refuse_unlisted(ports: &[String], policy: &Path) -> Result<()> {
+    let bridges = bridge::with_unlisted(ports)?;
+    if !bridges.is_empty() {
+        let said: Vec<String> = bridges.iter().map(ToString::to_string).collect();
+        bail!(
+            "{}: {}; expected every port of the bridge as a [[switch.port]], or taken out of the bridge",
+            policy.display(),
+            said.join("; ")
+        );
+    }
     Ok(())
 }
 

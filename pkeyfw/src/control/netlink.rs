@@ -1,7 +1,8 @@
-//! What the kernel says about an interface's attachments (rtnetlink):
-//! RTM_GETLINK's IFLA_XDP, the source of truth for the XDP mode and for
-//! whether a program is attached at all, and RTM_GETTFILTER for the clsact
-//! filters that no link holds (kernels before 6.6).
+//! What the kernel says about interfaces (rtnetlink): RTM_GETLINK's
+//! IFLA_XDP, the source of truth for the XDP mode and for whether a program
+//! is attached at all; RTM_GETTFILTER for the clsact filters that no link
+//! holds (kernels before 6.6); every link, and the links as they change, for
+//! the bridges switch ports are in.
 
 use anyhow::{Context as _, Result, bail};
 use netlink_packet_core::{
@@ -126,32 +127,95 @@ pub fn bpf_filters(index: u32, parent: u32, program: &str) -> Result<Vec<BpfFilt
     let mut filter = TcMessage::default();
     filter.header.index = index as i32;
     filter.header.parent = parent.into();
-    let socket = request(
+    let replies = dump(
         RouteNetlinkMessage::GetTrafficFilter(filter),
-        NLM_F_DUMP,
         "RTM_GETTFILTER",
+    )
+    .with_context(|| format!("RTM_GETTFILTER for interface {index}"))?;
+    Ok(replies
+        .iter()
+        .filter_map(|m| match m {
+            RouteNetlinkMessage::NewTrafficFilter(m) => named(m, program),
+            _ => None,
+        })
+        .collect())
+}
+
+/// Every interface of this network namespace (RTM_GETLINK dump).
+pub fn links() -> Result<Vec<LinkMessage>> {
+    let replies = dump(
+        RouteNetlinkMessage::GetLink(LinkMessage::default()),
+        "RTM_GETLINK",
     )?;
+    Ok(replies
+        .into_iter()
+        .filter_map(|m| match m {
+            RouteNetlinkMessage::NewLink(link) => Some(link),
+            _ => None,
+        })
+        .collect())
+}
+
+/// A route netlink socket of this network namespace that receives every
+/// RTM_NEWLINK and RTM_DELLINK (RTNLGRP_LINK), non-blocking; read it with
+/// [`link_changes`].
+pub fn link_watch() -> Result<Socket> {
+    let mut socket = Socket::new(NETLINK_ROUTE).context("netlink socket")?;
+    socket.bind_auto()?;
+    socket
+        .add_membership(libc::RTNLGRP_LINK)
+        .context("joining RTNLGRP_LINK")?;
+    socket.set_non_blocking(true)?;
+    Ok(socket)
+}
+
+/// The links a datagram of [`link_watch`]'s announces, as they are now
+/// (RTM_NEWLINK; a deleted one is not a member of anything).
+pub fn link_changes(datagram: &[u8]) -> Result<Vec<LinkMessage>> {
+    Ok(messages(datagram)
+        .context("decoding an RTM_NEWLINK")?
+        .into_iter()
+        .filter_map(|m| match m.payload {
+            NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => Some(link),
+            _ => None,
+        })
+        .collect())
+}
+
+/// The replies to a dump request (`what` names it in errors).
+fn dump(message: RouteNetlinkMessage, what: &'static str) -> Result<Vec<RouteNetlinkMessage>> {
+    let socket = request(message, NLM_F_DUMP, what)?;
     let mut found = Vec::new();
     loop {
-        let (reply, _) = socket.recv_from_full().context("RTM_GETTFILTER reply")?;
-        let mut at = 0;
-        while at < reply.len() {
-            let message = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&reply[at..])
-                .context("decoding the RTM_GETTFILTER reply")?;
-            at += message.header.length as usize;
+        let (reply, _) = socket
+            .recv_from_full()
+            .with_context(|| format!("{what} reply"))?;
+        let decoded = messages(&reply).with_context(|| format!("decoding the {what} reply"))?;
+        for message in decoded {
             match message.payload {
                 NetlinkPayload::Done(_) => return Ok(found),
-                NetlinkPayload::Error(e) => bail!("RTM_GETTFILTER for interface {index}: {e}"),
-                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewTrafficFilter(m)) => {
-                    found.extend(named(&m, program));
-                }
+                NetlinkPayload::Error(e) => bail!("{what}: {e}"),
+                NetlinkPayload::InnerMessage(m) => found.push(m),
                 _ => {}
-            }
-            if message.header.length == 0 {
-                break;
             }
         }
     }
+}
+
+/// The messages of one netlink datagram.
+fn messages(datagram: &[u8]) -> Result<Vec<NetlinkMessage<RouteNetlinkMessage>>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < datagram.len() {
+        let message = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&datagram[at..])?;
+        let length = message.header.length as usize;
+        out.push(message);
+        if length == 0 {
+            break;
+        }
+        at += length;
+    }
+    Ok(out)
 }
 
 /// A route netlink socket on which `message` was sent, with

@@ -27,7 +27,7 @@ use pkeyfw_common::{
     abi::{
         Config, EventBudget, EventKind, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey,
         KernelSlot, LAYOUT_VERSION, MAPS, MapKind, OTHER_PARTITION, PARTITIONS, PORT_SERIAL_BITS,
-        QPN_MASK, QpEntry, QpStats, name, port_entry, port_key_index, qp_flags, qp_key,
+        QPN_MASK, QpEntry, QpStats, listed_key, name, port_entry, port_key_index, qp_flags, qp_key,
         quarantine_bit, violation_key,
     },
     reason::{REASON_SLOTS, reason_slot},
@@ -35,7 +35,10 @@ use pkeyfw_common::{
 };
 
 use super::batch;
-use crate::policy::{Policy, QpRule};
+use crate::{
+    control::netlink,
+    policy::{Policy, QpRule},
+};
 
 /// How long a retired policy generation stays untouched before it is
 /// rewritten: far longer than any XDP program run, which is all that could
@@ -128,6 +131,7 @@ pub struct Maps {
     free_slots: Stack<MapData, u32>,
     next_slot: Array<MapData, u64>,
     quarantine: Array<MapData, u64>,
+    listed: HashMap<MapData, u64, u8>,
     /// The other maps, held open.
     _rest: Vec<Map>,
 }
@@ -136,6 +140,20 @@ pub struct Maps {
 struct Held {
     qps: Vec<(u32, QpEntry)>,
     groups: Vec<GroupKey>,
+    /// `LISTED` keys.
+    listed: Vec<u64>,
+}
+
+/// A policy written into the idle generation, not live yet
+/// ([`Maps::stage`]): [`Maps::flip`] makes it live, [`Maps::discard`]
+/// drops it.
+#[must_use]
+pub struct Staged {
+    idle: u32,
+    /// Whether the `[[bind]]` rules stay, and with them the probe's
+    /// bindings (`carried` into the new generation).
+    keep: bool,
+    carried: Vec<(u32, QpEntry)>,
 }
 
 /// The object's own maps for `--trace`: aya-log's ring buffer (read by
@@ -249,6 +267,7 @@ impl Maps {
             free_slots: typed(take(name::FREE_SLOTS), name::FREE_SLOTS)?,
             next_slot: typed(take(name::NEXT_SLOT), name::NEXT_SLOT)?,
             quarantine: typed(take(name::QUARANTINE), name::QUARANTINE)?,
+            listed: typed(take(name::LISTED), name::LISTED)?,
             _rest: maps.into_values().collect(),
         })
     }
@@ -280,6 +299,13 @@ impl Maps {
     /// Whether the live policy is a switch port's.
     pub fn switch_port(&self) -> Result<bool> {
         Ok(self.live_config()?.switch != 0)
+    }
+
+    /// The interfaces (by index) a switch port's live policy lists as the
+    /// ports of its switch.
+    pub fn listed(&self) -> Result<HashSet<u32>> {
+        let keys = self.listed_keys(self.active_generation()?)?;
+        Ok(keys.into_iter().map(|k| k as u32).collect())
     }
 
     /// Refuses a reload that would make a host port a switch port or back:
@@ -510,6 +536,16 @@ impl Maps {
     /// by the old policy or the new one, never a mix. On error the running
     /// policy stays in force and the idle generation is left empty.
     pub fn apply(&mut self, policy: &Policy) -> Result<()> {
+        let staged = self.stage(policy)?;
+        self.flip(&staged)?;
+        self.settle(staged, policy)
+    }
+
+    /// Writes `policy` into the idle generation, which no frame reads: the
+    /// first half of [`apply`](Self::apply), so that several filters (a
+    /// switch's ports) can all take a policy before any switches to it. On
+    /// error the idle generation is left empty.
+    pub fn stage(&mut self, policy: &Policy) -> Result<Staged> {
         if policy.qps.len() > self.capacity as usize {
             bail!(
                 "the policy binds {} QPs; this filter was loaded for at most {}",
@@ -534,19 +570,10 @@ impl Maps {
         self.clear(idle)?;
         let held = self.held(active)?.qps;
         let slots = held.iter().map(|(q, e)| (*q, e.slot)).collect();
-        // ([[qp]] entries still win.)
-        let entry = |q: &u32| {
-            policy
-                .qps
-                .get(q)
-                .is_some_and(|r| r.flags & qp_flags::RULE == 0)
-        };
-        let probed = |qps: Vec<(u32, QpEntry)>| {
-            qps.into_iter()
-                .filter(|(q, e)| keep && e.flags & qp_flags::PROBE != 0 && !entry(q))
-                .collect::<Vec<_>>()
-        };
-        let carried = probed(held);
+        let carried = held
+            .into_iter()
+            .filter(|(q, e)| keep && e.flags & qp_flags::PROBE != 0 && !is_entry(policy, *q))
+            .collect::<Vec<_>>();
         let written = self
             .write(idle, policy, &rules, slots)
             .and_then(|()| self.put(idle, &carried));
@@ -554,16 +581,51 @@ impl Maps {
             let _ = self.clear(idle);
             return Err(e.context("the running policy is unchanged"));
         }
-        self.active.set(0, &idle, 0).context("switching ACTIVE")?;
+        Ok(Staged {
+            idle,
+            keep,
+            carried,
+        })
+    }
+
+    /// Makes a staged policy live: one write to `ACTIVE`.
+    pub fn flip(&mut self, staged: &Staged) -> Result<()> {
+        self.active
+            .set(0, &staged.idle, 0)
+            .context("switching ACTIVE")?;
         self.retired = Some(Instant::now());
+        // The free slots were the retired generation's.
         self.free = None;
-        if keep {
-            // The probe wrote the retired generation until now (a run of it
-            // that read ACTIVE before the switch is over within this).
-            std::thread::sleep(Duration::from_millis(1));
-            self.settle(active, idle, &carried, &entry)?;
-        }
         Ok(())
+    }
+
+    /// Makes the policy a [`flip`](Self::flip) retired live again (its
+    /// generation is untouched until the next [`stage`](Self::stage)).
+    pub fn unflip(&mut self, staged: &Staged) -> Result<()> {
+        self.free = None;
+        self.active
+            .set(0, &(1 - staged.idle), 0)
+            .context("switching ACTIVE back")
+    }
+
+    /// Drops a staged policy that is not live.
+    pub fn discard(&mut self, staged: Staged) -> Result<()> {
+        self.clear(staged.idle)
+    }
+
+    /// After [`flip`](Self::flip): the probe's bindings made in the retired
+    /// generation meanwhile carried into the live one (see
+    /// [`settle_probed`](Self::settle_probed)).
+    pub fn settle(&mut self, staged: Staged, policy: &Policy) -> Result<()> {
+        if !staged.keep {
+            return Ok(());
+        }
+        // The probe wrote the retired generation until now (a run of it
+        // that read ACTIVE before the switch is over within this).
+        std::thread::sleep(Duration::from_millis(1));
+        self.settle_probed(1 - staged.idle, staged.idle, &staged.carried, &|q: &u32| {
+            is_entry(policy, *q)
+        })
     }
 
     /// After a switch with the rules kept: the probe's bindings in the new
@@ -574,7 +636,7 @@ impl Maps {
     /// in `old` meanwhile is added (its QPN holds one of the probe's slots:
     /// few, where the table may hold millions). An entry the probe wrote
     /// into `new` since the switch is left alone.
-    fn settle(
+    fn settle_probed(
         &mut self,
         old: u32,
         new: u32,
@@ -795,6 +857,18 @@ impl Maps {
                 .insert(&key, &group.entry(), 0)
                 .with_context(|| format!("writing GROUPS entry {}", group.addr))?;
         }
+        // By index in this (the ports') namespace: a port that does not
+        // exist has nothing to send, and one made later with its name is
+        // not listed until the policy is applied again.
+        for index in policy
+            .listed
+            .iter()
+            .filter_map(|i| netlink::if_index(i).ok())
+        {
+            self.listed
+                .insert(&listed_key(g, index), &1, 0)
+                .with_context(|| format!("writing LISTED entry {index}"))?;
+        }
         Ok(())
     }
 
@@ -833,13 +907,26 @@ impl Maps {
             .filter(|k| k.as_ref().map_or(true, |k| k.generation == g))
             .collect::<Result<_, _>>()
             .context("reading GROUPS")?;
-        Ok(Held { qps, groups })
+        Ok(Held {
+            qps,
+            groups,
+            listed: self.listed_keys(g)?,
+        })
+    }
+
+    /// Generation `g`'s `LISTED` keys.
+    fn listed_keys(&self, g: u32) -> Result<Vec<u64>> {
+        self.listed
+            .keys()
+            .filter(|k| k.as_ref().map_or(true, |k| k >> 32 == u64::from(g)))
+            .collect::<Result<_, _>>()
+            .context("reading LISTED")
     }
 
     /// Empties generation `g`, once nothing can still be reading it.
     fn clear(&mut self, g: u32) -> Result<()> {
         let held = self.held(g)?;
-        let empty = held.qps.is_empty() && held.groups.is_empty();
+        let empty = held.qps.is_empty() && held.groups.is_empty() && held.listed.is_empty();
         // A generation never written needs no wait; any other may still be
         // read, if only its settings and port table, which are rewritten
         // next.
@@ -854,8 +941,20 @@ impl Maps {
         for key in held.groups {
             ignore_missing(self.groups.remove(&key))?;
         }
+        for key in held.listed {
+            ignore_missing(self.listed.remove(&key))?;
+        }
         Ok(())
     }
+}
+
+/// Whether `policy` binds `qpn` by a `[[qp]]` entry (which wins over what
+/// the probe bound).
+fn is_entry(policy: &Policy, qpn: u32) -> bool {
+    policy
+        .qps
+        .get(&qpn)
+        .is_some_and(|r| r.flags & qp_flags::RULE == 0)
 }
 
 /// The first `N` counters of a per-CPU counter map, each summed over CPUs.

@@ -342,6 +342,7 @@ pub(super) fn parse(cx: &Ctx, port_guid: Option<u64>) -> Result<Policy, PolicyEr
             None => None,
         },
         switch: None,
+        listed: Vec::new(),
     })
 }
 

@@ -54,6 +54,10 @@ pub struct Policy {
     /// This port is a switch's (a switch policy's port), not a host's: only
     /// the table and the role apply.
     pub switch: Option<SwitchRole>,
+    /// A switch port's: the interfaces of every port of its switch (its
+    /// own included), the only ones RoCE it forwards out may have entered
+    /// through.
+    pub listed: Vec<String>,
 }
 
 /// A QP bound to a partition.
@@ -124,6 +128,7 @@ impl Policy {
             stamp: false,
             probe_capacity: None,
             switch: None,
+            listed: Vec::new(),
         }
     }
 

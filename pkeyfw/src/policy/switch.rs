@@ -21,6 +21,7 @@
 
 use std::{collections::BTreeMap, path::Path};
 
+use pkeyfw_common::abi::SWITCH_PORTS;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -170,6 +171,17 @@ fn parse(cx: &Ctx) -> Result<SwitchPolicy, PolicyError> {
             ));
         }
         ports.push((iface, policy));
+    }
+    if ports.len() > SWITCH_PORTS as usize {
+        return Err(cx.err(
+            raw.switch.span(),
+            "switch.port",
+            format!("{} ports; expected at most {SWITCH_PORTS}", ports.len()),
+        ));
+    }
+    let listed: Vec<String> = ports.iter().map(|(iface, _)| iface.clone()).collect();
+    for (_, policy) in &mut ports {
+        policy.listed = listed.clone();
     }
     Ok(SwitchPolicy { ports })
 }
@@ -391,6 +403,11 @@ violation = "drop"
         );
         let config = a.1.config();
         assert_eq!((config.switch, config.access_pkey), (0b1111, 0x8001));
+        // Each port lists every port of the switch.
+        assert_eq!(
+            (&a.1.listed, &b.1.listed),
+            (&vec!["swa".to_string(), "swb".to_string()], &a.1.listed)
+        );
         assert!(s.port("swc", Path::new("s.toml")).is_err());
     }
 

@@ -16,6 +16,13 @@
 //! claiming D's partition. Three more in the access round, where the port
 //! is the host's HCA with one key: B sending 0x7FFF (the default partition
 //! its port's table holds), D sending A's 0x8001, and B sending RoCE v1.
+//!
+//! A fifth tenant, E, is on a port of the bridge that the policy does not
+//! list: `switch attach` must refuse the bridge, naming the port. Taken out
+//! of the bridge, E's port joins it again after the attach (a new VM's tap,
+//! say). In every round E sends each host a frame with that host's
+//! partition as a full member, over IPv4, IPv6, a VLAN, QinQ and RoCE v1:
+//! none may arrive.
 //! Everything is removed at the end, also on failure.
 
 use std::{path::Path, process::Command, time::Duration};
@@ -31,6 +38,8 @@ use crate::reporting::describe;
 
 /// The hosts: name and own P_Key.
 const HOSTS: [(char, u16); 4] = [('A', 0x8001), ('B', 0x0001), ('C', 0x0001), ('D', 0x8002)];
+/// The tenant on the port no policy lists, numbered after the hosts.
+const E: usize = HOSTS.len();
 
 /// One round of the lab: how the switch treats violations and what the
 /// hosts send.
@@ -95,6 +104,9 @@ impl Case {
     /// only 0xFFFF over RoCE v2 goes in, and what comes out must match the
     /// receiver's key.
     fn allowed(&self) -> bool {
+        if self.from == E {
+            return false;
+        }
         if self.round == Round::Access {
             return self.sent == pkey::DEFAULT
                 && self.net != "v1"
@@ -116,6 +128,8 @@ impl Case {
     /// or (corrupt) a frame whose ICRC fails.
     fn expected(&self) -> Seen {
         match (self.allowed(), self.round) {
+            // No port judged it on the way in: dropped, never corrupted.
+            _ if self.from == E => Seen::Nothing,
             (true, Round::Access) => Seen::Good(pkey::DEFAULT),
             (true, _) => Seen::Good(self.wire),
             (false, Round::Corrupt) => Seen::BadIcrc,
@@ -141,12 +155,17 @@ impl Seen {
     }
 }
 
+/// Host `i`'s name: A to D, then E.
+fn name(i: usize) -> char {
+    HOSTS.get(i).map_or('E', |h| h.0)
+}
+
 fn host_ns(tag: &str, i: usize) -> String {
-    format!("{tag}-h{}", HOSTS[i].0.to_ascii_lowercase())
+    format!("{tag}-h{}", name(i).to_ascii_lowercase())
 }
 
 fn port(i: usize) -> String {
-    format!("sw{}", HOSTS[i].0.to_ascii_lowercase())
+    format!("sw{}", name(i).to_ascii_lowercase())
 }
 
 fn mac(i: usize) -> [u8; 6] {
@@ -184,7 +203,7 @@ impl Fabric {
         ip(&["-n", s, "link", "add", "br0", "type", "bridge"])?;
         quiet(s, "br0")?;
         ip(&["-n", s, "link", "set", "br0", "up"])?;
-        for i in 0..HOSTS.len() {
+        for i in 0..=E {
             let h = host_ns(&self.tag, i);
             ip(&["netns", "add", &h])?;
             ip(&[
@@ -211,6 +230,16 @@ impl Fabric {
         Ok(())
     }
 
+    /// Makes host `i`'s port a port of the bridge (`join`) or not.
+    fn member(&self, i: usize, join: bool) -> Result<()> {
+        let how: &[&str] = if join {
+            &["master", "br0"]
+        } else {
+            &["nomaster"]
+        };
+        ip(&[&["-n", &self.switch, "link", "set", &port(i)], how].concat())
+    }
+
     fn remove(&self) {
         if self.policy.exists() {
             let _ = pkeyfw(
@@ -218,7 +247,7 @@ impl Fabric {
                 &self.policy,
             );
         }
-        for ns in (0..HOSTS.len())
+        for ns in (0..=E)
             .map(|i| host_ns(&self.tag, i))
             .chain([self.switch.clone()])
         {
@@ -251,16 +280,17 @@ fn pkeyfw(args: &[&str], policy: &Path) -> Result<()> {
         .context("running pkeyfw")?;
     if !out.status.success() {
         bail!(
-            "pkeyfw {}: {}",
+            "pkeyfw {} {}: {}",
             args.join(" "),
+            policy.display(),
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
     Ok(())
 }
 
-/// The round's frames: every ordered pair, over IPv4, IPv6 and a VLAN, and
-/// (in the first round) the two forgeries. Each has its own destination
+/// The round's frames: every ordered pair, over IPv4, IPv6 and a VLAN, the
+/// forgeries, and E's frames to every host. Each has its own destination
 /// QPN, by which the receiver finds it.
 fn cases(round: Round, first_qpn: u32) -> Vec<Case> {
     let mut cases = Vec::new();
@@ -271,11 +301,13 @@ fn cases(round: Round, first_qpn: u32) -> Vec<Case> {
             "v1" => Packet::rc(sent, qpn).as_v1(),
             _ => Packet::rc(sent, qpn),
         };
-        if net == "vlan" {
-            packet.vlans = vec![0x8100];
-        }
+        packet.vlans = match net {
+            "vlan" => vec![0x8100],
+            "qinq" => vec![0x88a8, 0x8100],
+            _ => Vec::new(),
+        };
         let wire = match round {
-            Round::Access if sent == pkey::DEFAULT && net != "v1" => HOSTS[from].1,
+            Round::Access if from != E && sent == pkey::DEFAULT && net != "v1" => HOSTS[from].1,
             _ => sent,
         };
         cases.push(Case {
@@ -307,6 +339,13 @@ fn cases(round: Round, first_qpn: u32) -> Vec<Case> {
         add(1, 2, "ipv4", 0x7fff);
         add(3, 0, "ipv4", 0x8001);
         add(1, 0, "v1", pkey::DEFAULT);
+    }
+    // E, as a full member of each host's partition: every port would let
+    // it through, had a port judged it on the way in.
+    for (to, &(_, key)) in HOSTS.iter().enumerate() {
+        for net in ["ipv4", "ipv6", "vlan", "qinq", "v1"] {
+            add(E, to, net, key | 0x8000);
+        }
     }
     cases
 }
@@ -376,6 +415,19 @@ fn rounds(fabric: &Fabric) -> Result<bool> {
         fabric.switch,
         (0..HOSTS.len()).map(port).collect::<Vec<_>>().join(", ")
     );
+    std::fs::write(&fabric.policy, Round::Drop.policy())?;
+    let attach = ["switch", "attach", "--netns", &fabric.switch, "--policy"];
+    match pkeyfw(&attach, &fabric.policy) {
+        Ok(()) => bail!(
+            "`pkeyfw switch attach` took bridge br0 with port {}, which its policy does not list",
+            port(E)
+        ),
+        Err(e) => println!(
+            "\n{} is a port of br0 that the policy does not list: `pkeyfw switch attach` refuses:\n  {e:#}",
+            port(E)
+        ),
+    }
+    fabric.member(E, false)?;
     let mut all_ok = true;
     let (mut total, mut matched) = (0, 0);
     for (n, round) in [Round::Drop, Round::Corrupt, Round::Access]
@@ -388,6 +440,13 @@ fn rounds(fabric: &Fabric) -> Result<bool> {
             &["switch", verb, "--netns", &fabric.switch, "--policy"],
             &fabric.policy,
         )?;
+        if n == 0 {
+            fabric.member(E, true)?;
+            println!(
+                "\n{} is taken out of br0 for the attach, and joins it again after",
+                port(E)
+            );
+        }
         let cases = cases(round, 0x100 + 0x100 * n as u32);
         let seen = observe(fabric, &cases)?;
         println!("\nround {} (`pkeyfw switch {verb}`):", round.name());
@@ -402,8 +461,8 @@ fn rounds(fabric: &Fabric) -> Result<bool> {
             matched += usize::from(ok);
             println!(
                 " {} → {}    {:<5} {:#06x}   {:#06x}   {:<20} {:<20} {}",
-                HOSTS[c.from].0,
-                HOSTS[c.to].0,
+                name(c.from),
+                name(c.to),
                 c.net,
                 c.sent,
                 c.wire,
