@@ -5,12 +5,7 @@
 
 mod common;
 
-use std::{
-    io::{BufRead as _, BufReader},
-    process::Stdio,
-    sync::mpsc,
-    time::Duration,
-};
+use std::time::Duration;
 
 use pkeyfw_common::{Reason, judge};
 use pkeyfw_testkit::netns::{VethPair, send};
@@ -50,21 +45,11 @@ fn events_streams_traps_from_a_pinned_attachment() {
     let log_path = log_dir.path().join("log");
     let log = std::os::unix::net::UnixDatagram::bind(&log_path).unwrap();
     log.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut reader = common::Killed(
+    let (_reader, rx) = common::lines_of(
         common::pkeyfw_in(&pair.ns_b)
             .args(["events", &pair.b, "--json", "--syslog"])
-            .arg(&log_path)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
+            .arg(&log_path),
     );
-    let (tx, rx) = mpsc::channel();
-    let out = reader.0.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
     // The reader holds the ring once it is running: a second one is told.
     std::thread::sleep(Duration::from_millis(300));
     let second = common::pkeyfw_in(&pair.ns_b)
@@ -137,20 +122,8 @@ fn switch_ports_send_trap_259() {
         "--policy",
         policy_path.to_str().unwrap(),
     ]));
-    let mut reader = common::Killed(
-        common::pkeyfw_in(&pair.ns_b)
-            .args(["events", &pair.b, "--json"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let out = reader.0.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let (_reader, rx) =
+        common::lines_of(common::pkeyfw_in(&pair.ns_b).args(["events", &pair.b, "--json"]));
     std::thread::sleep(Duration::from_millis(300));
     // Another partition, received on the port.
     let frame = pkeyfw_testkit::wire::Packet::rc(0x8002, 0x100).bytes();
@@ -186,21 +159,11 @@ fn a_flood_is_counted_where_the_budget_holds_it_back() {
     let (_dir, policy_path) = common::policy_file(common::cases::BASE);
     let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));
     common::attach_pinned(&pair.ns_b, &pair.b, &policy_path);
-    let mut reader = common::Killed(
+    let (_reader, rx) = common::lines_of(
         common::pkeyfw_in(&pair.ns_b)
             .args(["events", &pair.b, "--json", "--window", "1"])
-            .args(["--per-source", "100000"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
+            .args(["--per-source", "100000"]),
     );
-    let out = reader.0.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
     std::thread::sleep(Duration::from_millis(300));
     // Junk to port 4791: one malformed RoCE frame, many times.
     let mut junk = pkeyfw_testkit::wire::Packet::rc(0x8002, 0x100).bytes();

@@ -8,8 +8,7 @@
 mod common;
 
 use std::{
-    io::{BufRead as _, BufReader},
-    process::{Command, Stdio},
+    process::Command,
     sync::mpsc,
     time::{Duration, Instant},
 };
@@ -179,13 +178,14 @@ fn switch_attach_refuses_a_bridge_with_a_port_its_policy_does_not_list() {
 }
 
 /// The next line `rx` gets that `wanted` accepts, within 10 s.
-fn next(rx: &mpsc::Receiver<Value>, wanted: impl Fn(&Value) -> bool) -> Value {
+fn next(rx: &mpsc::Receiver<String>, wanted: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let v = rx
+        let line = rx
             .recv_timeout(left)
             .expect("pkeyfw events printed the line");
+        let v: Value = serde_json::from_str(&line).unwrap();
         if wanted(&v) {
             return v;
         }
@@ -212,20 +212,7 @@ fn a_port_that_joins_is_reported_and_held_until_a_reload_lists_it() {
     let (dir, policy) = common::policy_file(&switch_policy(&['a', 'b']));
     let policy = policy.to_str().unwrap();
     common::succeed(br.pkeyfw().args(["switch", "attach", "--policy", policy]));
-    let mut events = common::Killed(
-        br.pkeyfw()
-            .args(["events", "--json"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let out = events.0.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            let _ = tx.send(serde_json::from_str::<Value>(&line).unwrap());
-        }
-    });
+    let (_events, rx) = common::lines_of(br.pkeyfw().args(["events", "--json"]));
     std::thread::sleep(Duration::from_millis(300));
 
     // E's port joins after the attach: reported, an event, a metric.

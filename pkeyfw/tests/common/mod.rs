@@ -240,6 +240,21 @@ impl Drop for Foreground {
     }
 }
 
+/// Starts `cmd` (a pkeyfw that runs until stopped: `events`, …) and
+/// hands its output's lines over as they come; it is killed when the
+/// returned process is dropped.
+pub fn lines_of(cmd: &mut Command) -> (Killed, std::sync::mpsc::Receiver<String>) {
+    let mut child = Killed(cmd.stdout(Stdio::piped()).spawn().expect("start"));
+    let out = child.0.stdout.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    (child, rx)
+}
+
 /// A process killed when the test ends, however it ends.
 pub struct Killed(pub std::process::Child);
 
