@@ -437,9 +437,9 @@ fn report<F: Frame>(frame: &F, outcome: &Outcome, monitor: bool, port: Option<Di
         reason: outcome.reason as u8,
         monitor: monitor.into(),
         verdict: outcome.verdict() as u8,
+        kind: kind as u8,
         ..Event::default()
     };
-    event.kind = kind as u8;
     if let Some(direction) = port {
         event.direction = direction as u8;
     }

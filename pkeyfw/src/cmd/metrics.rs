@@ -20,7 +20,7 @@ use tokio::{net::TcpListener, sync::Semaphore};
 
 use pkeyfw_common::{Capture, Reason, Stamp, Verdict, abi::EventKind};
 
-use crate::{cmd::stats, control::netns::NetnsId, loading::pins, reporting::describe};
+use crate::{cmd::stats, loading::pins, reporting::describe};
 
 /// Serve Prometheus metrics: frames per reason and verdict, P_Key and
 /// Q_Key violations per partition, stamping and probe outcomes, bound QPs.
@@ -225,12 +225,8 @@ pub fn exposition() -> Result<String> {
         &[at[0], at[1], "pid"],
     )?;
     for s in &setting_up {
-        let netns = match NetnsId::host().ok() == Some(s.netns) {
-            true => "host".to_string(),
-            false => s.netns.label(),
-        };
         starting
-            .with_label_values(&[&s.iface, &netns, &s.pid.to_string()])
+            .with_label_values(&[&s.iface, &s.netns.label(), &s.pid.to_string()])
             .set(1);
     }
     for snap in snaps {

@@ -124,9 +124,7 @@ impl Snapshot {
     pub fn placed(mut self, holder: Holder, netns: NetnsId) -> Snapshot {
         self.holder = Some(holder);
         self.pinned = holder == Holder::Pinned;
-        if NetnsId::host().ok() != Some(netns) {
-            self.netns = Some(netns.label());
-        }
+        self.netns = netns.unless_host();
         self
     }
 

@@ -57,6 +57,11 @@ impl NetnsId {
         self.name().unwrap_or_else(|| format!("net:[{}]", self.0))
     }
 
+    /// Its label where a namespace is shown only when not the host's.
+    pub fn unless_host(self) -> Option<String> {
+        (NetnsId::host().ok() != Some(self)).then(|| self.label())
+    }
+
     /// A way into it: this thread's, a named one, or a process's.
     pub fn find(self) -> Option<Netns> {
         let candidates = [

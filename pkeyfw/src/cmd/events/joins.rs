@@ -148,7 +148,7 @@ pub fn watch(
         let socket = unsafe { AsyncFd::register(socket) }.map_err(|e| e.into_parts().1)?;
         let watch = Watch {
             socket,
-            netns: (NetnsId::host().ok() != Some(id)).then(|| id.label()),
+            netns: id.unless_host(),
             bridges,
             reported: HashSet::new(),
         };
