@@ -263,10 +263,13 @@ fn stripped_vlan(msg: &libc::msghdr) -> Option<[u8; 4]> {
 
 /// Sends `frames` out of `iface` in namespace `ns`.
 pub fn send(ns: &str, iface: &str, frames: &[Vec<u8>]) -> Result<()> {
-    in_netns(ns, || {
-        let sock = PacketSocket::bind(iface)?;
-        frames.iter().try_for_each(|f| sock.send(f))
-    })?
+    in_netns(ns, || send_here(iface, frames))?
+}
+
+/// Sends `frames` out of `iface` in this thread's network namespace.
+pub fn send_here(iface: &str, frames: &[Vec<u8>]) -> Result<()> {
+    let sock = PacketSocket::bind(iface)?;
+    frames.iter().try_for_each(|f| sock.send(f))
 }
 
 /// Captures what reaches `iface` in namespace `ns` (after XDP: packet sockets

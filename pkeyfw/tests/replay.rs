@@ -296,20 +296,32 @@ fn clear_errors() {
 }
 
 /// Without root the program cannot be loaded; say so, not just EPERM.
+/// Everything nobody runs and reads is copied to a directory of its own:
+/// the clone may be under a home directory only root can enter.
 #[test]
 fn unprivileged_run_says_it_needs_root() {
+    use std::os::unix::fs::PermissionsExt as _;
     common::require_root();
-    let policy = write("unpriv.toml", "[port]\npkeys = [0xffff]\n");
-    let capture = tmp("unpriv.pcap");
+    let dir = tempfile::Builder::new()
+        .prefix("pkeyfw-unprivileged")
+        .tempdir()
+        .unwrap();
+    let open = |path: &Path, mode| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    open(dir.path(), 0o755);
+    let (exe, policy, capture) = (
+        dir.path().join("pkeyfw"),
+        dir.path().join("unpriv.toml"),
+        dir.path().join("unpriv.pcap"),
+    );
+    std::fs::copy(env!("CARGO_BIN_EXE_pkeyfw"), &exe).unwrap();
+    std::fs::write(&policy, "[port]\npkeys = [0xffff]\n").unwrap();
     std::fs::copy(fixtures::capture(CAPTURE), &capture).unwrap();
+    open(&exe, 0o755);
     for f in [&policy, &capture] {
-        std::fs::set_permissions(f, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        open(f, 0o644);
     }
-    std::fs::set_permissions(
-        capture.parent().unwrap(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
     // setpriv (util-linux) drops to nobody with no capabilities.
     let out = Command::new("setpriv")
         .args([
@@ -318,7 +330,7 @@ fn unprivileged_run_says_it_needs_root() {
             "--clear-groups",
             "--inh-caps=-all",
         ])
-        .arg(env!("CARGO_BIN_EXE_pkeyfw"))
+        .arg(&exe)
         .args([
             "replay",
             "--policy",

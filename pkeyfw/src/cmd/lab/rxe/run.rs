@@ -35,8 +35,9 @@ pub const STALL: Duration = Duration::from_secs(8);
 /// How long the server may take to finish after its client.
 pub const LINGER: Duration = Duration::from_secs(3);
 /// How long to wait for a process to get ready (an attach under emulation
-/// takes some 12 s to load and verify its programs).
-const READY: Duration = Duration::from_secs(30);
+/// takes some 12 s to load and verify its programs; more while other work
+/// shares the host's CPUs).
+const READY: Duration = Duration::from_secs(60);
 
 /// How a program ended.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -443,20 +444,24 @@ pub const FOREIGN_DATAGRAMS: usize = 3;
 /// from a UDP socket on the client's end (policy routing takes them over
 /// the veth).
 fn foreign_qkey(server: &End, client: &End, pid: u32, qkey: u32) -> Result<()> {
-    use crate::control::{netlink, rdma};
-    let devices = rdma::devices_on(netlink::if_index(&server.iface)?)?;
-    let qpn = rdma::qps_of(&devices)?
-        .into_iter()
-        .find(|q| q.pid == Some(pid) && q.qp_type == rdma::IbQpType::Ud)
-        .map(|q| q.qpn)
-        .context("the server has no UD QP")?;
-    let frame = wire::Packet::ud(0xffff, qpn, qkey);
+    let frame = wire::Packet::ud(0xffff, ud_qpn(server, pid)?, qkey);
     let bytes = frame.bytes();
     let socket = std::net::UdpSocket::bind((client.addr, 0))?;
     for _ in 0..FOREIGN_DATAGRAMS {
         socket.send_to(&bytes[frame.bth_at()..], (server.addr, 4791))?;
     }
     Ok(())
+}
+
+/// The number of the UD QP process `pid` holds on `end`'s rxe device.
+pub fn ud_qpn(end: &End, pid: u32) -> Result<u32> {
+    use crate::control::{netlink, rdma};
+    let devices = rdma::devices_on(netlink::if_index(&end.iface)?)?;
+    rdma::qps_of(&devices)?
+        .into_iter()
+        .find(|q| q.pid == Some(pid) && q.qp_type == rdma::IbQpType::Ud)
+        .map(|q| q.qpn)
+        .with_context(|| format!("process {pid} has no UD QP on {}", end.device))
 }
 
 /// Starts `attack` as an unprivileged user (nobody), holding a QP no rule
@@ -661,7 +666,8 @@ pub fn tcpdump(netns: Option<&str>, iface: &str, direction: &str, path: &Path) -
         ])
         .args(["-i", iface, "-w"])
         .arg(path)
-        .args(["udp", "port", "4791"])
+        // RoCE v2, and RoCE v1 (which only a forger sends here).
+        .args(["udp", "port", "4791", "or", "ether", "proto", "0x8915"])
         .stderr(Stdio::piped())
         .spawn()
         .context("starting tcpdump")?;

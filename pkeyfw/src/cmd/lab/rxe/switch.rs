@@ -6,6 +6,14 @@
 //! out, so the hosts' rxe sends and sees only 0xFFFF while the switch
 //! judges the keys the subnet manager would have given them.
 //!
+//! Each port's table also holds the default partition, as one derived from
+//! a partitions.conf with `Default=0x7fff : ALL=full` does: the key a
+//! port stamps is still the only one its host may send or be sent. In
+//! `switch-forge-*`, B's host forges what an unmodified rxe never sends —
+//! that default partition, a full member's key of its own partition,
+//! another partition's key, RoCE v1 — to C's UD QP: its port refuses each
+//! on the way in, and C's rxe takes in none.
+//!
 //! Per scenario: the bridge's side of the two hosts' ports is captured as
 //! it forwards (their ingress, after stamping), the hosts' ends as their
 //! rxe devices send and take in; the ports' counters (`pkeyfw stats`) and
@@ -20,15 +28,20 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use pkeyfw_common::parse::{self, Parsed};
+use pkeyfw_common::parse::{self, Parsed, proto};
+use pkeyfw_testkit::{
+    netns,
+    wire::{Net, Packet},
+};
 use serde_json::json;
 
 use super::{
     fabric::{Fabric, Host, NETNS},
     run::{self, Exit, Proc},
     scenario::Program,
+    topology::End,
 };
-use crate::capture;
+use crate::{capture, control::netlink};
 
 /// The key each host's port stamps, its table's only entry: A, B, C, D.
 const KEYS: [u16; 4] = [0x8001, 0x0001, 0x0001, 0x8002];
@@ -40,6 +53,21 @@ const D: usize = 3;
 
 /// ibv_ud_pingpong's Q_Key.
 const PP_QKEY: u32 = 0x1111_1111;
+
+/// What B's host forges, as (P_Key, RoCE v1): the default partition its
+/// port's table holds, a full member's key of its own partition, D's
+/// partition, and RoCE v1 with the default key (a port cannot stamp it).
+/// Each goes out `FORGE_ROUNDS` times.
+const FORGED: [(u16, bool); 4] = [
+    (0x7fff, false),
+    (0x8001, false),
+    (0x8002, false),
+    (0xffff, true),
+];
+const FORGE_ROUNDS: usize = 3;
+/// The DETH source QP of every forged frame: how the captures tell them
+/// from rxe's.
+const FORGED_SRC_QP: u32 = 0x00f0_4ced;
 
 /// rdma_rxe's counters of trouble (Linux 6.1's names): requests out of
 /// order, sequence NAKs, receivers not ready, retries run out, sends
@@ -67,6 +95,8 @@ pub struct Scenario {
     pub client: usize,
     /// Whether the programs complete.
     pub completes: bool,
+    /// Whether the client's host also forges frames to the server's QP.
+    pub forges: bool,
     /// Which rule decides it.
     pub why: &'static str,
 }
@@ -86,6 +116,15 @@ impl Scenario {
         match self.program {
             Program::UdPingpong => vec![PP_QKEY],
             _ => Vec::new(),
+        }
+    }
+
+    /// Forged frames the client's host sends.
+    fn forged(&self) -> usize {
+        if self.forges {
+            FORGED.len() * FORGE_ROUNDS
+        } else {
+            0
         }
     }
 
@@ -109,6 +148,7 @@ const fn sc(
         server,
         client,
         completes,
+        forges: false,
         why,
     }
 }
@@ -127,16 +167,26 @@ pub fn all() -> Vec<Scenario> {
         sc("switch-rc-b-c", Rc, [B, C], false, LIMITED),
         sc("switch-ud-d-b", Ud, [B, D], false, OTHER),
         sc("switch-rc-d-b", Rc, [B, D], false, OTHER),
+        Scenario {
+            forges: true,
+            ..sc(
+                "switch-forge-ud-c-b",
+                Ud,
+                [C, B],
+                false,
+                "an access port's host has one key",
+            )
+        },
     ]
 }
 
 /// The switch policy for the hosts' `ports`: every port an access port for
-/// its host's key.
+/// its host's key, its table that key and the default partition.
 fn policy(ports: [&str; 4]) -> String {
     let mut text = "[switch]\nviolation = \"drop\"\n".to_string();
     for (port, key) in ports.into_iter().zip(KEYS) {
         text += &format!(
-            "\n[[switch.port]]\ninterface = \"{port}\"\npkeys = [{key:#06x}]\nstamp = {key:#06x}\n"
+            "\n[[switch.port]]\ninterface = \"{port}\"\npkeys = [{key:#06x}, 0xffff]\nstamp = {key:#06x}\n"
         );
     }
     text
@@ -174,9 +224,12 @@ pub struct Observed {
     pub ports: [Port; 4],
     pub rxe: [Rxe; 4],
     /// The P_Keys of the RoCE frames the bridge forwarded, and of those
-    /// the two hosts' ends carried.
+    /// the two hosts' ends carried (forged ones aside).
     pub wire_pkeys: BTreeSet<u16>,
     pub host_pkeys: BTreeSet<u16>,
+    /// Forged frames seen at the server's end (arrived) and the client's
+    /// (sent).
+    pub forged: [usize; 2],
     /// RoCE v2 frames captured (both sides), and those with a wrong ICRC.
     pub frames: usize,
     pub bad_icrc: usize,
@@ -337,6 +390,13 @@ fn scenario(fabric: &Fabric, switch: &Switch, sc: &Scenario, dir: &Path) -> Resu
             .with_context(|| format!("starting {}", program.name()))?,
     );
     run::wait_ready(program)?;
+    if sc.forges {
+        let qpn = run::ud_qpn(&server.end, server_proc.0.id())?;
+        netns::send_here(
+            &client.end.iface,
+            &forgeries(&client.end, &server.end, qpn)?,
+        )?;
+    }
     let mut client_proc = Proc(
         Command::new(program.name())
             .args(program.client(&client.end, &server.end))
@@ -381,6 +441,7 @@ fn scenario(fabric: &Fabric, switch: &Switch, sc: &Scenario, dir: &Path) -> Resu
         }),
         wire_pkeys: pkeys(&captures)?,
         host_pkeys: pkeys(&host_captures)?,
+        forged: [forged(&host_captures[0])?, forged(&host_captures[1])?],
         frames: wire_frames + host_frames,
         bad_icrc: wire_bad + host_bad,
         captures,
@@ -426,28 +487,83 @@ fn moved(rxe: &Rxe, name: &str) -> u64 {
     rxe.get(name).copied().unwrap_or(0)
 }
 
-/// The BTH P_Keys of the captures' RoCE frames.
-fn pkeys(captures: &[PathBuf]) -> Result<BTreeSet<u16>> {
-    let mut keys = BTreeSet::new();
+/// The frames `from`'s host forges to UD QP `qpn` of `to`'s, each
+/// `FORGE_ROUNDS` times: right in every field, the ICRC too, but the key.
+fn forgeries(from: &End, to: &End, qpn: u32) -> Result<Vec<Vec<u8>>> {
+    let mac = |e: &End| netlink::mac_address(netlink::if_index(&e.iface)?);
+    let (src_mac, dst_mac) = (mac(from)?, mac(to)?);
+    let one = |(pkey, v1): (u16, bool)| {
+        let mut p = Packet::ud(pkey, qpn, PP_QKEY);
+        p.src_qp = FORGED_SRC_QP;
+        p.net = if v1 {
+            Net::V1 {
+                sgid: from.addr.to_ipv6_mapped(),
+                dgid: to.addr.to_ipv6_mapped(),
+                next_header: proto::IBA_BTH,
+            }
+        } else {
+            Net::V4 {
+                src: from.addr,
+                dst: to.addr,
+                options: 0,
+                frag_offset: 0,
+                more_fragments: false,
+            }
+        };
+        let mut frame = p.bytes();
+        frame[..6].copy_from_slice(&dst_mac);
+        frame[6..12].copy_from_slice(&src_mac);
+        frame
+    };
+    Ok((0..FORGE_ROUNDS)
+        .flat_map(|_| FORGED.into_iter().map(one))
+        .collect())
+}
+
+/// The captures' RoCE frames, forged ones aside.
+fn rxe_frames(captures: &[PathBuf]) -> Result<Vec<parse::Roce>> {
+    let mut frames = Vec::new();
     for path in captures {
         for f in capture::read(path)? {
             if let Parsed::Roce(r) = parse::classify(&f.data[..]) {
-                keys.insert(r.pkey);
+                frames.push(r);
             }
         }
     }
-    Ok(keys)
+    Ok(frames)
+}
+
+/// The BTH P_Keys of the captures' RoCE frames, forged ones aside.
+fn pkeys(captures: &[PathBuf]) -> Result<BTreeSet<u16>> {
+    Ok(rxe_frames(captures)?
+        .iter()
+        .filter(|r| !is_forged(r))
+        .map(|r| r.pkey)
+        .collect())
+}
+
+/// How many forged frames a capture holds.
+fn forged(capture: &Path) -> Result<usize> {
+    Ok(rxe_frames(&[capture.to_path_buf()])?
+        .iter()
+        .filter(|r| is_forged(r))
+        .count())
+}
+
+fn is_forged(r: &parse::Roce) -> bool {
+    r.src_qp == FORGED_SRC_QP
 }
 
 /// Whether a scenario went as the rules say: the programs completed or
 /// stalled; every frame a host sent was stamped at its port and, between
 /// partners, restored at the other's (none lost, none refused), while in a
 /// stall every one was refused on its way out of the server's port
-/// (inbound refuses nothing: every frame enters with its port's own key);
-/// no other port saw a thing; the bridge carried the stamped keys, the
-/// hosts' ends only 0xFFFF, every ICRC right; and each host's rxe took in
-/// every frame its port delivered, counting no trouble where frames were
-/// to arrive.
+/// (inbound refuses only forgeries: every frame rxe sends enters with its
+/// port's own key); no other port saw a thing; the bridge carried the
+/// stamped keys, the hosts' ends only 0xFFFF, every ICRC right; each
+/// host's rxe took in every frame its port delivered, counting no trouble
+/// where frames were to arrive; and every forged frame left the client's
+/// host and none reached the server's.
 fn judge(sc: &Scenario, o: &Observed) -> bool {
     let (s, c) = (sc.server, sc.client);
     let [server, client] = [o.ports[s], o.ports[c]];
@@ -465,7 +581,8 @@ fn judge(sc: &Scenario, o: &Observed) -> bool {
     o.completes() == sc.completes
         && client.stamped > 0
         && delivered
-        && o.ports.iter().all(|p| p.rcv_errors == 0)
+        && (0..4).all(|i| o.ports[i].rcv_errors == if i == c { sc.forged() as u64 } else { 0 })
+        && o.forged == [0, sc.forged()]
         && (0..4).all(|i| may_refuse(i) || o.ports[i].xmit_errors == 0)
         && (0..4).all(|i| i == s || i == c || o.ports[i] == Port::default())
         && [s, c]
@@ -556,6 +673,7 @@ pub fn results(scenarios: &[Scenario], rows: &[Observed]) -> Vec<serde_json::Val
                 }),
                 "rxe": per_host(&|i| json!(o.rxe[i])),
                 "host_pkeys": o.host_pkeys,
+                "forged": { "sent": sc.forged(), "seen_at_server": o.forged[0], "seen_at_client": o.forged[1] },
                 "icrc": { "frames": o.frames, "bad": o.bad_icrc },
                 "captures": paths(&o.captures),
                 "host_captures": paths(&o.host_captures),
@@ -584,7 +702,7 @@ mod tests {
             .zip(["sw-a", "sw-b", "sw-c", "sw-d"].into_iter().zip(KEYS))
         {
             assert_eq!(iface, want);
-            assert_eq!(port.pkeys, [key]);
+            assert_eq!(port.pkeys, [key, 0xffff]);
             assert_eq!(
                 port.switch,
                 Some(SwitchRole {
