@@ -3,9 +3,18 @@
 //! verify` and rates "OK" or better in `systemd-analyze security`; the
 //! Kubernetes manifests (deploy/kubernetes) parse, match the API's schema
 //! (every field known and of its type, the required ones present), and ship
-//! a policy pkeyfw accepts; both run commands pkeyfw's CLI accepts.
+//! a policy pkeyfw accepts; both run commands pkeyfw's CLI accepts. The
+//! node-pool example (deploy/kubernetes-node-pools) replaces the policy
+//! with one every node of a pool loads with its pool's partition, whose
+//! rule binds a process in a cgroup shaped like a pod's.
 
-use std::{path::Path, process::Command};
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use k8s_openapi::api::{apps::v1::DaemonSet, core::v1::ConfigMap, core::v1::Namespace};
 use serde::{Serialize, de::DeserializeOwned};
@@ -83,20 +92,67 @@ fn the_unit_runs_a_command_pkeyfw_accepts() {
     );
 }
 
+fn deploy(dir: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy")
+        .join(dir)
+}
+
+fn read_yaml(dir: &Path, name: &str) -> serde_yaml::Value {
+    let text = std::fs::read_to_string(dir.join(name)).unwrap();
+    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", dir.join(name).display()))
+}
+
 /// The resources `kustomization.yaml` lists, parsed.
 fn manifests() -> Vec<serde_yaml::Value> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes");
-    let read = |name: &str| {
-        let text = std::fs::read_to_string(dir.join(name)).unwrap();
-        serde_yaml::from_str::<serde_yaml::Value>(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
-    };
-    let kustomization = read("kustomization.yaml");
+    let dir = deploy("kubernetes");
+    let kustomization = read_yaml(&dir, "kustomization.yaml");
     assert_eq!(kustomization["kind"], "Kustomization");
     kustomization["resources"]
         .as_sequence()
         .expect("resources")
         .iter()
-        .map(|r| read(r.as_str().unwrap()))
+        .map(|r| read_yaml(&dir, r.as_str().unwrap()))
+        .collect()
+}
+
+/// The node-pool example's patches: ConfigMaps that replace the base's
+/// whole (a strategic merge patch replaces each key of `data` it gives,
+/// and each gives every key the base's has, so none of the base's stays).
+fn node_pool_patches() -> Vec<serde_yaml::Value> {
+    let dir = deploy("kubernetes-node-pools");
+    let kustomization = read_yaml(&dir, "kustomization.yaml");
+    assert_eq!(kustomization["kind"], "Kustomization");
+    assert_eq!(
+        kustomization["resources"],
+        serde_yaml::from_str::<serde_yaml::Value>("[../kubernetes]").unwrap(),
+        "the example is an overlay of deploy/kubernetes"
+    );
+    let base = manifests();
+    kustomization["patches"]
+        .as_sequence()
+        .expect("patches")
+        .iter()
+        .map(|p| {
+            let patch = read_yaml(&dir, p["path"].as_str().expect("a patch file"));
+            assert_eq!(
+                patch["kind"], "ConfigMap",
+                "only ConfigMap patches are checked: add others here"
+            );
+            let replaced = base
+                .iter()
+                .find(|m| {
+                    m["kind"] == "ConfigMap" && m["metadata"]["name"] == patch["metadata"]["name"]
+                })
+                .expect("the patch names the base's ConfigMap");
+            for key in replaced["data"].as_mapping().unwrap().keys() {
+                assert!(
+                    !patch["data"][key].is_null(),
+                    "the patch leaves the base's {key:?}"
+                );
+            }
+            patch
+        })
         .collect()
 }
 
@@ -138,7 +194,7 @@ fn unknown(read: &serde_json::Value, known: &serde_json::Value, at: String) -> O
 
 #[test]
 fn the_kubernetes_manifests_match_the_api_schema() {
-    for m in manifests() {
+    for m in manifests().into_iter().chain(node_pool_patches()) {
         let json = serde_json::to_value(&m).unwrap();
         let checked = match m["kind"].as_str() {
             Some("DaemonSet") => matches_schema::<DaemonSet>(&json),
@@ -240,4 +296,264 @@ fn the_kubernetes_manifests_hold_together() {
         mounts.iter().any(|m| m["mountPath"] == "/sys/fs/bpf"),
         "the host's bpffs, so that pins outlive the pod"
     );
+
+    // What `cgroup` rules need: the host's cgroup hierarchy at the path
+    // the host gives it, the host's cgroup namespace, entered through
+    // PID 1 (the host's, hostPID), which takes SYS_PTRACE.
+    let cgroup = mounts
+        .iter()
+        .find(|m| m["mountPath"] == "/sys/fs/cgroup")
+        .expect("the host's cgroup hierarchy is mounted at /sys/fs/cgroup");
+    assert_eq!(cgroup["readOnly"], true);
+    let volume = spec["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == cgroup["name"])
+        .unwrap();
+    assert_eq!(volume["hostPath"]["path"], "/sys/fs/cgroup");
+    assert_eq!(spec["hostPID"], true);
+    let command: Vec<&str> = container["command"]
+        .as_sequence()
+        .expect("a command")
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        command,
+        [
+            "nsenter",
+            "--cgroup=/proc/1/ns/cgroup",
+            "--",
+            "/usr/local/bin/pkeyfw"
+        ]
+    );
+    let caps = &container["securityContext"]["capabilities"]["add"];
+    assert!(
+        caps.as_sequence()
+            .unwrap()
+            .iter()
+            .any(|c| c == "SYS_PTRACE"),
+        "{caps:?}"
+    );
+}
+
+/// The node pools of the example's partitions.conf: each member's GUID
+/// and its pool's P_Key (the default partition, `ALL`, is no pool).
+fn pools(partitions_conf: &str) -> Vec<(String, u16)> {
+    let mut members = Vec::new();
+    for line in partitions_conf.lines().map(str::trim) {
+        if line.starts_with('#') || line.is_empty() || line.contains("ALL") {
+            continue;
+        }
+        let (head, list) = line.split_once(':').expect("NAME=PKEY : MEMBERS;");
+        let pkey = head.split_once('=').unwrap().1.trim();
+        let pkey = u16::from_str_radix(pkey.trim_start_matches("0x"), 16).unwrap();
+        for member in list.trim().trim_end_matches(';').split(',') {
+            let (guid, membership) = member.trim().split_once('=').unwrap();
+            assert_eq!(membership, "full", "a pool's nodes talk among themselves");
+            members.push((guid.to_string(), pkey | 0x8000));
+        }
+    }
+    members
+}
+
+/// `/sys/fs/cgroup/kubepods.slice` as the kubelet (systemd driver) makes
+/// it, under a directory of the test's in the host's cgroup v2 hierarchy:
+/// a pod's slice and a container's scope, a process in the scope. The
+/// process is killed and the cgroups removed on drop.
+struct PodCgroups {
+    /// From the test's own directory down to the container's scope.
+    dirs: Vec<PathBuf>,
+    container: common::Killed,
+}
+
+impl PodCgroups {
+    fn create() -> PodCgroups {
+        let root = pkeyfw::policy::identity::cgroup2_mount().expect("cgroup v2 mounted");
+        let mut dir = root.join(format!("pkeyfw-test-{}", common::tag("k8s")));
+        let mut dirs = Vec::new();
+        for name in [
+            "",
+            "kubepods.slice",
+            "kubepods-besteffort.slice",
+            "kubepods-besteffort-pod6f2a4c1e_93b7_4d0a_8c55_0e1f2a3b4c5d.slice",
+            "cri-containerd-3c1f9a0b7d2e4f6a8b0c1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a.scope",
+        ] {
+            dir = dir.join(name);
+            std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+            dirs.push(dir.clone());
+        }
+        let container = common::Killed(Command::new("sleep").arg("600").spawn().unwrap());
+        let cgroups = PodCgroups { dirs, container };
+        std::fs::write(
+            cgroups.scope().join("cgroup.procs"),
+            cgroups.container.0.id().to_string(),
+        )
+        .unwrap();
+        cgroups
+    }
+
+    fn kubepods(&self) -> &Path {
+        &self.dirs[1]
+    }
+
+    fn scope(&self) -> &Path {
+        self.dirs.last().unwrap()
+    }
+}
+
+impl Drop for PodCgroups {
+    fn drop(&mut self) {
+        // An empty cgroup can be removed; its process first.
+        let _ = self.container.0.kill();
+        let _ = self.container.0.wait();
+        for dir in self.dirs.iter().rev() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// What `[[bind]]` rules match of process `pid`, read from /proc as
+/// pkeyfw reads a QP's owner.
+fn owner(pid: u32) -> pkeyfw::control::rdma::Owner {
+    use std::os::unix::fs::MetadataExt as _;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let effective = |field: &str| -> u32 {
+        let line = status.lines().find_map(|l| l.strip_prefix(field)).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    pkeyfw::control::rdma::Owner {
+        uid: effective("Uid:"),
+        gid: effective("Gid:"),
+        netns: std::fs::metadata(format!("/proc/{pid}/ns/net"))
+            .unwrap()
+            .ino() as u32,
+        cgroup: cgroups
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .unwrap()
+            .to_string(),
+    }
+}
+
+/// An RC QP on rxe0 that process `pid` owns.
+fn qp_of(pid: u32, qpn: u32) -> pkeyfw::control::rdma::Qp {
+    use pkeyfw::control::rdma::{IbQpType, QpState};
+    pkeyfw::control::rdma::Qp {
+        device: "rxe0".into(),
+        port: Some(1),
+        qpn,
+        remote_qpn: None,
+        qp_type: IbQpType::Rc,
+        state: QpState::Rts,
+        pid: Some(pid),
+        comm: None,
+        owner: Some(owner(pid)),
+        kernel: false,
+        local: None,
+        peer: None,
+    }
+}
+
+/// The node-pool example, on this machine: its policy, with the pods'
+/// subtree made here (no kubelet runs here), loads for every node of
+/// every pool with the pool's partition at index 1 and its rule binding
+/// to it; a node in no pool is refused, naming the place; and the rule
+/// binds a QP of a process in a pod's container scope to its node's
+/// partition — as pkeyfw matches it from /proc, and as the QP-creation
+/// probe does in the kernel (the cgroup at the rule's depth above the
+/// creator's is the rule's) — and not one of a process outside the pods.
+#[test]
+fn the_node_pool_example_binds_pods_to_their_nodes_partition() {
+    common::require_root();
+    let patches = node_pool_patches();
+    let config = &patches[0]["data"];
+    let pods = PodCgroups::create();
+    let dir = tempfile::tempdir().unwrap();
+    let policy_path = dir.path().join("policy.toml");
+    let text = config["policy.toml"].as_str().unwrap();
+    let here = text.replace(
+        "\"/sys/fs/cgroup/kubepods.slice\"",
+        &format!("{:?}", pods.kubepods()),
+    );
+    assert_ne!(here, text, "the rule binds the kubelet's pods");
+    std::fs::write(&policy_path, here).unwrap();
+    let partitions_conf = config["partitions.conf"].as_str().unwrap();
+    std::fs::write(dir.path().join("partitions.conf"), partitions_conf).unwrap();
+
+    let check = |guid: &str| {
+        Command::new(env!("CARGO_BIN_EXE_pkeyfw"))
+            .args(["policy", "check", "--json", "--port-guid", guid, "--policy"])
+            .arg(&policy_path)
+            .output()
+            .unwrap()
+    };
+    let nodes = pools(partitions_conf);
+    let per_pool = nodes
+        .iter()
+        .fold(BTreeMap::<u16, usize>::new(), |mut m, (_, p)| {
+            *m.entry(*p).or_default() += 1;
+            m
+        });
+    assert!(
+        per_pool.len() >= 2 && per_pool.values().all(|&n| n >= 2),
+        "{per_pool:?}"
+    );
+    for (guid, pkey) in &nodes {
+        let out = check(guid);
+        assert!(
+            out.status.success(),
+            "{guid}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["pkeys"], serde_json::json!([0xffff, pkey]), "{guid}: {v}");
+        assert_eq!(v["binds"].as_array().unwrap().len(), 1, "{v}");
+        assert_eq!(v["binds"][0]["pkey"], *pkey, "{guid}: {v}");
+    }
+    let outside = check("0x505400fffec10001");
+    let said = String::from_utf8_lossy(&outside.stderr);
+    assert!(
+        !outside.status.success()
+            && said.contains("policy.toml:")
+            && said.contains("pkey_index: 1 is out of range"),
+        "a node in no pool: {said}"
+    );
+
+    let (guid, pkey) = &nodes[0];
+    let policy = pkeyfw::policy::Policy::load_for(&policy_path, pkeyfw::policy::parse_guid(guid))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pod = pods.container.0.id();
+    let (_, bindings) =
+        policy.with_discovered(&[qp_of(pod, 0x40), qp_of(std::process::id(), 0x41)]);
+    match bindings[..] {
+        [
+            pkeyfw::policy::Binding::Rule { rule: 0, bound, .. },
+            pkeyfw::policy::Binding::Unbound,
+        ] => {
+            assert_eq!(bound.pkey, *pkey)
+        }
+        _ => panic!("the pod's QP bound by the rule, not the test's own: {bindings:?}"),
+    }
+
+    let spec = policy.binds[0].spec();
+    assert_ne!(spec.matchers & pkeyfw_common::tenant::matcher::CGROUP, 0);
+    let root = pkeyfw::policy::identity::cgroup2_mount().unwrap();
+    let member = owner(pod).cgroup;
+    let ancestor: PathBuf = member
+        .trim_start_matches('/')
+        .split('/')
+        .take(spec.cgroup_level as usize)
+        .collect();
+    use std::os::unix::fs::MetadataExt as _;
+    assert_eq!(
+        std::fs::metadata(root.join(&ancestor)).unwrap().ino(),
+        spec.cgroup,
+        "{member}: the probe's ancestor at depth {} is {}",
+        spec.cgroup_level,
+        ancestor.display()
+    );
+    assert_eq!(root.join(ancestor), pods.kubepods());
 }
