@@ -414,30 +414,6 @@ impl Drop for PodCgroups {
     }
 }
 
-/// What `[[bind]]` rules match of process `pid`, read from /proc as
-/// pkeyfw reads a QP's owner.
-fn owner(pid: u32) -> pkeyfw::control::rdma::Owner {
-    use std::os::unix::fs::MetadataExt as _;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let effective = |field: &str| -> u32 {
-        let line = status.lines().find_map(|l| l.strip_prefix(field)).unwrap();
-        line.split_whitespace().nth(1).unwrap().parse().unwrap()
-    };
-    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
-    pkeyfw::control::rdma::Owner {
-        uid: effective("Uid:"),
-        gid: effective("Gid:"),
-        netns: std::fs::metadata(format!("/proc/{pid}/ns/net"))
-            .unwrap()
-            .ino() as u32,
-        cgroup: cgroups
-            .lines()
-            .find_map(|l| l.strip_prefix("0::"))
-            .unwrap()
-            .to_string(),
-    }
-}
-
 /// An RC QP on rxe0 that process `pid` owns.
 fn qp_of(pid: u32, qpn: u32) -> pkeyfw::control::rdma::Qp {
     use pkeyfw::control::rdma::{IbQpType, QpState};
@@ -450,7 +426,7 @@ fn qp_of(pid: u32, qpn: u32) -> pkeyfw::control::rdma::Qp {
         state: QpState::Rts,
         pid: Some(pid),
         comm: None,
-        owner: Some(owner(pid)),
+        owner: pkeyfw::control::rdma::owner_of(pid),
         kernel: false,
         local: None,
         peer: None,
@@ -541,7 +517,9 @@ fn the_node_pool_example_binds_pods_to_their_nodes_partition() {
     let spec = policy.binds[0].spec();
     assert_ne!(spec.matchers & pkeyfw_common::tenant::matcher::CGROUP, 0);
     let root = pkeyfw::policy::identity::cgroup2_mount().unwrap();
-    let member = owner(pod).cgroup;
+    let member = pkeyfw::control::rdma::owner_of(pod)
+        .expect("the pod's process lives")
+        .cgroup;
     let ancestor: PathBuf = member
         .trim_start_matches('/')
         .split('/')

@@ -310,7 +310,7 @@ fn comm_of(pid: u32) -> Option<String> {
 
 /// `/proc/PID`'s effective ids, network namespace and cgroup v2; None once
 /// the process is gone.
-fn owner_of(pid: u32) -> Option<Owner> {
+pub fn owner_of(pid: u32) -> Option<Owner> {
     use std::os::unix::fs::MetadataExt as _;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     // "Uid:\treal\teffective\tsaved\tfs"
