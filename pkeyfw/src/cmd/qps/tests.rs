@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::View;
 use crate::{
-    control::rdma::{Device, IbQpType, Qp},
+    control::rdma::{Device, Driver, IbQpType, Qp},
     policy::Policy,
 };
 
@@ -50,6 +50,7 @@ fn view(with_policy: bool) -> View {
             name: "rxe0".into(),
             ports: vec![1],
             port_count: 1,
+            driver: Driver::Rxe,
         }],
         qps,
         policy,
