@@ -190,6 +190,14 @@ fn guid_from_a_real_interface() {
     ]));
     assert_eq!(checked["guid"], "0x001122fffe334455");
     assert_eq!(checked["pkeys"], serde_json::json!([0xffff, 0x8001]));
+    // No RDMA device is bound to a veth the test made (nor exists without
+    // ib_core): none named, no device warned of as out of reach.
+    assert_eq!(checked["rdma_devices"], serde_json::json!([]));
+    assert!(
+        !checked["warnings"].to_string().contains("RDMA"),
+        "{}",
+        checked["warnings"]
+    );
 
     // attach derives the same GUID from the interface it attaches to.
     let _cleanup = common::Unpin(common::pins(&pair.ns_b, &pair.b));

@@ -39,6 +39,7 @@ use crate::{
     reporting::describe,
     reporting::events,
     reporting::kernel_log::{self, KernelLog},
+    reporting::reach::Reach,
 };
 
 /// `--mode`.
@@ -385,6 +386,13 @@ fn attach(
     });
     // The interface's RDMA devices, read once for what follows from them.
     let devices = rdma::devices_on(binder.ifindex());
+    let reach = Reach::of(&opts.iface, devices.as_deref());
+    if let Some(line) = reach.line {
+        println!("pkeyfw: {line}");
+    }
+    for w in reach.warnings {
+        eprintln!("pkeyfw: warning: {w}");
+    }
     let sender = sender(devices.as_deref(), &policy);
     let capacity = Capacity {
         qps: policy.qps.len() as u32,

@@ -9,9 +9,12 @@ use serde_json::json;
 
 use super::PortArgs;
 use crate::{
-    control::limits,
+    control::{limits, netlink, rdma},
     policy::{Policy, SwitchPolicy, SwitchRole},
-    reporting::describe,
+    reporting::{
+        describe,
+        reach::{self, Reach},
+    },
 };
 
 /// Check a policy file.
@@ -57,11 +60,24 @@ fn check(args: &CheckArgs) -> Result<()> {
     // What bounds each cgroup rule's tenants, as the kernel has it now.
     let (bounds, warnings) = limits::tenant_bounds(&policy, &[], None);
     policy.warnings.extend(warnings);
+    // The interface's RDMA devices, and where the policy would do nothing.
+    let devices = args.port.iface.as_deref().map(|iface| {
+        let devices = netlink::if_index(iface).and_then(rdma::devices_on);
+        let reach = Reach::of(iface, devices.as_deref());
+        policy.warnings.extend(reach.warnings);
+        (devices.unwrap_or_default(), reach.line)
+    });
     if json {
         let mut v = to_json(&policy);
         v["rdma_limits"] = json!(bounds);
+        if let Some((devices, _)) = &devices {
+            v["rdma_devices"] = devices.iter().map(reach::device_json).collect();
+        }
         writeln!(out, "{v}")?;
     } else {
+        if let Some((_, Some(line))) = &devices {
+            writeln!(out, "{line}")?;
+        }
         text(&policy, &mut out)?;
         if !bounds.is_empty() {
             writeln!(out, "tenants' QP limits (rdma cgroup):")?;

@@ -23,7 +23,7 @@ use crate::{
     loading::maps::Maps,
     loading::pins::{Pins, State},
     policy::{Binding, Policy, QpRule},
-    reporting::describe,
+    reporting::{describe, reach},
 };
 
 /// Everything `pkeyfw qps` shows.
@@ -110,13 +110,15 @@ pub fn run(args: &QpsArgs) -> Result<()> {
 }
 
 impl View {
-    /// Devices whose QPs are bound to more than one partition: rdma_rxe
+    /// Devices whose RDMA traffic the filter never sees (hardware), and
+    /// devices whose QPs are bound to more than one partition: rdma_rxe
     /// delivers traffic between QPs of one device inside the driver, where
     /// neither XDP nor TC sees it, so those partitions are not isolated
     /// from each other.
     fn warnings(&self) -> Vec<String> {
+        let mut warnings: Vec<String> = self.devices.iter().filter_map(reach::warning).collect();
         let Some((_, _, bindings)) = &self.policy else {
-            return Vec::new();
+            return warnings;
         };
         let mut partitions: BTreeMap<&str, BTreeSet<u16>> = BTreeMap::new();
         for (qp, binding) in self.qps.iter().zip(bindings) {
@@ -127,25 +129,23 @@ impl View {
                     .insert(pkey::key(r.pkey));
             }
         }
-        partitions
-            .into_iter()
-            .filter(|(_, keys)| keys.len() > 1)
-            .map(|(device, keys)| {
-                let keys: Vec<String> = keys.iter().map(|k| format!("{k:#06x}")).collect();
-                format!(
-                    "{device} has QPs bound to partitions {}: traffic between QPs of one rxe device stays inside the driver, where pkeyfw cannot judge it; give each tenant its own RDMA device",
-                    keys.join(", ")
-                )
-            })
-            .collect()
+        warnings.extend(
+            partitions
+                .into_iter()
+                .filter(|(_, keys)| keys.len() > 1)
+                .map(|(device, keys)| {
+                    let keys: Vec<String> = keys.iter().map(|k| format!("{k:#06x}")).collect();
+                    format!(
+                        "{device} has QPs bound to partitions {}: traffic between QPs of one rxe device stays inside the driver, where pkeyfw cannot judge it; give each tenant its own RDMA device",
+                        keys.join(", ")
+                    )
+                }),
+        );
+        warnings
     }
 
     fn json(&self) -> Value {
-        let devices: Vec<_> = self
-            .devices
-            .iter()
-            .map(|d| json!({"name": d.name, "index": d.index, "ports": d.ports}))
-            .collect();
+        let devices: Vec<_> = self.devices.iter().map(reach::device_json).collect();
         let qps: Vec<_> = self
             .qps
             .iter()
@@ -185,7 +185,7 @@ impl View {
             .iter()
             .map(|d| {
                 let ports: Vec<String> = d.ports.iter().map(u32::to_string).collect();
-                format!("{} port {}", d.name, ports.join(", "))
+                format!("{} ({}) port {}", d.name, d.driver, ports.join(", "))
             })
             .collect();
         write!(

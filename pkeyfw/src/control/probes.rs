@@ -224,13 +224,7 @@ fn device_slots(indices: impl ExactSizeIterator<Item = u32>) -> Result<[u32; DEV
 pub fn sender_layout(devices: &[rdma::Device]) -> Result<SenderLayout> {
     let rxe: Vec<u32> = devices
         .iter()
-        // rdma_rxe shows the netdev it runs on as `parent`.
-        .filter(|d| {
-            Path::new("/sys/class/infiniband")
-                .join(&d.name)
-                .join("parent")
-                .exists()
-        })
+        .filter(|d| d.driver == rdma::Driver::Rxe)
         .map(|d| d.index)
         .collect();
     if rxe.is_empty() {

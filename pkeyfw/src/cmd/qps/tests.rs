@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::View;
 use crate::{
-    control::rdma::{Device, IbQpType, Qp},
+    control::rdma::{Device, Driver, IbQpType, Qp},
     policy::Policy,
 };
 
@@ -50,6 +50,7 @@ fn view(with_policy: bool) -> View {
             name: "rxe0".into(),
             ports: vec![1],
             port_count: 1,
+            driver: Driver::Rxe,
         }],
         qps,
         policy,
@@ -74,7 +75,7 @@ fn text_with_bindings() {
     assert_eq!(
         text(&view(true)),
         "\
-veth0: 5 QPs on rxe0 port 1; policy /etc/pkeyfw/p.toml (unknown QPs: drop)
+veth0: 5 QPs on rxe0 (rdma_rxe) port 1; policy /etc/pkeyfw/p.toml (unknown QPs: drop)
   rxe0/1 QP 0x000001 GSI     RTS   [ib_core]
       QP0/QP1: fixed rules
   rxe0/1 QP 0x000011 UD      RTS   pid 4242 ibv_ud_pingpong
@@ -94,7 +95,9 @@ warning: rxe0 has QPs bound to partitions 0x0001, 0x7fff: traffic between QPs of
 fn text_without_a_policy() {
     let out = text(&view(false));
     assert!(
-        out.starts_with("veth0: 5 QPs on rxe0 port 1; no policy (give --policy to see bindings)\n"),
+        out.starts_with(
+            "veth0: 5 QPs on rxe0 (rdma_rxe) port 1; no policy (give --policy to see bindings)\n"
+        ),
         "{out}"
     );
     assert_eq!(out.lines().count(), 6, "{out}");
@@ -107,7 +110,7 @@ fn json_per_qp() {
     assert_eq!(v["policy"], "/etc/pkeyfw/p.toml");
     assert_eq!(
         v["devices"],
-        json!([{"name": "rxe0", "index": 3, "ports": [1]}])
+        json!([{"name": "rxe0", "index": 3, "ports": [1], "driver": "rdma_rxe", "in_reach": true}])
     );
     assert_eq!(
         v["qps"][1],
@@ -139,4 +142,35 @@ fn json_per_qp() {
         v["warnings"]
     );
     assert_eq!(view(false).json()["warnings"], json!([]));
+}
+
+/// A hardware device's QPs are listed, and its traffic said to be out of
+/// the filter's reach, with or without a policy.
+#[test]
+fn hardware_device_is_warned_of() {
+    for with_policy in [false, true] {
+        let mut v = view(with_policy);
+        v.devices[0].name = "mlx5_0".into();
+        v.devices[0].driver = Driver::Hardware("mlx5_core".into());
+        let out = text(&v);
+        assert!(
+            out.starts_with("veth0: 5 QPs on mlx5_0 (mlx5_core) port 1;"),
+            "{out}"
+        );
+        assert!(
+            out.contains("\nwarning: mlx5_0 (mlx5_core) is a hardware RDMA device: the NIC handles its RDMA traffic, which never passes through XDP or TC, so pkeyfw enforces nothing on it;"),
+            "{out}"
+        );
+        let j = v.json();
+        assert_eq!(j["devices"][0]["driver"], "mlx5_core");
+        assert_eq!(j["devices"][0]["in_reach"], false);
+        assert!(
+            j["warnings"][0]
+                .as_str()
+                .unwrap()
+                .contains("(`pkeyfw switch`, see the README)"),
+            "{}",
+            j["warnings"]
+        );
+    }
 }

@@ -3,10 +3,13 @@
 //! print): which QPs exist, who owns them, and for rdma_cm connections the
 //! addresses at both ends. `[[bind]]` rules bind QPs found here.
 //!
+//! Which driver runs each device comes from sysfs ([`Driver`]).
+//!
 //! Each call reads a fresh snapshot in a handful of netlink dumps and
 //! returns it sorted, so polling it and comparing results is cheap and
 //! stable.
 
+mod driver;
 mod nldev;
 mod socket;
 pub mod verbs;
@@ -16,6 +19,7 @@ use std::{collections::BTreeMap, fmt, net::SocketAddr};
 use anyhow::{Context as _, Result};
 use pkeyfw_common::abi::QpType;
 
+pub use self::{driver::Driver, socket::NoRdmaNetlink};
 use self::{
     nldev::{Request, command},
     socket::Connection,
@@ -31,6 +35,8 @@ pub struct Device {
     pub ports: Vec<u32>,
     /// How many ports it has.
     pub port_count: u32,
+    /// Which driver runs it: whether its traffic crosses the interface.
+    pub driver: Driver,
 }
 
 /// A QP, as RDMA netlink reports it.
@@ -214,6 +220,7 @@ pub fn devices_on(ifindex: u32) -> Result<Vec<Device>> {
         if !ports.is_empty() {
             devices.push(Device {
                 index: info.index,
+                driver: Driver::of(&info.name),
                 name: info.name,
                 ports,
                 port_count: info.ports,

@@ -2,7 +2,7 @@
 //! datagrams until the dump's NLMSG_DONE. Splitting and checking the
 //! datagrams is pure ([`take`]); the socket only moves bytes.
 
-use std::io::ErrorKind;
+use std::{fmt, io::ErrorKind};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use netlink_packet_core::{
@@ -11,6 +11,19 @@ use netlink_packet_core::{
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_RDMA};
 
 use super::nldev::{Reply, Request};
+
+/// The kernel has no RDMA netlink: ib_core is not loaded, so there is no
+/// RDMA device either.
+#[derive(Debug)]
+pub struct NoRdmaNetlink;
+
+impl fmt::Display for NoRdmaNetlink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("no RDMA netlink (is ib_core loaded?)")
+    }
+}
+
+impl std::error::Error for NoRdmaNetlink {}
 
 /// A connection to the kernel's RDMA netlink, for a few dumps in a row.
 pub struct Connection {
@@ -22,7 +35,7 @@ pub struct Connection {
 impl Connection {
     pub fn open() -> Result<Connection> {
         let mut socket = Socket::new(NETLINK_RDMA).map_err(|e| match e.raw_os_error() {
-            Some(libc::EPROTONOSUPPORT) => anyhow!("no RDMA netlink (is ib_core loaded?)"),
+            Some(libc::EPROTONOSUPPORT) => anyhow!(NoRdmaNetlink),
             _ => anyhow!(e).context("RDMA netlink socket"),
         })?;
         socket

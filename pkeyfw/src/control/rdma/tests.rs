@@ -9,7 +9,7 @@ use netlink_packet_core::{
 };
 
 use super::{
-    CmId, Device, IbQpType, Qp, QpState, assemble,
+    CmId, Device, Driver, IbQpType, Qp, QpState, assemble,
     nldev::{self, Request, attr, command},
     socket::take,
 };
@@ -571,6 +571,7 @@ fn assembling_selects_bound_ports_and_fills_owners() {
         name: "mlx4_0".into(),
         ports: vec![1],
         port_count: 2,
+        driver: Driver::Hardware("mlx4_core".into()),
     };
     let got = assemble(&two_ports, qps.clone(), &cm, &mut comm);
     let rc_named = Qp {

@@ -140,7 +140,8 @@ fn on_pair(scenarios: &[Scenario], work: &Path, captures: Option<&Path>) -> Resu
 /// policy refuses did, at either end; no captured frame carries a wrong
 /// ICRC; a stamping scenario stamped, and each end's rxe took in exactly
 /// the frames its filter passed (restored to 0xffff, ICRC patched: rxe drops
-/// a frame with either wrong before counting it).
+/// a frame with either wrong before counting it); pkeyfw named the rxe
+/// device as in its reach.
 fn judge(sc: &Scenario, o: &Observed) -> bool {
     let policy = sc.policy();
     let refused_only = |counts: &ReasonCounts, allowed: Option<Reason>| {
@@ -168,6 +169,7 @@ fn judge(sc: &Scenario, o: &Observed) -> bool {
         && o.leftover == 0
         && (!policy.stamp || (o.stamped > 0 && o.rxe_rcvd == o.passed))
         && attack_failed(sc, o)
+        && o.misnamed.is_none()
 }
 
 /// Whether the scenario's attack, if any, failed as it must (a restart
@@ -293,6 +295,7 @@ fn results(scenarios: &[Scenario], rows: &[Observed]) -> Vec<serde_json::Value> 
                 "rxe_rcvd": { "server": o.rxe_rcvd[0], "client": o.rxe_rcvd[1] },
                 "passed": { "server": o.passed[0], "client": o.passed[1] },
                 "icrc": { "frames": o.frames, "bad": o.bad_icrc },
+                "misnamed": o.misnamed,
                 "captures": o.captures.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
                 "wire": {
                     "pkeys": sc.wire_pkeys,

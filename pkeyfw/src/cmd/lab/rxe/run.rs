@@ -18,6 +18,7 @@ use anyhow::{Context as _, Result, bail};
 
 use pkeyfw_common::{Capture, Reason, Stamp, abi::EventKind};
 use pkeyfw_testkit::wire;
+use serde_json::{Value, json};
 
 use super::{
     scenario::{Attack, Program, Ready, Scenario},
@@ -81,6 +82,9 @@ pub struct Observed {
     /// RoCE v2 frames captured, and those among them whose ICRC is wrong.
     pub frames: usize,
     pub bad_icrc: usize,
+    /// What `attach`, `qps` or `policy check` got wrong of the server's rxe
+    /// device (named with rdma_rxe, no device out of reach), if anything.
+    pub misnamed: Option<String>,
     /// The last words of the programs and pkeyfw's output, for a scenario
     /// that did not go as expected.
     pub output: String,
@@ -385,6 +389,7 @@ pub fn scenario(
         attach_lines.extend(a.lines.lock().expect("not poisoned").iter().cloned());
         a.stop();
     }
+    let misnamed = misnamed(server_end, &policy, &attach_lines)?;
     let (frames, bad_icrc) = icrc_check(&captures)?;
     let passed = |r: Option<&ReasonCounts>| {
         r.map_or(0, |r| {
@@ -425,15 +430,64 @@ pub fn scenario(
         frames,
         bad_icrc,
         output: format!(
-            "client: {}\nclient stderr: {}\nserver: {}\nserver stderr: {}\nserver probes: {:?}, frame events held back: {suppressed}\npkeyfw attach:\n{}",
+            "client: {}\nclient stderr: {}\nserver: {}\nserver stderr: {}\nserver probes: {:?}, frame events held back: {suppressed}\n{}pkeyfw attach:\n{}",
             tail("client"),
             tail("client.err"),
             tail("server"),
             tail("server.err"),
             probes[0],
+            misnamed
+                .as_deref()
+                .map_or(String::new(), |m| format!("{m}\n")),
             attach_lines.join("\n")
         ),
+        misnamed,
     })
+}
+
+/// What pkeyfw got wrong of `end`'s rxe device, if anything: `attach`
+/// (its output, `lines`), `qps` and `policy check --iface` must each name
+/// it with rdma_rxe, and none may warn of a device out of the filter's
+/// reach.
+fn misnamed(end: &End, policy: &Path, lines: &[String]) -> Result<Option<String>> {
+    let named = format!("RDMA devices on {}: {} (rdma_rxe)", end.iface, end.device);
+    let unreached = |w: &str| w.contains("enforces nothing") || w.contains("no driver");
+    if !lines.iter().any(|l| l.ends_with(&named)) || lines.iter().any(|l| unreached(l)) {
+        return Ok(Some(format!("attach did not say only {named:?}")));
+    }
+    let policy = policy.to_str().context("a policy path that is not UTF-8")?;
+    let qps = ["qps", &end.iface, "--json"];
+    let check = [
+        "policy", "check", "--policy", policy, "--iface", &end.iface, "--json",
+    ];
+    let rxe = json!([{"name": end.device, "driver": "rdma_rxe", "in_reach": true}]);
+    for (args, devices) in [(&qps[..], "devices"), (&check[..], "rdma_devices")] {
+        let out = Command::new(std::env::current_exe()?).args(args).output()?;
+        let said = String::from_utf8_lossy(&out.stdout);
+        let Ok(v) = serde_json::from_str::<Value>(&said) else {
+            return Ok(Some(format!(
+                "pkeyfw {}: {}: {said}{}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        };
+        let seen: Vec<Value> = v[devices]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|d| json!({"name": d["name"], "driver": d["driver"], "in_reach": d["in_reach"]}))
+            .collect();
+        let warned = v["warnings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|w| w.as_str().is_some_and(unreached));
+        if json!(seen) != rxe || warned {
+            return Ok(Some(format!("pkeyfw {}: {said}", args.join(" "))));
+        }
+    }
+    Ok(None)
 }
 
 /// Datagrams a foreign Q_Key's sender sends. Their ICRC covers an IP
