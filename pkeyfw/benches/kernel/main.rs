@@ -1,8 +1,9 @@
 //! `cargo xtask bench`: what the filter costs in the real kernel.
 //!
 //! Every figure comes from the loaded XDP program: per-packet cost of each
-//! verdict path beside the empty XDP_PASS program (BPF_PROG_TEST_RUN; the
-//! test kit's baseline, an object of its own), the
+//! verdict path beside the empty XDP_PASS program and the minimal partition
+//! check (BPF_PROG_TEST_RUN; the test kit's baselines, an object of their
+//! own), the
 //! same at table sizes from 1 to 1,000,000 QPs, the maps' kernel memory, and
 //! the wall-clock time to load a filter and apply a policy, what P_Key
 //! stamping costs by frame size, a switch port's paths, and the rates of
@@ -16,7 +17,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, ensure};
+use anyhow::{Context as _, Result, bail, ensure};
 use pkeyfw::{
     loading::filter::Filter,
     policy::{Group, Policy, QpRule, SwitchRole},
@@ -58,29 +59,33 @@ const TARGET_QPN: u32 = 2;
 const UNKNOWN_QPN: u32 = 0x00fe_0000;
 
 fn main() -> Result<()> {
-    // `--only binding --json FILE`: that section alone, into FILE's
+    let baseline = Baseline::empty(BASELINE)?;
+    // `--only SECTION --json FILE`: that section alone, into FILE's
     // document (the rest of a full run's figures stay).
     if let Some(section) = arg("--only") {
-        ensure!(section == "binding", "--only takes binding");
         let path = json_path().context("--only updates the document --json names")?;
         let mut doc: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
-        doc["binding"] = binding()?;
+        doc[&section] = match section.as_str() {
+            "per_path" => per_path(&baseline)?,
+            "live" => live()?,
+            "binding" => binding()?,
+            other => bail!("--only takes per_path, live or binding, not {other:?}"),
+        };
         let text = serde_json::to_string_pretty(&doc)? + "\n";
         return std::fs::write(&path, text).with_context(|| format!("writing {path}"));
     }
     let paths = paths();
     let sized: Vec<Path> = paths.iter().filter(|p| p.sized).cloned().collect();
-    let baseline = Baseline::load(BASELINE)?;
 
     // Every path, each table size, stamping: a bar on a terminal only.
     let progress = pkeyfw::reporting::progress::bar(SIZES.len() as u64 + 4, "bench");
     progress.set_message(format!("bench: every path at {PATH_QPS} QPs"));
-    let per_path = bench_at(PATH_QPS, &paths, &baseline)?;
+    let per_path = per_path(&baseline)?;
     progress.inc(1);
     let mut runs = Vec::new();
     for qps in SIZES {
         progress.set_message(format!("bench: {qps} QPs"));
-        runs.push(bench_at(qps, &sized, &baseline)?);
+        runs.push(bench_at(qps, &sized, &baseline, None)?);
         progress.inc(1);
     }
 
@@ -96,7 +101,7 @@ fn main() -> Result<()> {
     progress.finish_and_clear();
     let document = json!({
         "machine": machine()?,
-        "per_path": per_path_figures(&paths, &per_path),
+        "per_path": per_path,
         "sweep": sweep(&sized, &runs),
         "memory": memory(&runs),
         "load": load(&runs),
@@ -154,6 +159,9 @@ struct Path {
     qp_type: QpType,
     /// Also measured at every table size.
     sized: bool,
+    /// A path of the goal against the minimal check, which must judge it
+    /// as the filter does.
+    goal: bool,
 }
 
 fn path(name: &'static str, packet: Packet, pass: bool, reason: Reason) -> Path {
@@ -164,6 +172,7 @@ fn path(name: &'static str, packet: Packet, pass: bool, reason: Reason) -> Path 
         reason,
         qp_type: QpType::Rc,
         sized: false,
+        goal: false,
     }
 }
 
@@ -178,6 +187,10 @@ impl Path {
             ..self
         }
     }
+
+    fn goal(self) -> Path {
+        Path { goal: true, ..self }
+    }
 }
 
 /// Every verdict path through the program. The paths that read no QP entry
@@ -190,10 +203,13 @@ fn paths() -> Vec<Path> {
         path("malformed (TVer 1)", frames::tver_1(), false, Malformed),
         path("smi (QP0)", frames::smi(), true, Smi),
         path("ok GSI (QP1)", frames::gsi(), true, Ok),
-        path("ok RC", Packet::rc(PKEY, TARGET_QPN), true, Ok).sized(),
+        path("ok RC", Packet::rc(PKEY, TARGET_QPN), true, Ok)
+            .sized()
+            .goal(),
         path("ok UD", Packet::ud(PKEY, TARGET_QPN, QKEY), true, Ok)
             .at(QpType::Ud)
-            .sized(),
+            .sized()
+            .goal(),
         path("ok multicast group", frames::group(), true, Ok),
         path(
             "unknown_qp (drop rule)",
@@ -208,7 +224,8 @@ fn paths() -> Vec<Path> {
             false,
             PkeyViolation,
         )
-        .sized(),
+        .sized()
+        .goal(),
         path(
             "qkey_violation",
             Packet::ud(PKEY, TARGET_QPN, QKEY + 1),
@@ -317,11 +334,20 @@ fn binding() -> Result<Value> {
     Ok(json!({ "churn": CHURN, "rows": rows }))
 }
 
-/// Per-packet cost of a path, in ns, through the filter and the empty program.
+/// Per-packet cost of a path, in ns, through the filter, the empty program
+/// and (in the per-path table) the minimal partition check.
 #[derive(Clone, Copy)]
 struct Cost {
     filter: f64,
     empty: f64,
+    minimal: Option<Floor>,
+}
+
+/// The minimal partition check on a path: its cost and its verdict.
+#[derive(Clone, Copy)]
+struct Floor {
+    ns: f64,
+    pass: bool,
 }
 
 /// Everything measured on one freshly loaded filter.
@@ -336,9 +362,25 @@ struct Run {
     costs: Vec<Cost>,
 }
 
+/// Every path at [`PATH_QPS`], beside the empty program and the minimal
+/// partition check holding the same QPs' P_Keys.
+fn per_path(baseline: &Baseline) -> Result<Value> {
+    let paths = paths();
+    let qps = policy(PATH_QPS, QpType::Rc).qps;
+    let minimal = Baseline::minimal(BASELINE, qps.iter().map(|(&qpn, qp)| (qpn, qp.pkey)))?;
+    let run = bench_at(PATH_QPS, &paths, baseline, Some(&minimal))?;
+    Ok(per_path_figures(&paths, &run))
+}
+
 /// Loads a filter for `qps` QPs and measures `paths` under policies of that
-/// size: one with QP 2 of RC type, then one with it UD.
-fn bench_at(qps: u32, paths: &[Path], baseline: &Baseline) -> Result<Run> {
+/// size: one with QP 2 of RC type, then one with it UD; `minimal` beside
+/// them if given.
+fn bench_at(
+    qps: u32,
+    paths: &[Path],
+    baseline: &Baseline,
+    minimal: Option<&Baseline>,
+) -> Result<Run> {
     let (filter, load) = timed(|| Filter::load(qps));
     let mut filter = filter?;
     let mut apply = None;
@@ -350,7 +392,7 @@ fn bench_at(qps: u32, paths: &[Path], baseline: &Baseline) -> Result<Run> {
         apply.get_or_insert(took);
         for (i, path) in paths.iter().enumerate() {
             if path.qp_type == target {
-                costs[i] = Some(measure(&filter, baseline, path)?);
+                costs[i] = Some(measure(&filter, baseline, minimal, path)?);
             }
         }
     }
@@ -366,10 +408,16 @@ fn bench_at(qps: u32, paths: &[Path], baseline: &Baseline) -> Result<Run> {
     })
 }
 
-/// Checks that the kernel gives `path` its intended verdict, then times it
-/// through the filter and the empty program, alternating, so that a change
-/// of machine state in between hits both.
-fn measure(filter: &Filter, baseline: &Baseline, path: &Path) -> Result<Cost> {
+/// Checks that the kernel gives `path` its intended verdict (and, on the
+/// goal's paths, that the minimal check gives the same), then times it
+/// through the filter, the empty program and the minimal check,
+/// alternating, so that a change of machine state in between hits all.
+fn measure(
+    filter: &Filter,
+    baseline: &Baseline,
+    minimal: Option<&Baseline>,
+    path: &Path,
+) -> Result<Cost> {
     let judged = filter.run_counted(&path.frame)?;
     ensure!(
         judged == (path.pass, path.reason),
@@ -378,15 +426,52 @@ fn measure(filter: &Filter, baseline: &Baseline, path: &Path) -> Result<Cost> {
         path.pass,
         path.reason
     );
-    let (mut through_filter, mut through_empty) = (Vec::new(), Vec::new());
+    let minimal_pass = minimal.map(|m| m.run(&path.frame)).transpose()?;
+    ensure!(
+        !path.goal || minimal_pass.is_none_or(|pass| pass == path.pass),
+        "{}: the minimal check's verdict differs from pkeyfw's (pass: {})",
+        path.name,
+        path.pass
+    );
+    let (mut through_filter, mut through_empty, mut through_minimal) =
+        (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
-        through_filter.push(ns_per_packet(filter.time(&path.frame, REPEAT)?));
-        through_empty.push(ns_per_packet(baseline.time(&path.frame, REPEAT)?));
+        through_filter.push(cpu_ns(|| filter.time(&path.frame, REPEAT))?);
+        through_empty.push(cpu_ns(|| baseline.time(&path.frame, REPEAT))?);
+        if let Some(minimal) = minimal {
+            through_minimal.push(cpu_ns(|| minimal.time(&path.frame, REPEAT))?);
+        }
     }
     Ok(Cost {
         filter: median(through_filter),
         empty: median(through_empty),
+        minimal: minimal_pass.map(|pass| Floor {
+            ns: median(through_minimal),
+            pass,
+        }),
     })
+}
+
+/// ns per repetition of a timed run of [`REPEAT`] repetitions, from the
+/// CPU time of the thread that made it (the test run's own, in the
+/// system call): the kernel's figure is whole ns, too coarse for costs
+/// of a few ns above the empty program's; this one has the clock's
+/// resolution, and leaves out what ran while the thread waited.
+fn cpu_ns(run: impl FnOnce() -> Result<Duration>) -> Result<f64> {
+    let start = thread_cpu_time();
+    run()?;
+    let took = thread_cpu_time() - start;
+    Ok(took.as_nanos() as f64 / f64::from(REPEAT))
+}
+
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// The kernel reports the mean run time of the repetitions (in whole ns), not
@@ -406,18 +491,25 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
     (out, start.elapsed())
 }
 
-/// Every path at [`PATH_QPS`]: filter and empty ns, and their ratio.
+/// Every path at [`PATH_QPS`]: its verdict, and the ns of the filter, the
+/// empty program and the minimal check (with its verdict).
 fn per_path_figures(paths: &[Path], run: &Run) -> Value {
     let rows: Vec<Value> = paths
         .iter()
         .zip(&run.costs)
         .map(|(path, cost)| {
-            json!({
+            let mut row = json!({
                 "path": path.name,
+                "pass": path.pass,
+                "goal": path.goal,
                 "ns": cost.filter,
                 "empty_ns": cost.empty,
-                "ratio": cost.filter / cost.empty,
-            })
+            });
+            if let Some(floor) = cost.minimal {
+                row["minimal_ns"] = floor.ns.into();
+                row["minimal_pass"] = floor.pass.into();
+            }
+            row
         })
         .collect();
     json!({

@@ -16,7 +16,8 @@ pub fn header(doc: &Value) -> Result<String> {
     let per_path = &doc["per_path"];
     Ok(format!(
         "`cargo xtask bench` on Linux {}, {} ({} CPUs); \
-         BPF_PROG_TEST_RUN, {} repetitions per run, median of {} interleaved runs",
+         BPF_PROG_TEST_RUN, {} repetitions per run (ns from the thread's CPU time), \
+         median of {} interleaved runs",
         text(machine, "kernel")?,
         text(machine, "cpu")?,
         int(machine, "cpus")?,
@@ -36,8 +37,9 @@ pub fn tables(doc: &Value) -> Result<Vec<Table>> {
         stamping(&doc["stamping"])?,
         switch(&doc["switch"])?,
         binding(&doc["binding"])?,
-        live(&doc["live"])?,
-        live_goals(&doc["live"])?,
+        live(&doc["live"], "shared")?,
+        live(&doc["live"], "isolated")?,
+        goals(doc)?,
     ])
 }
 
@@ -51,23 +53,73 @@ pub fn markdown(doc: &Value) -> Result<String> {
     Ok(out)
 }
 
+/// Every path: pkeyfw's ns, its cost above the empty program beside the
+/// minimal check's, their ratio, and the verdict (the minimal check's too
+/// where it differs: it checks less).
 fn per_path(v: &Value) -> Result<Table> {
+    let empty = median(
+        list(v, "paths")?
+            .iter()
+            .map(|p| num(p, "empty_ns"))
+            .collect::<Result<_>>()?,
+    );
     Ok(Table {
         title: format!(
-            "Per-packet cost, {} QPs (unknown_qp = \"{}\")",
+            "Per-packet cost, {} QPs (unknown_qp = \"{}\"); the empty program: {empty:.1} ns",
             thousands(int(v, "qps")?),
             text(v, "unknown_qp")?
         ),
-        columns: columns(&["path", "filter ns", "empty ns", "filter/empty"]),
+        columns: columns(&[
+            "path",
+            "pkeyfw ns",
+            "above empty",
+            "minimal check above empty",
+            "pkeyfw/minimal",
+            "verdict",
+        ]),
         rows: each(v, "paths", |p| {
+            let (above, minimal) = added_costs(p)?;
+            let pass = flag(p, "pass")?;
+            let minimal_pass = flag(p, "minimal_pass")?;
+            let mut verdict = verdict_name(pass).to_string();
+            if minimal_pass != pass {
+                verdict += &format!(" (minimal: {})", verdict_name(minimal_pass));
+            }
             Ok(vec![
                 text(p, "path")?.to_string(),
-                format!("{:.0}", num(p, "ns")?),
-                format!("{:.0}", num(p, "empty_ns")?),
-                format!("{:.2}x", num(p, "ratio")?),
+                format!("{:.1}", num(p, "ns")?),
+                format!("{above:.1}"),
+                format!("{minimal:.1}"),
+                ratio(above, minimal),
+                verdict,
             ])
         })?,
     })
+}
+
+/// A path's cost above the empty program: pkeyfw's and the minimal check's.
+fn added_costs(p: &Value) -> Result<(f64, f64)> {
+    let empty = num(p, "empty_ns")?;
+    Ok((num(p, "ns")? - empty, num(p, "minimal_ns")? - empty))
+}
+
+/// pkeyfw's added cost over the minimal check's; none where the minimal
+/// check costs no more than the empty program (a frame it passes at once).
+fn ratio(above: f64, minimal: f64) -> String {
+    if minimal > 0.0 {
+        format!("{:.1}x", above / minimal)
+    } else {
+        "-".to_string()
+    }
+}
+
+fn verdict_name(pass: bool) -> &'static str {
+    if pass { "pass" } else { "drop" }
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 /// Filter ns per path at every table size, and the spread across sizes.
@@ -239,14 +291,37 @@ fn switch(v: &Value) -> Result<Table> {
     })
 }
 
-/// The live rows beside the empty program's rate.
-fn live(v: &Value) -> Result<Table> {
-    let empty = live_mpps(v, "empty program")?;
+/// The live rows of one CPU arrangement (`cpus`), beside the empty
+/// program's ns per frame, and what limits each.
+fn live(v: &Value, cpus: &str) -> Result<Table> {
+    let empty = live_row(v, "empty program", cpus)?;
+    let empty_ns = num(empty, "ns")?;
+    let arrangement = match cpus {
+        "shared" => {
+            "generator and receiver on one CPU (every figure includes the generator's share)"
+        }
+        _ => "the receiver on a CPU of its own (threaded NAPI)",
+    };
+    let rows = list(v, "rows")?
+        .iter()
+        .filter(|r| r["cpus"] == cpus)
+        .map(|r| {
+            let ns = num(r, "ns")?;
+            Ok(vec![
+                text(r, "name")?.to_string(),
+                text(r, "attached")?.to_string(),
+                format!("{:.2}", num(r, "mpps")?),
+                format!("{ns:.0}"),
+                format!("{:+.0}", ns - empty_ns),
+                text(r, "limited_by")?.to_string(),
+            ])
+        })
+        .collect::<Result<_>>()?;
     Ok(Table {
         title: format!(
-            "Live frames: generated in the kernel into a veth, received on its peer \
-             (GRO on); delivered Mpps and wall-clock ns per frame, the generator's \
-             share included; {} frames per run, median of {}",
+            "Live frames, {arrangement}: generated in the kernel into a veth, received \
+             on its peer (GRO on); delivered Mpps and wall-clock ns per frame; {} frames \
+             per run, median of {}",
             thousands(int(v, "frames")?),
             int(v, "rounds")?
         ),
@@ -255,58 +330,77 @@ fn live(v: &Value) -> Result<Table> {
             "on the receiving veth",
             "Mpps",
             "ns/frame",
-            "vs empty",
+            "ns above empty",
+            "limited by",
         ]),
-        rows: each(v, "rows", |r| {
-            let mpps = num(r, "mpps")?;
-            Ok(vec![
-                text(r, "name")?.to_string(),
-                text(r, "attached")?.to_string(),
-                format!("{mpps:.2}"),
-                format!("{:.0}", num(r, "ns")?),
-                format!("{:.2}x", mpps / empty),
-            ])
-        })?,
+        rows,
     })
 }
 
-/// Issue 15's goals for the live rates, and whether this run reached them.
-fn live_goals(v: &Value) -> Result<Table> {
-    let drop =
-        live_mpps(v, "pkeyfw: refused (pkey_violation)")? / live_mpps(v, "nftables: refused")?;
-    let pass = live_mpps(v, "pkeyfw: pass (ok RC)")? / live_mpps(v, "empty program")?;
-    let row = |goal: &str, measured: String, reached: bool| {
+/// The goals of issue 26, and whether this run reached them: pkeyfw's
+/// added cost against the minimal check's on the goal's paths, and the
+/// live rates with the receiver on a CPU of its own.
+fn goals(doc: &Value) -> Result<Table> {
+    let row = |goal: String, measured: String, reached: bool| {
         vec![
-            goal.to_string(),
+            goal,
             measured,
             if reached { "yes" } else { "no" }.to_string(),
         ]
     };
+    let mut rows = Vec::new();
+    for p in list(&doc["per_path"], "paths")?
+        .iter()
+        .filter(|p| p["goal"] == true)
+    {
+        let (above, minimal) = added_costs(p)?;
+        rows.push(row(
+            format!(
+                "{}: pkeyfw's added cost ≤ 1.5× the minimal check's",
+                text(p, "path")?
+            ),
+            format!("{above:.1} / {minimal:.1} ns = {:.1}×", above / minimal),
+            above <= 1.5 * minimal,
+        ));
+    }
+    let live = &doc["live"];
+    let rate = |name: &str| -> Result<(f64, String)> {
+        let r = live_row(live, name, "isolated")?;
+        Ok((num(r, "mpps")?, text(r, "limited_by")?.to_string()))
+    };
+    let (drop, drop_limit) = rate("pkeyfw: refused (pkey_violation)")?;
+    let (nft, nft_limit) = rate("nftables: refused")?;
+    rows.push(row(
+        "own CPU: pkeyfw's drop rate ≥ 3× nftables'".to_string(),
+        format!(
+            "{:.2}× (limited by: {drop_limit}; nftables: {nft_limit})",
+            drop / nft
+        ),
+        drop >= 3.0 * nft,
+    ));
+    let (pass, pass_limit) = rate("pkeyfw: pass (ok RC)")?;
+    let (empty, empty_limit) = rate("empty program")?;
+    rows.push(row(
+        "own CPU: pkeyfw's pass rate within 10% of the empty program's".to_string(),
+        format!(
+            "{:+.1}% (limited by: {pass_limit}; empty: {empty_limit})",
+            (pass / empty - 1.0) * 100.0
+        ),
+        pass >= 0.9 * empty,
+    ));
     Ok(Table {
-        title: "Live goals".to_string(),
+        title: "Goals".to_string(),
         columns: columns(&["goal", "measured", "reached"]),
-        rows: vec![
-            row(
-                "pkeyfw drop rate ≥ 3× nftables'",
-                format!("{drop:.2}×"),
-                drop >= 3.0,
-            ),
-            row(
-                "pkeyfw pass rate within 10% of the empty program's",
-                format!("{:+.1}%", (pass - 1.0) * 100.0),
-                pass >= 0.9,
-            ),
-        ],
+        rows,
     })
 }
 
-/// The Mpps of live row `name`.
-fn live_mpps(v: &Value, name: &str) -> Result<f64> {
-    let row = list(v, "rows")?
+/// The live row `name` in CPU arrangement `cpus`.
+fn live_row<'a>(v: &'a Value, name: &str, cpus: &str) -> Result<&'a Value> {
+    list(v, "rows")?
         .iter()
-        .find(|r| r["name"] == name)
-        .with_context(|| format!("no live row {name:?}"))?;
-    num(row, "mpps")
+        .find(|r| r["name"] == name && r["cpus"] == cpus)
+        .with_context(|| format!("no live row {name:?} ({cpus} CPUs)"))
 }
 
 fn columns(names: &[&str]) -> Vec<String> {
@@ -335,6 +429,12 @@ fn nums(v: &Value, key: &str) -> Result<Vec<f64>> {
         .iter()
         .map(|n| n.as_f64().with_context(|| format!("{key}: not a number")))
         .collect()
+}
+
+fn flag(v: &Value, key: &str) -> Result<bool> {
+    v[key]
+        .as_bool()
+        .with_context(|| format!("no boolean {key}"))
 }
 
 fn int(v: &Value, key: &str) -> Result<u64> {
