@@ -1,5 +1,8 @@
-//! The one list of reasons a frame is passed or dropped: it indexes the
-//! per-reason counters, names the CLI's columns and keys the JSON output.
+//! What the kernel counts by, each list once: the reasons a frame is passed
+//! or dropped with what was done with it (`REASONS`, `XMIT_REASONS`), what
+//! stamping did (`STAMPS`) and what the probes made of a verb (`CAPTURES`).
+//! A variant's value indexes its counter map, so the order is part of the
+//! ABI; its name is the CLI's column and the JSON output's key.
 
 crate::named_enum! {
     /// Why a frame got its verdict. The value indexes the per-reason
@@ -63,7 +66,7 @@ crate::named_enum! {
 
 impl Verdict {
     /// What was done with a frame the rules `allowed` or not, that was let
-    /// through (`pass`) or not, `corrupt`ed or not (see [`Outcome`]).
+    /// through (`pass`) or not, `corrupt`ed or not (see [`Outcome`](crate::Outcome)).
     #[inline(always)]
     pub const fn of(allowed: bool, pass: bool, corrupt: bool) -> Verdict {
         match (allowed, pass, corrupt) {
@@ -89,27 +92,74 @@ pub const fn reason_slot(reason: Reason, verdict: Verdict) -> u32 {
     reason.index() * Verdict::COUNT as u32 + verdict.index()
 }
 
-/// What the filter does with a frame, and why.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Outcome {
-    pub reason: Reason,
-    /// Whether the partition rules let the frame in.
-    pub allowed: bool,
-    /// `false` means XDP_DROP: not allowed, and not in monitor mode.
-    pub pass: bool,
-    /// Refused, and to be passed with its ICRC broken (a switch port's
-    /// `corrupt`); `pass` is then true.
-    pub corrupt: bool,
-    /// Counter slot of the QP-table entry that judged the frame, if any.
-    pub qp_slot: Option<u32>,
-    /// The RoCE headers, when the frame is RoCE.
-    pub roce: Option<crate::parse::Roce>,
+crate::named_enum! {
+    /// What stamping did with a frame. The value indexes the per-outcome
+    /// counters (`STAMPS`), so the order is part of the kernel/user ABI.
+    pub enum Stamp: u32 as counter {
+        /// Egress: the BTH now carries the sending QP's P_Key.
+        Stamped = 0 => "stamped",
+        /// Egress: the frame already carried the binding's P_Key.
+        Unchanged = 1 => "unchanged",
+        /// Egress: not from a bound QP, and already carrying the port's
+        /// default P_Key; left as is.
+        Unbound = 2 => "unbound",
+        /// Egress: to or from QP0/QP1, which keep the port's P_Key.
+        Management = 3 => "management",
+        /// Not RoCE v2 (RoCE v1 included), or its UDP length does not fit
+        /// it; left as is.
+        NotRoce = 4 => "not_roce",
+        /// The ICRC lies beyond
+        /// [`MAX_PATCH_DISTANCE`](crate::icrc::MAX_PATCH_DISTANCE); left as
+        /// is.
+        TooLong = 5 => "too_long",
+        /// Ingress: a passed frame's P_Key set back to 0xFFFF.
+        Restored = 6 => "restored",
+        /// A kernel helper refused to read or write the frame (it could
+        /// not be made writable, say): dropped on egress, where the frame
+        /// could leave with a P_Key the port may not send; left on ingress.
+        HelperFailed = 7 => "helper_failed",
+        /// Egress: not from a bound QP, so it leaves with the port's
+        /// default P_Key (index 0) instead of the one it carried.
+        Defaulted = 8 => "defaulted",
+        /// Egress: a management frame with a P_Key not in the port's table,
+        /// or from anything but a QP; dropped, as an HCA sends only keys of
+        /// its port's table, and only its QPs send.
+        Forged = 9 => "forged",
+        /// Egress: RoCE v2 in several packets at once (a GSO super-packet,
+        /// or longer than one RoCE packet); dropped, as its later packets
+        /// would leave with keys no one judged.
+        Gso = 10 => "gso",
+        /// Egress: what could be RoCE but cannot be read safely (a header
+        /// cut short, a first IP fragment to UDP 4791, ...); dropped, as
+        /// the far end may read it otherwise.
+        Malformed = 11 => "malformed",
+        /// Egress: from a QP the QP-creation probe had no room to bind
+        /// (quarantined); dropped, as its key is not known.
+        Quarantined = 12 => "quarantined",
+    }
 }
 
-impl Outcome {
-    /// What was done with the frame.
-    #[inline(always)]
-    pub const fn verdict(&self) -> Verdict {
-        Verdict::of(self.allowed, self.pass, self.corrupt)
+crate::named_enum! {
+    /// What the probes made of a verb. The value indexes the per-outcome
+    /// counters (`CAPTURES`), so the order is part of the ABI.
+    pub enum Capture: u32 as counter {
+        /// No stats slot or QP-table room left for a QP a rule binds at
+        /// its creation: quarantined (every frame to it or from it refused)
+        /// until something binds it or it is destroyed.
+        Quarantined = 0 => "quarantined",
+        /// A QP joined a multicast group of its own partition, or one the
+        /// policy does not list.
+        Joined = 1 => "joined",
+        /// A QP joined a group of a partition it is not in: it receives the
+        /// group's frames. Reported; a probe cannot refuse the verb.
+        ForeignJoin = 2 => "foreign_join",
+        /// A QP a `[[bind]]` rule matched was bound as it was created.
+        Bound = 3 => "bound",
+        /// A UD QP bound with its own Q_Key set it: its frames are checked
+        /// against it from now on.
+        QkeyCaptured = 4 => "qkey_captured",
+        /// A UD QP whose Q_Key the policy pins set another one: reported,
+        /// and its frames are still checked against the policy's.
+        QkeyMismatch = 5 => "qkey_mismatch",
     }
 }
