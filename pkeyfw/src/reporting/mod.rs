@@ -5,3 +5,4 @@ pub mod describe;
 pub mod events;
 pub mod kernel_log;
 pub mod progress;
+pub mod snapshot;

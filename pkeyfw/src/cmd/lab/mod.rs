@@ -22,8 +22,8 @@ use pkeyfw_common::Reason;
 use pkeyfw_testkit::netns::{self, VethPair};
 
 use crate::{
-    cmd::stats::Snapshot, control::netlink::XdpMode, loading::maps::Maps, loading::pins::Pins,
-    reporting::describe,
+    control::netlink::XdpMode, loading::maps::Maps, loading::pins::Pins, reporting::describe,
+    reporting::snapshot::Snapshot,
 };
 
 /// Run the self-contained RoCE partition lab.
