@@ -1,5 +1,7 @@
 //! The code reads bottom-up: no circle of imports among pkeyfw-common's
-//! modules (the ABI beneath the rules), nor among pkeyfw's commands.
+//! modules (the ABI beneath the rules), nor among pkeyfw's commands; the
+//! lab sits on the product and nothing of the product but its command
+//! imports it.
 //!
 //! Read from the sources, not from rustc: every path a module names that
 //! starts at `crate`, `super`, `self` or a child module (in `use` trees and in
@@ -482,5 +484,30 @@ fn the_commands_have_no_circle() {
         graph(&krate, |m| {
             (m.first()? == "cmd").then(|| m[..m.len().min(2)].join("::"))
         }),
+    );
+}
+
+/// The lab (test equipment behind the `lab` feature) is imported by its
+/// command only, and imports no command.
+#[test]
+fn the_lab_is_on_top() {
+    let krate = Crate::read(&src("pkeyfw"));
+    let lab = |m: &ModPath| m.first().is_some_and(|f| f == "lab");
+    let command = |m: &ModPath| m.first().is_some_and(|f| f == "cmd");
+    let wrong: Vec<String> = krate
+        .imports()
+        .into_iter()
+        .filter(|(from, to, _)| {
+            (lab(to) && !lab(from) && *from != ["cmd", "lab"]) || (lab(from) && command(to))
+        })
+        .map(|(from, to, at)| format!("{} -> {} ({at})", from.join("::"), to.join("::")))
+        .collect();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert!(
+        krate
+            .imports()
+            .iter()
+            .any(|(from, to, _)| *from == ["cmd", "lab"] && lab(to)),
+        "the lab's command does not call it; the reader is broken"
     );
 }
