@@ -5,6 +5,9 @@
 //! program only supplies a [`Frame`] over packet memory and [`Tables`] over its
 //! BPF maps; the host supplies the same traits over byte slices and in-memory
 //! tables, so unit tests on the host exercise the very code the kernel runs.
+//!
+//! [`abi`], the maps' layout, is at the bottom: the rules import it, it
+//! imports none of them.
 #![no_std]
 
 pub mod abi;
@@ -15,14 +18,11 @@ pub mod icrc;
 pub mod named;
 pub mod parse;
 pub mod pkey;
-pub mod reason;
 pub mod stamp;
 pub mod switch;
 pub mod tenant;
 pub mod verdict;
 
-pub use capture::Capture;
+pub use abi::counters::{Capture, Direction, Reason, Stamp, Verdict};
 pub use frame::Frame;
-pub use reason::{Direction, Outcome, Reason, Verdict};
-pub use stamp::Stamp;
-pub use verdict::{Tables, judge};
+pub use verdict::{Outcome, Tables, judge};

@@ -166,7 +166,7 @@ impl Addrs {
         match self {
             Addrs::V4At(off) => frame
                 .header::<[u8; 4]>(off + if dst { 4 } else { 0 })
-                .map(crate::verdict::v4_mapped),
+                .map(crate::abi::v4_mapped),
             Addrs::V6At(off) => frame.header::<[u8; 16]>(off + if dst { 16 } else { 0 }),
         }
     }

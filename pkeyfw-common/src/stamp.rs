@@ -10,7 +10,7 @@ use network_types::udp::UdpHdr;
 
 use crate::{
     Outcome, Tables,
-    abi::Config,
+    abi::{Config, counters::Stamp},
     csum,
     frame::Frame,
     icrc,
@@ -18,51 +18,6 @@ use crate::{
     pkey,
     verdict::{GSI_QPN, SMI_QPN},
 };
-
-crate::named_enum! {
-    /// What stamping did with a frame. The value indexes the per-outcome
-    /// counters (`STAMPS`), so the order is part of the kernel/user ABI.
-    pub enum Stamp: u32 as counter {
-        /// Egress: the BTH now carries the sending QP's P_Key.
-        Stamped = 0 => "stamped",
-        /// Egress: the frame already carried the binding's P_Key.
-        Unchanged = 1 => "unchanged",
-        /// Egress: not from a bound QP, and already carrying the port's
-        /// default P_Key; left as is.
-        Unbound = 2 => "unbound",
-        /// Egress: to or from QP0/QP1, which keep the port's P_Key.
-        Management = 3 => "management",
-        /// Not RoCE v2 (RoCE v1 included), or its UDP length does not fit
-        /// it; left as is.
-        NotRoce = 4 => "not_roce",
-        /// The ICRC lies beyond [`icrc::MAX_PATCH_DISTANCE`]; left as is.
-        TooLong = 5 => "too_long",
-        /// Ingress: a passed frame's P_Key set back to 0xFFFF.
-        Restored = 6 => "restored",
-        /// A kernel helper refused to read or write the frame (it could
-        /// not be made writable, say): dropped on egress, where the frame
-        /// could leave with a P_Key the port may not send; left on ingress.
-        HelperFailed = 7 => "helper_failed",
-        /// Egress: not from a bound QP, so it leaves with the port's
-        /// default P_Key (index 0) instead of the one it carried.
-        Defaulted = 8 => "defaulted",
-        /// Egress: a management frame with a P_Key not in the port's table,
-        /// or from anything but a QP; dropped, as an HCA sends only keys of
-        /// its port's table, and only its QPs send.
-        Forged = 9 => "forged",
-        /// Egress: RoCE v2 in several packets at once (a GSO super-packet,
-        /// or longer than one RoCE packet); dropped, as its later packets
-        /// would leave with keys no one judged.
-        Gso = 10 => "gso",
-        /// Egress: what could be RoCE but cannot be read safely (a header
-        /// cut short, a first IP fragment to UDP 4791, ...); dropped, as
-        /// the far end may read it otherwise.
-        Malformed = 11 => "malformed",
-        /// Egress: from a QP the QP-creation probe had no room to bind
-        /// (quarantined); dropped, as its key is not known.
-        Quarantined = 12 => "quarantined",
-    }
-}
 
 /// What the egress program does with an outgoing frame, and what it counts.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

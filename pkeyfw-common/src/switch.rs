@@ -37,12 +37,12 @@
 //! QP1 does. It then gets 0xFFFF back.
 
 use crate::{
-    Direction, Outcome, Reason, Tables,
+    Direction, Outcome, Reason, Stamp, Tables,
     abi::{Config, switch_flags},
     frame::Frame,
     parse::{self, Parsed, Roce},
     pkey,
-    stamp::{self, Plan, Stamp},
+    stamp::{self, Plan},
     verdict::{GSI_QPN, SMI_QPN},
 };
 

@@ -14,64 +14,7 @@
 //! frame for the QP is refused as a Q_Key violation: there is no Q_Key yet
 //! that a frame could match.
 
-use crate::{
-    Capture,
-    abi::{QpEntry, QpType, qp_flags},
-};
-
-/// Rules per generation.
-pub const MAX_RULES: u32 = 64;
-
-/// [`BindSpec::matchers`] bits: which fields a rule compares.
-pub mod matcher {
-    pub const COMM: u32 = 1 << 0;
-    pub const PID: u32 = 1 << 1;
-    pub const QPN: u32 = 1 << 2;
-    pub const TYPE: u32 = 1 << 3;
-    pub const CGROUP: u32 = 1 << 4;
-    pub const UID: u32 = 1 << 5;
-    pub const GID: u32 = 1 << 6;
-    pub const NETNS: u32 = 1 << 7;
-    /// The rule is for QPs the kernel makes (a ULP's), which no process
-    /// can make; without it, for user QPs only.
-    pub const KERNEL: u32 = 1 << 8;
-    /// Matchers that describe a task, which a kernel QP has none of.
-    pub const TASK: u32 = PID | CGROUP | UID | GID | NETNS;
-    /// Matchers a process cannot choose: only the administrator moves it
-    /// to another cgroup, ids or network namespace.
-    pub const BOUNDARY: u32 = CGROUP | UID | GID | NETNS;
-    /// Set on every rule in use: an all-zero slot ends the list.
-    pub const IN_USE: u32 = 1 << 31;
-}
-
-/// `BIND_RULES[generation * MAX_RULES + i]`: one `[[bind]]` rule.
-#[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct BindSpec {
-    /// cgroup v2 id (the directory's inode) and its depth below the root.
-    pub cgroup: u64,
-    /// Network namespace cookie (`net->net_cookie`): unlike its inode
-    /// number, never given to another namespace while the system runs.
-    pub netns: u64,
-    pub cgroup_level: u32,
-    /// [`matcher`] bits.
-    pub matchers: u32,
-    pub pid: u32,
-    pub qpn_lo: u32,
-    pub qpn_hi: u32,
-    /// Effective user and group ids, as the initial user namespace sees them.
-    pub uid: u32,
-    pub gid: u32,
-    /// The Q_Key of the UD QPs it binds, when `pinned_qkey`.
-    pub qkey: u32,
-    pub pkey: u16,
-    /// A [`QpType`] as u8, with [`matcher::TYPE`].
-    pub qp_type: u8,
-    /// Non-zero: the policy gives the Q_Key; else the QP's program sets it.
-    pub pinned_qkey: u8,
-    /// Command name, NUL-padded, with [`matcher::COMM`].
-    pub comm: [u8; 16],
-}
+use crate::abi::{BindSpec, QpEntry, QpType, counters::Capture, matcher, qp_flags};
 
 /// What the match knows of the task that created a QP.
 pub trait Creator {
@@ -179,21 +122,10 @@ pub const fn qkey_set(entry: QpEntry, qkey: u32) -> Option<(Option<QpEntry>, Cap
     }
 }
 
-/// `comm` as the kernel keeps it: at most 15 bytes, NUL-padded.
-pub fn comm_bytes(name: &[u8]) -> [u8; 16] {
-    let mut out = [0; 16];
-    let n = if name.len() < 15 { name.len() } else { 15 };
-    let mut i = 0;
-    while i < n {
-        out[i] = name[i];
-        i += 1;
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::abi::comm_bytes;
 
     #[derive(Default)]
     struct Task {

@@ -1,11 +1,14 @@
 //! The partition verdict (IBA 10.9 partitioning, 10.2.4 Q_Keys) for a classified frame.
 
 use crate::{
-    abi::{Config, GroupEntry, QpEntry, UnknownQp, qp_flags},
+    abi::{
+        Config, GroupEntry, QpEntry, UnknownQp,
+        counters::{Reason, Verdict},
+        qp_flags,
+    },
     frame::Frame,
     parse::{self, Parsed, Roce, Transport},
     pkey,
-    reason::{Outcome, Reason},
 };
 
 /// QP0: the Subnet Management Interface.
@@ -134,10 +137,27 @@ fn unknown(frame_pkey: u16, config: &Config) -> (Reason, bool, Option<u32>) {
     }
 }
 
-/// `::ffff:a.b.c.d`.
-#[inline(always)]
-pub const fn v4_mapped(a: [u8; 4]) -> [u8; 16] {
-    [
-        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a[0], a[1], a[2], a[3],
-    ]
+/// What the filter does with a frame, and why.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub reason: Reason,
+    /// Whether the partition rules let the frame in.
+    pub allowed: bool,
+    /// `false` means XDP_DROP: not allowed, and not in monitor mode.
+    pub pass: bool,
+    /// Refused, and to be passed with its ICRC broken (a switch port's
+    /// `corrupt`); `pass` is then true.
+    pub corrupt: bool,
+    /// Counter slot of the QP-table entry that judged the frame, if any.
+    pub qp_slot: Option<u32>,
+    /// The RoCE headers, when the frame is RoCE.
+    pub roce: Option<Roce>,
+}
+
+impl Outcome {
+    /// What was done with the frame.
+    #[inline(always)]
+    pub const fn verdict(&self) -> Verdict {
+        Verdict::of(self.allowed, self.pass, self.corrupt)
+    }
 }

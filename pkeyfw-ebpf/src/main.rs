@@ -28,17 +28,17 @@ use aya_ebpf::{
 use pkeyfw_common::{
     Capture, Direction, Frame, Outcome, Stamp, Tables,
     abi::{
-        Config, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget, EventKind, GENERATIONS,
-        GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot, PARTITIONS, QPN_MASK,
-        QUARANTINE_WORDS, QpEntry, QpStats, SWITCH_PORTS, SenderLayout, VIOLATION_SLOTS,
+        BindSpec, Config, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget, EventKind,
+        GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot, MAX_RULES,
+        PARTITIONS, QPN_MASK, QUARANTINE_WORDS, QpEntry, QpStats, SWITCH_PORTS, SenderLayout,
+        VIOLATION_SLOTS,
+        counters::{REASON_SLOTS, reason_slot},
         listed_key, port_entry_flags, port_key_index, qp_key, quarantine_bit, violation_key,
     },
     frame::MAX_OFFSET,
     judge, pkey,
-    reason::{REASON_SLOTS, reason_slot},
     stamp::{self, Action, Origin, Plan, UDP_CHECK},
     switch,
-    tenant::{BindSpec, MAX_RULES},
 };
 
 /// The hash maps' flags: entries are allocated as they are made, so that

@@ -42,12 +42,13 @@ use kernel::read;
 use pkeyfw_common::{
     Capture,
     abi::{
-        DEFAULT_QP_CAPACITY, DEVICES, EVENTS_BYTES, Event, EventBudget, EventKind, GENERATIONS,
-        GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot, NO_DEVICE, QPN_MASK,
-        QUARANTINE_WORDS, QpEntry, QpLayout, QpStats, QpType, qp_flags, qp_key, quarantine_bit,
+        BindSpec, DEFAULT_QP_CAPACITY, DEVICES, EVENTS_BYTES, Event, EventBudget, EventKind,
+        GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot, MAX_RULES,
+        NO_DEVICE, QPN_MASK, QUARANTINE_WORDS, QpEntry, QpLayout, QpStats, QpType, qp_flags,
+        qp_key, quarantine_bit,
     },
     capture,
-    tenant::{self, BindSpec, Creator, MAX_RULES},
+    tenant::{self, Creator},
 };
 
 /// A wake-up per QP created, for a foreground attachment.

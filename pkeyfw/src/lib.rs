@@ -6,15 +6,20 @@
 //! - [`control`]: what keeps a running filter in step with the host's QPs;
 //! - [`reporting`]: how frames, counters and violations read to a person;
 //! - [`capture`]: frames read from pcap and pcapng captures;
-//! - [`cmd`]: the commands built on them, each with its arguments.
+//! - [`cmd`]: the commands built on them, each with its arguments;
+//! - `lab`: the labs `pkeyfw lab` runs (veth, switch, soft-RoCE), behind
+//!   the default `lab` feature.
 //!
 //! Test and bench equipment (frame builder, namespaces, case table,
-//! fixtures) is the pkeyfw-testkit crate; `cmd::lab` uses it, behind the
-//! default `lab` feature.
+//! fixtures, the soft-RoCE lab's attacker) is the pkeyfw-testkit crate;
+//! `lab` uses it.
 
 pub mod capture;
 pub mod cmd;
 pub mod control;
+// The frames and namespaces it uses are test equipment (pkeyfw-testkit).
+#[cfg(feature = "lab")]
+pub mod lab;
 pub mod loading;
 pub mod policy;
 pub mod reporting;

@@ -515,7 +515,7 @@ fn the_node_pool_example_binds_pods_to_their_nodes_partition() {
     }
 
     let spec = policy.binds[0].spec();
-    assert_ne!(spec.matchers & pkeyfw_common::tenant::matcher::CGROUP, 0);
+    assert_ne!(spec.matchers & pkeyfw_common::abi::matcher::CGROUP, 0);
     let root = pkeyfw::policy::identity::cgroup2_mount().unwrap();
     let member = pkeyfw::control::rdma::owner_of(pod)
         .expect("the pod's process lives")

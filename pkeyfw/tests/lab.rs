@@ -24,7 +24,7 @@ fn lab(args: &[&str]) -> String {
 #[test]
 fn the_lab_shows_every_case_as_expected() {
     let text = lab(&["lab"]);
-    let cases = pkeyfw::cmd::lab::scenario::cases().len();
+    let cases = pkeyfw::lab::scenario::cases().len();
     assert!(
         text.contains(&format!(
             "{cases} of {cases} cases as the partition rules say"

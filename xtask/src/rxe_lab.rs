@@ -16,16 +16,31 @@ mod wire;
 /// (all of them take some 13 minutes there).
 const TIMEOUT: Duration = Duration::from_secs(25 * 60);
 
-/// A fresh share with the release CLI and `script` as guest.sh.
+/// The test kit's ibverbs attacker, which the attack scenarios run beside
+/// pkeyfw (it is no part of the product).
+const ATTACKER: &str = "pkeyfw-lab-verbs";
+
+/// A fresh share with the release CLI, the attacker and `script` as
+/// guest.sh.
 fn share(script: &str) -> Result<PathBuf> {
+    cmd::cargo(&[
+        "build",
+        "--release",
+        "--package",
+        "pkeyfw-testkit",
+        "--bin",
+        ATTACKER,
+    ])?;
     let share = cmd::root().join("target/rxe-lab");
     let _ = fs::remove_dir_all(&share);
     fs::create_dir_all(&share)?;
-    fs::copy(
-        cmd::root().join("target/release/pkeyfw"),
-        share.join("pkeyfw"),
-    )
-    .context("copying target/release/pkeyfw into the guest's share")?;
+    for bin in ["pkeyfw", ATTACKER] {
+        fs::copy(
+            cmd::root().join("target/release").join(bin),
+            share.join(bin),
+        )
+        .with_context(|| format!("copying target/release/{bin} into the guest's share"))?;
+    }
     fs::write(share.join("guest.sh"), script)?;
     Ok(share)
 }
@@ -37,7 +52,8 @@ pub fn explore(script: &Path) -> Result<()> {
     self::script(&text)
 }
 
-/// Runs `text` as the guest's script, with the release CLI beside it.
+/// Runs `text` as the guest's script, with the release CLI and the attacker
+/// beside it.
 pub fn script(text: &str) -> Result<()> {
     let guest = Guest::ensure()?;
     let share = share(text)?;

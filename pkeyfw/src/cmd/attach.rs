@@ -24,9 +24,8 @@ use tokio::{
     signal::unix::{SignalKind, signal},
 };
 
-use super::NetnsArg;
+use super::{NetnsArg, cli_iface};
 use crate::{
-    cmd::stats::Snapshot,
     control::binder::{self, Binder},
     control::limits,
     control::netlink::{self, XdpMode},
@@ -40,6 +39,7 @@ use crate::{
     reporting::events,
     reporting::kernel_log::{self, KernelLog},
     reporting::reach::Reach,
+    reporting::snapshot::Snapshot,
 };
 
 /// `--mode`.
@@ -103,14 +103,6 @@ pub struct AttachArgs {
     /// the logging code at load: the packet path is as if it were not there.
     #[arg(long, conflicts_with = "pin")]
     pub trace: bool,
-}
-
-/// How to name an interface on pkeyfw's command line: `[--netns NS] IFACE`.
-pub fn cli_iface(iface: &str, netns: Option<&str>) -> String {
-    match netns {
-        Some(ns) => format!("--netns {ns} {iface}"),
-        None => iface.to_string(),
-    }
 }
 
 pub fn run(opts: &AttachArgs) -> Result<()> {

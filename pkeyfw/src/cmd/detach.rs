@@ -5,11 +5,8 @@
 
 use anyhow::{Result, bail};
 
-use super::NetnsArg;
-use crate::{
-    cmd::attach::cli_iface,
-    loading::pins::{self, Holder, Pins, State},
-};
+use super::{NetnsArg, cli_iface};
+use crate::loading::pins::{self, Holder, Pins, State};
 
 /// Remove an attachment and its pins: a pinned one (`attach --pin`) or
 /// one whose foreground process is gone.

@@ -32,9 +32,9 @@ use tokio::{
     sync::mpsc,
 };
 
-use super::NetnsArg;
+use super::{NetnsArg, cli_iface};
 use crate::{
-    cmd::{attach::cli_iface, stats},
+    cmd::stats,
     loading::{
         maps::{Maps, SuppressedCounts},
         pins::{self, Holder},

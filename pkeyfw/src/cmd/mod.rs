@@ -1,4 +1,6 @@
-//! The CLI's commands, one module each: its arguments (clap) and its `run`.
+//! The CLI's commands, one module each: its arguments (clap) and its `run`;
+//! here, beneath them, what several share (`--netns`, the port's GUID, how an
+//! interface is named), so that no command imports another's internals back.
 
 pub mod attach;
 pub mod detach;
@@ -82,4 +84,12 @@ pub fn port_guid(guid: Option<&str>, iface: Option<&str>) -> Result<Option<u64>>
 pub fn iface_guid(iface: &str) -> Result<u64> {
     let mac = netlink::mac_address(netlink::if_index(iface)?)?;
     Ok(guid_from_mac(mac))
+}
+
+/// How to name an interface on pkeyfw's command line: `[--netns NS] IFACE`.
+pub fn cli_iface(iface: &str, netns: Option<&str>) -> String {
+    match netns {
+        Some(ns) => format!("--netns {ns} {iface}"),
+        None => iface.to_string(),
+    }
 }

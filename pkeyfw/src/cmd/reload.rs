@@ -108,7 +108,7 @@ pub(crate) fn target(iface: &str, policy: Option<&Path>, netns: Option<&str>) ->
     let State::Live { holder, .. } = pins.state()? else {
         bail!(
             "{iface} is not attached any more; `pkeyfw detach {}` removes what is left",
-            crate::cmd::attach::cli_iface(iface, netns)
+            super::cli_iface(iface, netns)
         );
     };
     let path: PathBuf = match policy {

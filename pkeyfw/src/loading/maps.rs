@@ -25,13 +25,13 @@ use aya::{
 use pkeyfw_common::{
     Capture, Reason, Stamp, Verdict,
     abi::{
-        Config, EventBudget, EventKind, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey,
-        KernelSlot, LAYOUT_VERSION, MAPS, MapKind, OTHER_PARTITION, PARTITIONS, PORT_SERIAL_BITS,
-        QPN_MASK, QpEntry, QpStats, listed_key, name, port_entry, port_key_index, qp_flags, qp_key,
-        quarantine_bit, violation_key,
+        BindSpec, Config, EventBudget, EventKind, GENERATIONS, GROUP_CAPACITY, GroupEntry,
+        GroupKey, KernelSlot, LAYOUT_VERSION, MAPS, MAX_RULES, MapKind, OTHER_PARTITION,
+        PARTITIONS, PORT_SERIAL_BITS, QPN_MASK, QpEntry, QpStats,
+        counters::{REASON_SLOTS, reason_slot},
+        listed_key, matcher, name, port_entry, port_key_index, qp_flags, qp_key, quarantine_bit,
+        violation_key,
     },
-    reason::{REASON_SLOTS, reason_slot},
-    tenant::{BindSpec, MAX_RULES, matcher},
 };
 
 use super::batch;

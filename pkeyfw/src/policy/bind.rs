@@ -13,8 +13,7 @@
 use std::{collections::btree_map::Entry, ops::RangeInclusive, path::Path};
 
 use pkeyfw_common::{
-    abi::{QpType, qp_flags},
-    tenant::{BindSpec, MAX_RULES, comm_bytes, matcher},
+    abi::{BindSpec, MAX_RULES, QpType, comm_bytes, matcher, qp_flags},
     verdict::MULTICAST_QPN,
 };
 use serde::Deserialize;

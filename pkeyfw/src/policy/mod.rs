@@ -13,9 +13,8 @@ use std::{collections::BTreeMap, net::IpAddr, path::Path};
 
 use pkeyfw_common::{
     Tables,
-    abi::{Config, GroupEntry, QpEntry, QpType, UnknownQp, qp_flags, switch_flags},
+    abi::{Config, GroupEntry, QpEntry, QpType, UnknownQp, qp_flags, switch_flags, v4_mapped},
     pkey,
-    verdict::v4_mapped,
 };
 
 pub use bind::{BindRule, Binding};

@@ -6,3 +6,4 @@ pub mod events;
 pub mod kernel_log;
 pub mod progress;
 pub mod reach;
+pub mod snapshot;

@@ -15,7 +15,7 @@ rdma link add rx0 type rxe netdev pk0
 } > /tmp/miss.toml
 printf '[port]\npkeys = [0xffff, 0x8001]\n[[bind]]\nuid = 0\npkey = 0x8001\n' > /tmp/hit.toml
 runs() {
-    for r in 1 2 3; do ./pkeyfw lab verbs --device rx0 --create 300; done |
+    for r in 1 2 3; do ./pkeyfw-lab-verbs --device rx0 --create 300; done |
         sed 's/.*: \([0-9.]*\) µs.*/\1/' | sort -n | sed -n 2p | sed "s/^/$1: /; s/$/ µs/"
 }
 runs "no pkeyfw"

@@ -3,9 +3,13 @@
 //! report it). pkeyfw builds and runs without libibverbs; then the caller
 //! says what it assumed.
 
-use std::ffi::{CStr, c_char, c_int, c_void};
+mod libibverbs;
+
+use std::ffi::c_int;
 
 use anyhow::{Context as _, Result, bail};
+
+use libibverbs::{Libibverbs, Ptr};
 
 /// `struct ibv_device_attr`'s `max_qp`: after `fw_ver[64]`, four u64 and
 /// three u32 (rdma-core's verbs.h, a stable ABI).
@@ -15,70 +19,28 @@ const ATTR_BYTES: usize = 512;
 
 /// `max_qp` of RDMA device `name` (e.g. `rxe0`).
 pub fn max_qp(name: &str) -> Result<u32> {
-    // SAFETY: dlopen with a constant name; the handle is never closed
-    // (libibverbs keeps global state), which costs one mapping.
-    let lib = unsafe { libc::dlopen(c"libibverbs.so.1".as_ptr(), libc::RTLD_NOW) };
-    if lib.is_null() {
-        bail!("libibverbs.so.1 is not installed");
-    }
-    let sym = |s: &CStr| -> Result<*mut c_void> {
-        // SAFETY: a live handle and a NUL-terminated name.
-        let f = unsafe { libc::dlsym(lib, s.as_ptr()) };
-        if f.is_null() {
-            bail!("libibverbs has no {}", s.to_string_lossy());
-        }
-        Ok(f)
-    };
-    type List = unsafe extern "C" fn(*mut c_int) -> *mut *mut c_void;
-    type Name = unsafe extern "C" fn(*mut c_void) -> *const c_char;
-    type Open = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
-    type Query = unsafe extern "C" fn(*mut c_void, *mut u8) -> c_int;
-    type Close = unsafe extern "C" fn(*mut c_void) -> c_int;
-    type Free = unsafe extern "C" fn(*mut *mut c_void);
+    let lib = Libibverbs::open()?;
+    type Query = unsafe extern "C" fn(Ptr, *mut u8) -> c_int;
+    type Close = unsafe extern "C" fn(Ptr) -> c_int;
     // SAFETY: the symbols have these C signatures (verbs.h).
-    let (list, dev_name, open, query, close, free) = unsafe {
+    let (query, close) = unsafe {
         (
-            std::mem::transmute::<*mut c_void, List>(sym(c"ibv_get_device_list")?),
-            std::mem::transmute::<*mut c_void, Name>(sym(c"ibv_get_device_name")?),
-            std::mem::transmute::<*mut c_void, Open>(sym(c"ibv_open_device")?),
-            std::mem::transmute::<*mut c_void, Query>(sym(c"ibv_query_device")?),
-            std::mem::transmute::<*mut c_void, Close>(sym(c"ibv_close_device")?),
-            std::mem::transmute::<*mut c_void, Free>(sym(c"ibv_free_device_list")?),
+            lib.sym::<Query>(c"ibv_query_device")?,
+            lib.sym::<Close>(c"ibv_close_device")?,
         )
     };
-    let mut n: c_int = 0;
-    // SAFETY: as verbs.h documents; the list is freed below.
-    let devices = unsafe { list(&mut n) };
-    if devices.is_null() {
-        bail!("libibverbs lists no devices");
+    let ctx = lib.open_device(name)?;
+    let mut attr = [0u64; ATTR_BYTES / 8];
+    // SAFETY: an open context and a buffer larger than the struct.
+    let rc = unsafe { query(ctx, attr.as_mut_ptr().cast()) };
+    // SAFETY: opened above.
+    unsafe { close(ctx) };
+    if rc != 0 {
+        bail!("ibv_query_device({name}) failed ({rc})");
     }
-    let result = (0..n.max(0) as usize)
-        // SAFETY: `n` entries.
-        .map(|i| unsafe { *devices.add(i) })
-        // SAFETY: a device of the list; its name is NUL-terminated.
-        .find(|&d| unsafe { CStr::from_ptr(dev_name(d)) }.to_bytes() == name.as_bytes())
-        .with_context(|| format!("libibverbs does not list {name}"))
-        .and_then(|device| {
-            // SAFETY: a device of the live list.
-            let ctx = unsafe { open(device) };
-            if ctx.is_null() {
-                bail!("ibv_open_device({name}) failed");
-            }
-            let mut attr = [0u64; ATTR_BYTES / 8];
-            // SAFETY: an open context and a buffer larger than the struct.
-            let rc = unsafe { query(ctx, attr.as_mut_ptr().cast()) };
-            // SAFETY: opened above.
-            unsafe { close(ctx) };
-            if rc != 0 {
-                bail!("ibv_query_device({name}) failed ({rc})");
-            }
-            let bytes: &[u8] = as_bytes(&attr);
-            let max = i32::from_ne_bytes(bytes[MAX_QP_AT..MAX_QP_AT + 4].try_into()?);
-            u32::try_from(max).with_context(|| format!("{name} reports max_qp {max}"))
-        });
-    // SAFETY: the list from ibv_get_device_list, freed once.
-    unsafe { free(devices) };
-    result
+    let bytes: &[u8] = as_bytes(&attr);
+    let max = i32::from_ne_bytes(bytes[MAX_QP_AT..MAX_QP_AT + 4].try_into()?);
+    u32::try_from(max).with_context(|| format!("{name} reports max_qp {max}"))
 }
 
 /// The bytes of a u64 buffer.

@@ -594,7 +594,7 @@ fn creator_matchers_are_checked_and_compiled() {
     let b = &p.binds[0];
     assert!(!b.no_boundary());
     let spec = b.spec();
-    use pkeyfw_common::tenant::matcher;
+    use pkeyfw_common::abi::matcher;
     assert_eq!(
         spec.matchers,
         matcher::IN_USE | matcher::UID | matcher::GID | matcher::NETNS

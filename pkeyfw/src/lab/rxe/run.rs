@@ -522,7 +522,7 @@ pub fn ud_qpn(end: &End, pid: u32) -> Result<u32> {
 /// binds; it runs until dropped. (A foreign Q_Key is sent from here.)
 fn attack(attack: Attack, server: &End, client: &End, work: &Path) -> Result<Option<Proc>> {
     use std::os::unix::process::CommandExt as _;
-    let exe = std::env::current_exe()?;
+    let exe = attacker()?;
     let mut cmd = match attack {
         // Under the name a rule binds to another partition.
         Attack::Squat => {
@@ -533,7 +533,6 @@ fn attack(attack: Attack, server: &End, client: &End, work: &Path) -> Result<Opt
         }
         _ => Command::new(exe),
     };
-    cmd.args(["lab", "verbs"]);
     // How long until its QPs exist and its verbs are called (the squatter
     // waits a second for a rule to bind its QPs first).
     let ready = match attack {
@@ -575,7 +574,7 @@ fn attack(attack: Attack, server: &End, client: &End, work: &Path) -> Result<Opt
         .gid(NOBODY)
         .stdout(Stdio::null())
         .spawn()
-        .context("starting pkeyfw lab verbs as nobody")?;
+        .context("starting the attacker as nobody")?;
     std::thread::sleep(Duration::from_millis(ready));
     Ok(Some(Proc(child)))
 }
@@ -630,8 +629,8 @@ fn rebinds(end: &End) -> Result<bool> {
         Ok([Capture::Bound, Capture::Quarantined].map(|x| c[x.index() as usize]))
     };
     let before = counts()?;
-    let made = Command::new(std::env::current_exe()?)
-        .args(["lab", "verbs", "--device", &end.device, "--create", "1"])
+    let made = Command::new(attacker()?)
+        .args(["--device", &end.device, "--create", "1"])
         .uid(NOBODY)
         .gid(NOBODY)
         .stdout(Stdio::null())
@@ -643,6 +642,24 @@ fn rebinds(end: &End) -> Result<bool> {
 
 /// The unprivileged user the attacker runs as.
 const NOBODY: u32 = 65534;
+
+/// The local tenant's ibverbs moves: test equipment (pkeyfw-testkit), not
+/// part of pkeyfw, which the guest carries beside it.
+pub const ATTACKER: &str = "pkeyfw-lab-verbs";
+
+/// The attacker beside this pkeyfw (where nobody, running it, reaches it
+/// too).
+fn attacker() -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let path = exe.with_file_name(ATTACKER);
+    if !path.is_file() {
+        bail!(
+            "{} is not there: the attack scenarios run the test kit's attacker beside pkeyfw (cargo build --release -p pkeyfw-testkit --bin {ATTACKER})",
+            path.display()
+        );
+    }
+    Ok(path)
+}
 
 /// A path that runs `program` under the command name `comm`: a link named
 /// so in `work` (the kernel names a task after the file it executes).

@@ -1,3 +1,6 @@
+//! The labs behind `pkeyfw lab` (its command, with the arguments, is
+//! `cmd::lab`): this one, [`switch`] and [`rxe`].
+//!
 //! `pkeyfw lab`: a self-contained RoCE partition lab. Two network namespaces
 //! joined by a veth pair; `pkeyfw attach` (native XDP) on the receiving end
 //! with the four-QP partition example as policy; real RoCE v2 frames (valid IP/UDP
@@ -22,51 +25,9 @@ use pkeyfw_common::Reason;
 use pkeyfw_testkit::netns::{self, VethPair};
 
 use crate::{
-    cmd::stats::Snapshot, control::netlink::XdpMode, loading::maps::Maps, loading::pins::Pins,
-    reporting::describe,
+    control::netlink::XdpMode, loading::maps::Maps, loading::pins::Pins, reporting::describe,
+    reporting::snapshot::Snapshot,
 };
-
-/// Run the self-contained RoCE partition lab.
-///
-/// Two network namespaces joined by a veth pair, pkeyfw attached on one
-/// end with the four-QP partition example policy, real RoCE v2 frames sent from the
-/// other: a table of each case, expected and observed. Everything it
-/// creates is removed at the end. Needs root.
-#[derive(clap::Args)]
-pub struct LabArgs {
-    #[command(subcommand)]
-    pub lab: Option<LabCommand>,
-}
-
-#[derive(clap::Subcommand)]
-pub enum LabCommand {
-    Rxe(rxe::RxeArgs),
-    /// The seeds' four hosts on a Linux bridge, with pkeyfw on the bridge
-    /// ports (switch mode): every ordered pair over IPv4, IPv6 and a VLAN,
-    /// with violations dropped, then corrupted, then access-port stamping.
-    Switch,
-    /// A local tenant's ibverbs moves, for the soft-RoCE lab's attacks.
-    #[command(hide = true)]
-    Verbs(rxe::verbs::VerbsArgs),
-}
-
-pub fn run(args: &LabArgs) -> Result<()> {
-    match &args.lab {
-        None => match veth()? {
-            true => Ok(()),
-            false => bail!("some lab cases did not go as the partition rules say"),
-        },
-        Some(LabCommand::Rxe(rxe)) => match rxe::run(rxe)? {
-            true => Ok(()),
-            false => bail!("some scenarios did not go as the partition rules say"),
-        },
-        Some(LabCommand::Switch) => match switch::run()? {
-            true => Ok(()),
-            false => bail!("some frames did not go as the partition rules say"),
-        },
-        Some(LabCommand::Verbs(verbs)) => rxe::verbs::run(verbs),
-    }
-}
 
 /// Set by SIGINT/SIGTERM: stop after the current case and clean up.
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -101,7 +62,7 @@ struct Observed {
 
 /// Runs the lab's cases over the veth pair; `Ok(true)` when every case went
 /// as the rules say.
-fn veth() -> Result<bool> {
+pub fn veth() -> Result<bool> {
     // SAFETY: no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("the lab creates network namespaces and attaches XDP; run it as root");

@@ -135,7 +135,8 @@ pub struct Scenario {
     pub pinned: bool,
 }
 
-/// A local tenant's move during a scenario: `pkeyfw lab verbs` as an
+/// A local tenant's move during a scenario: the test kit's attacker
+/// ([`ATTACKER`](super::run::ATTACKER)) as an
 /// unprivileged user, with a QP no rule binds, from before the server
 /// starts until the programs are done.
 #[derive(Copy, Clone, Debug)]

@@ -15,12 +15,8 @@ pub mod scenario;
 mod switch;
 mod tenants;
 mod topology;
-pub mod verbs;
 
-use std::{
-    fs,
-    path::{Path, PathBuf},
-};
+use std::{fs, path::Path};
 
 use anyhow::{Result, bail};
 use pkeyfw_common::{Capture, Reason};
@@ -32,39 +28,15 @@ use run::{Exit, Observed};
 use scenario::{Attack, Scenario};
 use topology::Topology;
 
-/// Real RDMA programs over soft-RoCE, with pkeyfw enforcing.
-///
-/// Two rdma_rxe devices on the ends of a veth pair (in this namespace;
-/// policy routing sends their traffic over the veth); per scenario a
-/// foreground attach binds the programs' QPs by `[[bind]]` rules, and
-/// ibv_ud_pingpong, ibv_rc_pingpong, ib_send_bw, rping or udaddy run
-/// across. The table says whether they completed and which counters
-/// moved. Then switch mode (the `switch-*` scenarios): four rdma_rxe
-/// hosts on a bridge, `pkeyfw switch` on its ports stamping each host's
-/// key, nothing on the hosts. Needs root, rdma_rxe, rdma-core, perftest
-/// and rdmacm-utils; `cargo xtask rxe-lab` runs it in a guest that has
-/// them.
-#[derive(clap::Args)]
-pub struct RxeArgs {
-    /// Capture each scenario into DIR/NAME.*.pcap (the pair's outgoing
-    /// frames; the switch's ports and its hosts' ends).
-    #[arg(long, value_name = "DIR")]
-    pub captures: Option<PathBuf>,
-    /// Write the results as JSON.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Only the scenarios whose name contains this.
-    #[arg(long, value_name = "TEXT")]
-    pub only: Option<String>,
-}
-
-/// Runs the scenarios; `Ok(true)` when every one went as the rules say.
-pub fn run(opts: &RxeArgs) -> Result<bool> {
+/// Runs the scenarios whose name contains `only` (all without), capturing
+/// each into `captures`/NAME.*.pcap and writing the results as JSON to
+/// `json` if given; `Ok(true)` when every one went as the rules say.
+pub fn run(only: Option<&str>, captures: Option<&Path>, json: Option<&Path>) -> Result<bool> {
     // SAFETY: no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("the soft-RoCE lab creates devices and attaches XDP; run it as root");
     }
-    let chosen = |name: &str| opts.only.as_ref().is_none_or(|o| name.contains(o.as_str()));
+    let chosen = |name: &str| only.is_none_or(|o| name.contains(o));
     let scenarios: Vec<Scenario> = scenario::all()
         .into_iter()
         .filter(|s| chosen(s.name))
@@ -74,17 +46,16 @@ pub fn run(opts: &RxeArgs) -> Result<bool> {
         .filter(|s| chosen(s.name))
         .collect();
     if scenarios.is_empty() && switched.is_empty() {
-        bail!("no scenario matches {:?}", opts.only);
+        bail!("no scenario matches {only:?}");
     }
     // Until the table is judged: the policies name the tenants' cgroups.
     let _tenants = tenants::Tenants::create()?;
     let work = std::env::temp_dir().join(format!("pkeyfw-rxe-lab-{}", std::process::id()));
     fs::create_dir_all(&work)?;
-    if let Some(dir) = &opts.captures {
+    if let Some(dir) = captures {
         fs::create_dir_all(dir)?;
     }
     let result = (|| {
-        let captures = opts.captures.as_deref();
         let rows = if scenarios.is_empty() {
             Vec::new()
         } else {
@@ -102,7 +73,7 @@ pub fn run(opts: &RxeArgs) -> Result<bool> {
     let (rows, switch_rows) = result?;
     let pair_ok = scenarios.is_empty() || table(&scenarios, &rows);
     let switch_ok = switched.is_empty() || switch::table(&switched, &switch_rows);
-    if let Some(path) = &opts.json {
+    if let Some(path) = json {
         let mut list = results(&scenarios, &rows);
         list.extend(switch::results(&switched, &switch_rows));
         fs::write(

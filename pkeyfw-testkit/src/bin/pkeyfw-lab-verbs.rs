@@ -1,57 +1,77 @@
-//! What a local tenant can do with ibverbs and no privilege, for the lab's
-//! attack checks: open a device, make a QP no rule binds, then loop
+//! What a local tenant can do with ibverbs and no privilege, for the
+//! soft-RoCE lab's attack scenarios (`pkeyfw lab rxe` runs it as nobody,
+//! from beside itself): open a device, make a QP no rule binds, then loop
 //! `ibv_modify_qp` giving it other QPs' peers (a modify flood), or attach
-//! it to a multicast group. libibverbs is opened at run time, so pkeyfw
-//! builds and runs without it; only these few calls and the parts of their
-//! structures they touch are declared (x86-64 layouts of rdma-core's
-//! verbs.h).
+//! it to a multicast group. Test equipment, never part of pkeyfw.
+//! libibverbs is opened at run time by pkeyfw's own opener; only these few
+//! calls and the parts of their structures they touch are declared (x86-64
+//! layouts of rdma-core's verbs.h).
 
 use std::{
-    ffi::{CStr, CString, c_char, c_int, c_void},
+    ffi::{c_int, c_void},
     net::Ipv4Addr,
+    process::ExitCode,
     ptr,
 };
 
 use anyhow::{Context as _, Result, bail};
+use clap::Parser;
 
-/// `pkeyfw lab verbs`: a lab attacker (hidden; the lab runs it unprivileged).
-#[derive(clap::Args, Debug)]
-pub struct VerbsArgs {
+// pkeyfw's dlopen of libibverbs, std, libc and anyhow only: shared, so
+// that the product depends on no test code.
+#[path = "../../../pkeyfw/src/control/rdma/verbs/libibverbs.rs"]
+mod libibverbs;
+
+use libibverbs::{Libibverbs, Ptr};
+
+/// A local tenant's ibverbs moves, for the soft-RoCE lab's attacks.
+#[derive(Parser, Debug)]
+struct Args {
     /// The RDMA device.
     #[arg(long)]
-    pub device: String,
+    device: String,
     /// GID index of the device's RoCE v2 IPv4 GID.
     #[arg(long, default_value_t = 0)]
-    pub gid_index: u8,
+    gid_index: u8,
     /// Loop this many modifies to RTR on an RC QP, each naming a peer QPN
     /// (cycling through `--qpns` from 0x11, where rxe starts) at `--peer`.
     #[arg(long, requires = "peer")]
-    pub flood: Option<u64>,
+    flood: Option<u64>,
     #[arg(long)]
-    pub peer: Option<Ipv4Addr>,
+    peer: Option<Ipv4Addr>,
     #[arg(long, default_value_t = 64)]
-    pub qpns: u32,
+    qpns: u32,
     /// Claim the next N QPNs of `--squat-device` as peers at `--peer`: learn
     /// its next QPN from a QP made there, make N RC QPs, wait `--bind-ms`
     /// (for a `[[bind]]` rule to bind them), then connect each to one.
     #[arg(long, requires_all = ["peer", "squat_device"])]
-    pub squat: Option<u32>,
+    squat: Option<u32>,
     #[arg(long)]
-    pub squat_device: Option<String>,
+    squat_device: Option<String>,
     #[arg(long, default_value_t = 1000)]
-    pub bind_ms: u64,
+    bind_ms: u64,
     /// Attach a UD QP to this IPv4 multicast group, then wait `--hold-ms`.
     #[arg(long)]
-    pub join: Option<Ipv4Addr>,
+    join: Option<Ipv4Addr>,
     #[arg(long, default_value_t = 0)]
-    pub hold_ms: u64,
+    hold_ms: u64,
     /// Create this many UD QPs and say how long each `ibv_create_qp` took
     /// (the bench: what pkeyfw's creation probe adds).
     #[arg(long)]
-    pub create: Option<u32>,
+    create: Option<u32>,
 }
 
-pub fn run(a: &VerbsArgs) -> Result<()> {
+fn main() -> ExitCode {
+    match run(&Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pkeyfw-lab-verbs: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(a: &Args) -> Result<()> {
     let lib = Lib::open()?;
     let ctx = lib.open_device(&a.device)?;
     if let Some(n) = a.flood {
@@ -242,15 +262,11 @@ const _: () = {
     assert!(std::mem::offset_of!(Qp, qp_num) == 52);
 };
 
-type Ptr = *mut c_void;
-
 /// The libibverbs functions used (plain function pointers: copied into
 /// each open device).
 #[derive(Clone, Copy)]
 struct Lib {
-    get_device_list: unsafe extern "C" fn(*mut c_int) -> *mut Ptr,
-    get_device_name: unsafe extern "C" fn(Ptr) -> *const c_char,
-    open_device: unsafe extern "C" fn(Ptr) -> Ptr,
+    ibverbs: Libibverbs,
     alloc_pd: unsafe extern "C" fn(Ptr) -> Ptr,
     create_cq: unsafe extern "C" fn(Ptr, c_int, Ptr, Ptr, c_int) -> Ptr,
     create_qp: unsafe extern "C" fn(Ptr, *mut QpInitAttr) -> *mut Qp,
@@ -260,74 +276,30 @@ struct Lib {
 
 impl Lib {
     fn open() -> Result<Lib> {
-        let name = c"libibverbs.so.1";
-        // SAFETY: a valid C string; the library stays loaded for the
-        // process's life (never closed).
-        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW) };
-        if handle.is_null() {
-            bail!("cannot load libibverbs.so.1 (is rdma-core installed?)");
-        }
+        let ibverbs = Libibverbs::open()?;
         // SAFETY: each field's type is its symbol's C signature (verbs.h).
         unsafe {
             Ok(Lib {
-                get_device_list: sym(handle, "ibv_get_device_list")?,
-                get_device_name: sym(handle, "ibv_get_device_name")?,
-                open_device: sym(handle, "ibv_open_device")?,
-                alloc_pd: sym(handle, "ibv_alloc_pd")?,
-                create_cq: sym(handle, "ibv_create_cq")?,
-                create_qp: sym(handle, "ibv_create_qp")?,
-                modify_qp: sym(handle, "ibv_modify_qp")?,
-                attach_mcast: sym(handle, "ibv_attach_mcast")?,
+                ibverbs,
+                alloc_pd: ibverbs.sym(c"ibv_alloc_pd")?,
+                create_cq: ibverbs.sym(c"ibv_create_cq")?,
+                create_qp: ibverbs.sym(c"ibv_create_qp")?,
+                modify_qp: ibverbs.sym(c"ibv_modify_qp")?,
+                attach_mcast: ibverbs.sym(c"ibv_attach_mcast")?,
             })
         }
     }
 
+    /// Device `name`, opened, with a protection domain.
     fn open_device(self, name: &str) -> Result<Context> {
-        let mut n = 0;
-        // SAFETY: `n` is a valid out-parameter; the list is never freed
-        // (the process is short-lived), so its devices stay valid.
-        let list = unsafe { (self.get_device_list)(&mut n) };
-        if list.is_null() {
-            bail!("ibv_get_device_list: {}", std::io::Error::last_os_error());
+        let ctx = self.ibverbs.open_device(name)?;
+        // SAFETY: an open context.
+        let pd = unsafe { (self.alloc_pd)(ctx) };
+        if pd.is_null() {
+            bail!("ibv_alloc_pd({name}): {}", std::io::Error::last_os_error());
         }
-        for i in 0..n as usize {
-            // SAFETY: `i` is within the list.
-            let dev = unsafe { *list.add(i) };
-            // SAFETY: a device of the list has a name.
-            let dev_name = unsafe { CStr::from_ptr((self.get_device_name)(dev)) };
-            if dev_name.to_str() == Ok(name) {
-                // SAFETY: a device of the list.
-                let ctx = unsafe { (self.open_device)(dev) };
-                let pd = if ctx.is_null() {
-                    ptr::null_mut()
-                } else {
-                    // SAFETY: an open context.
-                    unsafe { (self.alloc_pd)(ctx) }
-                };
-                if pd.is_null() {
-                    bail!("opening {name}: {}", std::io::Error::last_os_error());
-                }
-                return Ok(Context { lib: self, ctx, pd });
-            }
-        }
-        bail!("no RDMA device {name}")
+        Ok(Context { lib: self, ctx, pd })
     }
-}
-
-/// Function `name` of the library `handle`, as a `T`.
-///
-/// # Safety
-/// `T` must be a function pointer type of the symbol's signature.
-unsafe fn sym<T: Copy>(handle: Ptr, name: &str) -> Result<T> {
-    const { assert!(size_of::<T>() == size_of::<Ptr>()) };
-    let c = CString::new(name)?;
-    // SAFETY: a loaded library and a valid C string.
-    let p = unsafe { libc::dlsym(handle, c.as_ptr()) };
-    if p.is_null() {
-        bail!("libibverbs has no {name}");
-    }
-    // SAFETY: the caller's promise; the sizes are equal.
-    Ok(unsafe { std::mem::transmute_copy::<Ptr, T>(&p) })
 }
 
 /// An open device with a protection domain.

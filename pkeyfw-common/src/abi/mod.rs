@@ -4,6 +4,15 @@
 //! entry is keyed by its generation, and `ACTIVE` names the generation the
 //! program reads. A new policy is written into the idle generation and made
 //! live by one write to `ACTIVE`, so each frame is judged wholly by one policy.
+//!
+//! The bottom of the crate: the rules (`parse`, `verdict`, `capture`,
+//! `tenant`, `stamp`, `switch`) read and write these types and never the
+//! other way, so a change of a rule cannot change the layout. [`counters`]
+//! holds the lists that index the counter maps.
+
+pub mod counters;
+
+use counters::{Capture, REASON_SLOTS, Reason, Stamp};
 
 /// Map names, as the loader finds them in the object.
 pub mod name {
@@ -35,10 +44,8 @@ pub mod name {
 /// The counter maps' sizes are part of it, so a new reason or stamping
 /// outcome changes it by itself; raise [`LAYOUT`] with any other change to
 /// a map's name, kind, key, value or indexing.
-pub const LAYOUT_VERSION: u32 = LAYOUT << 24
-    | (crate::reason::REASON_SLOTS as u32) << 16
-    | (crate::Stamp::COUNT as u32) << 8
-    | crate::Capture::COUNT as u32;
+pub const LAYOUT_VERSION: u32 =
+    LAYOUT << 24 | (REASON_SLOTS as u32) << 16 | (Stamp::COUNT as u32) << 8 | Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
 const LAYOUT: u32 = 15;
 
@@ -185,10 +192,10 @@ pub const fn listed_key(generation: u32, ifindex: u32) -> u64 {
 /// every other reason). The value counts refused frames, dropped or
 /// monitored.
 #[inline(always)]
-pub const fn violation_key(reason: crate::Reason, pkey: u16, in_table: bool) -> Option<u32> {
+pub const fn violation_key(reason: Reason, pkey: u16, in_table: bool) -> Option<u32> {
     let kind = match reason {
-        crate::Reason::PkeyViolation => 0,
-        crate::Reason::QkeyViolation => 1,
+        Reason::PkeyViolation => 0,
+        Reason::QkeyViolation => 1,
         _ => return None,
     };
     let partition = if in_table {
@@ -343,6 +350,14 @@ pub struct GroupKey {
     pub addr: [u8; 16],
 }
 
+/// `::ffff:a.b.c.d`.
+#[inline(always)]
+pub const fn v4_mapped(a: [u8; 4]) -> [u8; 16] {
+    [
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a[0], a[1], a[2], a[3],
+    ]
+}
+
 /// What the RDMA probes (pkeyfw-probes) need to read the kernel's RDMA
 /// structures: byte offsets, from the kernel's BTF since they change between
 /// kernels, and the RDMA devices (by index) of the attachment's interface.
@@ -460,6 +475,72 @@ pub struct KernelSlot {
     pub qp: u64,
 }
 
+/// Rules per generation.
+pub const MAX_RULES: u32 = 64;
+
+/// [`BindSpec::matchers`] bits: which fields a rule compares.
+pub mod matcher {
+    pub const COMM: u32 = 1 << 0;
+    pub const PID: u32 = 1 << 1;
+    pub const QPN: u32 = 1 << 2;
+    pub const TYPE: u32 = 1 << 3;
+    pub const CGROUP: u32 = 1 << 4;
+    pub const UID: u32 = 1 << 5;
+    pub const GID: u32 = 1 << 6;
+    pub const NETNS: u32 = 1 << 7;
+    /// The rule is for QPs the kernel makes (a ULP's), which no process
+    /// can make; without it, for user QPs only.
+    pub const KERNEL: u32 = 1 << 8;
+    /// Matchers that describe a task, which a kernel QP has none of.
+    pub const TASK: u32 = PID | CGROUP | UID | GID | NETNS;
+    /// Matchers a process cannot choose: only the administrator moves it
+    /// to another cgroup, ids or network namespace.
+    pub const BOUNDARY: u32 = CGROUP | UID | GID | NETNS;
+    /// Set on every rule in use: an all-zero slot ends the list.
+    pub const IN_USE: u32 = 1 << 31;
+}
+
+/// `BIND_RULES[generation * MAX_RULES + i]`: one `[[bind]]` rule.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct BindSpec {
+    /// cgroup v2 id (the directory's inode) and its depth below the root.
+    pub cgroup: u64,
+    /// Network namespace cookie (`net->net_cookie`): unlike its inode
+    /// number, never given to another namespace while the system runs.
+    pub netns: u64,
+    pub cgroup_level: u32,
+    /// [`matcher`] bits.
+    pub matchers: u32,
+    pub pid: u32,
+    pub qpn_lo: u32,
+    pub qpn_hi: u32,
+    /// Effective user and group ids, as the initial user namespace sees them.
+    pub uid: u32,
+    pub gid: u32,
+    /// The Q_Key of the UD QPs it binds, when `pinned_qkey`.
+    pub qkey: u32,
+    pub pkey: u16,
+    /// A [`QpType`] as u8, with [`matcher::TYPE`].
+    pub qp_type: u8,
+    /// Non-zero: the policy gives the Q_Key; else the QP's program sets it.
+    pub pinned_qkey: u8,
+    /// Command name, NUL-padded, with [`matcher::COMM`].
+    pub comm: [u8; 16],
+}
+
+/// `comm` as the kernel keeps it: at most 15 bytes, NUL-padded.
+pub fn comm_bytes(name: &[u8]) -> [u8; 16] {
+    let mut out = [0; 16];
+    let n = if name.len() < 15 { name.len() } else { 15 };
+    let mut i = 0;
+    while i < n {
+        out[i] = name[i];
+        i += 1;
+    }
+    out
+}
+
 /// `QP_STATS[slot]`: frames judged by one QP-table entry. Updated atomically
 /// (not per-CPU) so that a million QPs cost 16 bytes each, not 16 per CPU.
 #[repr(C)]
@@ -482,7 +563,7 @@ pub struct Event {
     pub dest_qp: u32,
     pub pkey: u16,
     pub opcode: u8,
-    /// A [`Reason`](crate::Reason) as u8.
+    /// A [`Reason`] as u8.
     pub reason: u8,
     /// Non-zero when monitor mode passed the frame anyway.
     pub monitor: u8,
@@ -573,7 +654,7 @@ const _: () = {
     assert!(size_of::<EventBudget>() == 24);
     assert!(size_of::<QpLayout>() == 68 + 4 * DEVICES);
     assert!(size_of::<SenderLayout>() == 32 + 4 * DEVICES);
-    assert!(size_of::<crate::tenant::BindSpec>() == 72);
+    assert!(size_of::<BindSpec>() == 72);
 };
 
 #[cfg(feature = "user")]
@@ -590,7 +671,7 @@ mod pod {
     unsafe impl aya::Pod for super::QpStats {}
     unsafe impl aya::Pod for super::KernelSlot {}
     unsafe impl aya::Pod for super::EventBudget {}
-    unsafe impl aya::Pod for crate::tenant::BindSpec {}
+    unsafe impl aya::Pod for super::BindSpec {}
 }
 
 #[cfg(test)]
