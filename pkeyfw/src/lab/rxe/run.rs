@@ -289,7 +289,7 @@ pub fn scenario(
     let rcvd_before = [server_end, client_end].map(rxe_rcvd);
     let attacker = sc
         .attack
-        .map(|a| attack(a, server_end, client_end, work))
+        .map(|a| attack(a, server_end, client_end))
         .transpose()?
         .flatten();
 
@@ -520,19 +520,12 @@ pub fn ud_qpn(end: &End, pid: u32) -> Result<u32> {
 
 /// Starts `attack` as an unprivileged user (nobody), holding a QP no rule
 /// binds; it runs until dropped. (A foreign Q_Key is sent from here.)
-fn attack(attack: Attack, server: &End, client: &End, work: &Path) -> Result<Option<Proc>> {
-    use std::os::unix::process::CommandExt as _;
-    let exe = attacker()?;
-    let mut cmd = match attack {
-        // Under the name a rule binds to another partition.
-        Attack::Squat => {
-            let link = work.join(super::scenario::SQUATTER);
-            let _ = fs::remove_file(&link);
-            std::os::unix::fs::symlink(&exe, &link)?;
-            Command::new(link)
-        }
-        _ => Command::new(exe),
-    };
+fn attack(attack: Attack, server: &End, client: &End) -> Result<Option<Proc>> {
+    let mut cmd = as_nobody()?;
+    if let Attack::Squat = attack {
+        // In the cgroup a rule binds to another partition.
+        super::scenario::SQUATTER.place(&mut cmd)?;
+    }
     // How long until its QPs exist and its verbs are called (the squatter
     // waits a second for a rule to bind its QPs first).
     let ready = match attack {
@@ -570,8 +563,6 @@ fn attack(attack: Attack, server: &End, client: &End, work: &Path) -> Result<Opt
         Attack::ForeignQkey(_) | Attack::Restart => return Ok(None),
     };
     let child = cmd
-        .uid(NOBODY)
-        .gid(NOBODY)
         .stdout(Stdio::null())
         .spawn()
         .context("starting the attacker as nobody")?;
@@ -623,16 +614,13 @@ fn pin_to_cpu_0() {
 /// once the table's filler is gone, is bound at its creation and not
 /// quarantined.
 fn rebinds(end: &End) -> Result<bool> {
-    use std::os::unix::process::CommandExt as _;
     let counts = || -> Result<[u64; 2]> {
         let c = Maps::from_pins(&Pins::of(&end.iface).dir)?.captures()?;
         Ok([Capture::Bound, Capture::Quarantined].map(|x| c[x.index() as usize]))
     };
     let before = counts()?;
-    let made = Command::new(attacker()?)
+    let made = as_nobody()?
         .args(["--device", &end.device, "--create", "1"])
-        .uid(NOBODY)
-        .gid(NOBODY)
         .stdout(Stdio::null())
         .status()?
         .success();
@@ -640,8 +628,16 @@ fn rebinds(end: &End) -> Result<bool> {
     Ok(made && after[0] > before[0] && after[1] == before[1])
 }
 
-/// The unprivileged user the attacker runs as.
-const NOBODY: u32 = 65534;
+/// The attacker, to run as nobody with no groups. setpriv drops the
+/// privileges once the command is started, so that what the lab does
+/// before the exec (moving it into a cgroup, which nobody may not) is
+/// still done as root.
+fn as_nobody() -> Result<Command> {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(attacker()?);
+    Ok(cmd)
+}
 
 /// The local tenant's ibverbs moves: test equipment (pkeyfw-testkit), not
 /// part of pkeyfw, which the guest carries beside it.

@@ -97,21 +97,14 @@ fn strings(a: &[&str]) -> Vec<String> {
     a.iter().map(|s| s.to_string()).collect()
 }
 
-/// The command names a scenario runs its server and client under, so that
-/// `[[bind]]` rules tell the two apart (the lab runs the program through a
-/// link of that name; the kernel takes a task's comm from it).
-#[derive(Copy, Clone, Debug)]
-pub struct Roles {
-    pub server: &'static str,
-    pub client: &'static str,
-}
-
 /// One scenario.
 pub struct Scenario {
     pub name: &'static str,
     pub program: Program,
-    /// Who the server and client are; `None`: the program's own name.
-    pub roles: Option<Roles>,
+    /// The command name the client runs under, where it takes one a rule
+    /// binds (the lab runs the program through a link of that name; the
+    /// kernel takes a task's comm from it); `None`: the program's own.
+    pub client_comm: Option<&'static str>,
     /// The policy's `[[bind]]` and `[enforcement]` part (the port table is
     /// common).
     pub rules: &'static str,
@@ -129,7 +122,8 @@ pub struct Scenario {
     pub why: &'static str,
     /// What an unprivileged local tenant does meanwhile.
     pub attack: Option<Attack>,
-    /// Where the server and the client run.
+    /// Where the server and the client run: the cgroups or user the
+    /// policy's rules bind, as the README recommends.
     pub tenants: [Tenant; 2],
     /// `attach --pin`: no pkeyfw process while the programs run.
     pub pinned: bool,
@@ -181,10 +175,8 @@ impl Scenario {
 
     /// The command names of the server and the client.
     pub fn comms(&self) -> (&'static str, &'static str) {
-        self.roles
-            .map_or((self.program.name(), self.program.name()), |r| {
-                (r.server, r.client)
-            })
+        let program = self.program.name();
+        (program, self.client_comm.unwrap_or(program))
     }
 }
 
@@ -193,31 +185,31 @@ impl Scenario {
 /// hosts of several ports, so one table holds all of them.
 pub const PORT: &str = "[port]\npkeys = [0xffff, 0x8001, 0x0001, 0x8002]\n";
 
-/// The roles of the four-QP partition example, plus one in another partition: A is a
-/// full member of partition 0x0001, B and C limited members, D a full member
-/// of 0x0002. All four use ibv_ud_pingpong's Q_Key.
+/// The roles of the four-QP partition example, plus one in another
+/// partition, each a cgroup: A is a full member of partition 0x0001, B and
+/// C limited members, D a full member of 0x0002. All four use
+/// ibv_ud_pingpong's Q_Key.
 macro_rules! roles {
     () => {
-        "[[bind]]\ncomm = \"pp-a-full\"\npkey = 0x8001\nqkey = 0x11111111\n\
-         [[bind]]\ncomm = \"pp-b-limited\"\npkey = 0x0001\nqkey = 0x11111111\n\
-         [[bind]]\ncomm = \"pp-c-limited\"\npkey = 0x0001\nqkey = 0x11111111\n\
-         [[bind]]\ncomm = \"pp-d-other\"\npkey = 0x8002\nqkey = 0x11111111\n"
+        "[[bind]]\ncgroup = \"@CGROUPS@/a\"\npkey = 0x8001\nqkey = 0x11111111\n\
+         [[bind]]\ncgroup = \"@CGROUPS@/b\"\npkey = 0x0001\nqkey = 0x11111111\n\
+         [[bind]]\ncgroup = \"@CGROUPS@/c\"\npkey = 0x0001\nqkey = 0x11111111\n\
+         [[bind]]\ncgroup = \"@CGROUPS@/d\"\npkey = 0x8002\nqkey = 0x11111111\n"
     };
 }
 
 const STAMPING: &str = concat!("[enforcement]\nstamp = true\n", roles!());
 
-/// The roles' command names, as the rules above bind them.
-const A: &str = "pp-a-full";
-const B: &str = "pp-b-limited";
-const C: &str = "pp-c-limited";
-const D: &str = "pp-d-other";
+/// The roles, as the rules above bind them.
+const A: Tenant = in_cgroup("a");
+const B: Tenant = in_cgroup("b");
+const C: Tenant = in_cgroup("c");
+const D: Tenant = in_cgroup("d");
 /// The squatter runs as D: bound, to another partition.
-pub const SQUATTER: &str = D;
-
-const fn roles(server: &'static str, client: &'static str) -> Option<Roles> {
-    Some(Roles { server, client })
-}
+pub const SQUATTER: Tenant = D;
+/// Where the programs of a scenario without roles run, which its rule
+/// binds.
+const APP: Tenant = in_cgroup("app");
 
 /// Q_Keys: ibv_ud_pingpong's, rdma_cm's UD port space's, and the GSI's.
 const PP_QKEY: u32 = 0x1111_1111;
@@ -228,12 +220,15 @@ const FOREIGN_QKEY: u32 = 0x2222_2222;
 
 /// Tenants told apart by cgroup, whatever their processes call themselves:
 /// `a` full member of 0x0001, `b` and `c` limited members; a process in
-/// none of them is bound by its name, the weaker rule, after them.
+/// none of them is bound by its name, the weaker rule, after them (the
+/// lab's one rule that `policy check` warns about, on purpose).
 const BY_CGROUP: &str = "[enforcement]\nstamp = true\n\
     [[bind]]\ncgroup = \"@CGROUPS@/a\"\npkey = 0x8001\n\
     [[bind]]\ncgroup = \"@CGROUPS@/b\"\npkey = 0x0001\n\
     [[bind]]\ncgroup = \"@CGROUPS@/c\"\npkey = 0x0001\n\
     [[bind]]\ncomm = \"pp-a-full\"\npkey = 0x8001\n";
+/// The name BY_CGROUP's last rule binds.
+const FULL_BY_NAME: &str = "pp-a-full";
 
 const fn in_cgroup(cgroup: &'static str) -> Tenant {
     Tenant {
@@ -253,142 +248,142 @@ pub fn all() -> Vec<Scenario> {
     vec![
         Scenario {
             name: "ud-qkey-match",
-            roles: None,
+            client_comm: None,
             program: Program::UdPingpong,
-            rules: "[[bind]]\ncomm = \"ibv_ud_pingpong\"\npkey = 0xffff\nqkey = 0x11111111\n",
+            rules: "[[bind]]\ncgroup = \"@CGROUPS@/app\"\npkey = 0xffff\nqkey = 0x11111111\n",
             binding: "UD, P_Key 0xffff, Q_Key 0x11111111",
             completes: true,
             reason: Reason::Ok,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[PP_QKEY],
             attack: None,
-            tenants: [Tenant::ANY; 2],
+            tenants: [APP; 2],
             pinned: false,
             why: "DETH Q_Key equals the QP's",
         },
         Scenario {
             name: "ud-qkey-other",
-            roles: None,
+            client_comm: None,
             program: Program::UdPingpong,
-            rules: "[[bind]]\ncomm = \"ibv_ud_pingpong\"\npkey = 0xffff\nqkey = 0x22222222\n",
+            rules: "[[bind]]\ncgroup = \"@CGROUPS@/app\"\npkey = 0xffff\nqkey = 0x22222222\n",
             binding: "UD, P_Key 0xffff, Q_Key 0x22222222",
             completes: false,
             reason: Reason::QkeyViolation,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[PP_QKEY],
             attack: None,
-            tenants: [Tenant::ANY; 2],
+            tenants: [APP; 2],
             pinned: false,
             why: "DETH Q_Key differs from the QP's",
         },
         Scenario {
             name: "rc-default-partition",
-            roles: None,
+            client_comm: None,
             program: Program::RcPingpong,
-            rules: "[[bind]]\ncomm = \"ibv_rc_pingpong\"\npkey = 0xffff\n",
+            rules: "[[bind]]\ncgroup = \"@CGROUPS@/app\"\npkey = 0xffff\n",
             binding: "RC, P_Key 0xffff",
             completes: true,
             reason: Reason::Ok,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[],
             attack: None,
-            tenants: [Tenant::ANY; 2],
+            tenants: [APP; 2],
             pinned: false,
             why: "0xffff matches 0xffff",
         },
         Scenario {
             name: "rc-other-partition",
-            roles: None,
+            client_comm: None,
             program: Program::RcPingpong,
-            rules: "[[bind]]\ncomm = \"ibv_rc_pingpong\"\npkey = 0x8001\n",
+            rules: "[[bind]]\ncgroup = \"@CGROUPS@/app\"\npkey = 0x8001\n",
             binding: "RC, P_Key 0x8001",
             completes: false,
             reason: Reason::PkeyViolation,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[],
             attack: None,
-            tenants: [Tenant::ANY; 2],
+            tenants: [APP; 2],
             pinned: false,
             why: "partition 0x7fff is not 0x0001",
         },
         Scenario {
             name: "send-bw-default",
-            roles: None,
+            client_comm: None,
             program: Program::SendBw,
-            rules: "[[bind]]\ncomm = \"ib_send_bw\"\npkey = 0xffff\n",
+            rules: "[[bind]]\ncgroup = \"@CGROUPS@/app\"\npkey = 0xffff\n",
             binding: "RC, P_Key 0xffff",
             completes: true,
             reason: Reason::Ok,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[],
             attack: None,
-            tenants: [Tenant::ANY; 2],
+            tenants: [APP; 2],
             pinned: false,
             why: "0xffff matches 0xffff",
         },
         Scenario {
             name: "send-bw-other",
-            roles: None,
+            client_comm: None,
             program: Program::SendBw,
-            rules: "[[bind]]\ncomm = \"ib_send_bw\"\npkey = 0x8001\n",
+            rules: "[[bind]]\ncgroup = \"@CGROUPS@/app\"\npkey = 0x8001\n",
             binding: "RC, P_Key 0x8001",
             completes: false,
             reason: Reason::PkeyViolation,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[],
             attack: None,
-            tenants: [Tenant::ANY; 2],
+            tenants: [APP; 2],
             pinned: false,
             why: "partition 0x7fff is not 0x0001",
         },
         Scenario {
             name: "rping",
-            roles: None,
+            client_comm: None,
             program: Program::Rping,
-            rules: "[[bind]]\ncomm = \"rping\"\npkey = 0xffff\n",
+            rules: "[[bind]]\ncgroup = \"@CGROUPS@/app\"\npkey = 0xffff\n",
             binding: "RC, P_Key 0xffff",
             completes: true,
             reason: Reason::Ok,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[GSI_QKEY],
             attack: None,
-            tenants: [Tenant::ANY; 2],
+            tenants: [APP; 2],
             pinned: false,
             why: "CM to QP1 (Q_Key 0x80010000), RC data 0xffff",
         },
         Scenario {
             name: "udaddy-match",
-            roles: None,
+            client_comm: None,
             program: Program::Udaddy,
-            rules: "[[bind]]\ncomm = \"udaddy\"\npkey = 0xffff\nqkey = 0x01234567\n",
+            rules: "[[bind]]\ncgroup = \"@CGROUPS@/app\"\npkey = 0xffff\nqkey = 0x01234567\n",
             binding: "UD, P_Key 0xffff, Q_Key 0x01234567",
             completes: true,
             reason: Reason::Ok,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[GSI_QKEY, UDADDY_QKEY],
             attack: None,
-            tenants: [Tenant::ANY; 2],
+            tenants: [APP; 2],
             pinned: false,
             why: "CM to QP1, data Q_Key matches",
         },
         Scenario {
             name: "udaddy-other",
-            roles: None,
+            client_comm: None,
             program: Program::Udaddy,
-            rules: "[[bind]]\ncomm = \"udaddy\"\npkey = 0xffff\nqkey = 0x76543210\n",
+            rules: "[[bind]]\ncgroup = \"@CGROUPS@/app\"\npkey = 0xffff\nqkey = 0x76543210\n",
             binding: "UD, P_Key 0xffff, Q_Key 0x76543210",
             completes: false,
             reason: Reason::QkeyViolation,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[GSI_QKEY, UDADDY_QKEY],
             attack: None,
-            tenants: [Tenant::ANY; 2],
+            tenants: [APP; 2],
             pinned: false,
             why: "CM passes; data Q_Key differs",
         },
         Scenario {
             name: "unknown-drop-ud",
-            roles: None,
+            client_comm: None,
             program: Program::UdPingpong,
             rules: "[enforcement]\nunknown_qp = \"drop\"\n",
             binding: "none (unknown_qp = drop)",
@@ -403,7 +398,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "unknown-drop-rping",
-            roles: None,
+            client_comm: None,
             program: Program::Rping,
             rules: "[enforcement]\nunknown_qp = \"drop\"\n",
             binding: "none (unknown_qp = drop)",
@@ -418,7 +413,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "stamp-ud-a-b",
-            roles: roles(A, B),
+            client_comm: None,
             program: Program::UdPingpong,
             rules: STAMPING,
             binding: "A 0x8001 ⟵ B 0x0001, stamped",
@@ -427,13 +422,13 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0x0001, 0x8001],
             wire_qkeys: &[PP_QKEY],
             attack: None,
-            tenants: [Tenant::ANY; 2],
+            tenants: [A, B],
             pinned: false,
             why: "full and limited member of 0x0001",
         },
         Scenario {
             name: "stamp-rc-a-c",
-            roles: roles(A, C),
+            client_comm: None,
             program: Program::RcPingpong,
             rules: STAMPING,
             binding: "A 0x8001 ⟵ C 0x0001, stamped",
@@ -442,13 +437,13 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0x0001, 0x8001],
             wire_qkeys: &[],
             attack: None,
-            tenants: [Tenant::ANY; 2],
+            tenants: [A, C],
             pinned: false,
             why: "full and limited member of 0x0001",
         },
         Scenario {
             name: "stamp-ud-b-c",
-            roles: roles(B, C),
+            client_comm: None,
             program: Program::UdPingpong,
             rules: STAMPING,
             binding: "B 0x0001 ⟵ C 0x0001, stamped",
@@ -457,13 +452,13 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0x0001],
             wire_qkeys: &[PP_QKEY],
             attack: None,
-            tenants: [Tenant::ANY; 2],
+            tenants: [B, C],
             pinned: false,
             why: "two limited members never match",
         },
         Scenario {
             name: "stamp-rc-b-c",
-            roles: roles(B, C),
+            client_comm: None,
             program: Program::RcPingpong,
             rules: STAMPING,
             binding: "B 0x0001 ⟵ C 0x0001, stamped",
@@ -472,13 +467,13 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0x0001],
             wire_qkeys: &[],
             attack: None,
-            tenants: [Tenant::ANY; 2],
+            tenants: [B, C],
             pinned: false,
             why: "two limited members never match",
         },
         Scenario {
             name: "stamp-ud-b-d",
-            roles: roles(B, D),
+            client_comm: None,
             program: Program::UdPingpong,
             rules: STAMPING,
             binding: "B 0x0001 ⟵ D 0x8002, stamped",
@@ -487,13 +482,13 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0x8002],
             wire_qkeys: &[PP_QKEY],
             attack: None,
-            tenants: [Tenant::ANY; 2],
+            tenants: [B, D],
             pinned: false,
             why: "partition 0x0002 is not 0x0001",
         },
         Scenario {
             name: "unstamped-ud-a-b",
-            roles: roles(A, B),
+            client_comm: None,
             program: Program::UdPingpong,
             rules: roles!(),
             binding: "A 0x8001 ⟵ B 0x0001, not stamped",
@@ -502,13 +497,13 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0xffff],
             wire_qkeys: &[PP_QKEY],
             attack: None,
-            tenants: [Tenant::ANY; 2],
+            tenants: [A, B],
             pinned: false,
             why: "rxe sends 0xffff, which 0x8001 refuses",
         },
         Scenario {
             name: "stamp-rc-flood",
-            roles: roles(A, C),
+            client_comm: None,
             program: Program::RcPingpong,
             rules: STAMPING,
             binding: "A 0x8001 ⟵ C 0x0001, stamped",
@@ -517,13 +512,13 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0x0001, 0x8001],
             wire_qkeys: &[],
             attack: Some(Attack::ModifyFlood),
-            tenants: [Tenant::ANY; 2],
+            tenants: [A, C],
             pinned: false,
             why: "a tenant's modify flood records nothing",
         },
         Scenario {
             name: "stamp-rc-squat",
-            roles: roles(A, C),
+            client_comm: None,
             program: Program::RcPingpong,
             rules: STAMPING,
             binding: "A 0x8001 ⟵ C 0x0001, stamped",
@@ -532,7 +527,7 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0x0001, 0x8001],
             wire_qkeys: &[],
             attack: Some(Attack::Squat),
-            tenants: [Tenant::ANY; 2],
+            tenants: [A, C],
             pinned: false,
             why: "frames are the sending QP's, not the peer's",
         },
@@ -541,10 +536,10 @@ pub fn all() -> Vec<Scenario> {
         // frames carry 0xffff.
         Scenario {
             name: "mcast-foreign-join",
-            roles: None,
+            client_comm: None,
             program: Program::UdPingpong,
             rules: concat!(
-                "[[bind]]\ncomm = \"ibv_ud_pingpong\"\npkey = 0xffff\nqkey = 0x11111111\n",
+                "[[bind]]\ncgroup = \"@CGROUPS@/app\"\npkey = 0xffff\nqkey = 0x11111111\n",
                 "[[group]]\naddr = \"239.1.1.1\"\npkey = 0x8002\nqkey = 0x11111111\n"
             ),
             binding: "UD, P_Key 0xffff, Q_Key 0x11111111",
@@ -553,13 +548,13 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0xffff],
             wire_qkeys: &[PP_QKEY],
             attack: Some(Attack::ForeignJoin(Ipv4Addr::new(239, 1, 1, 1))),
-            tenants: [Tenant::ANY; 2],
+            tenants: [APP; 2],
             pinned: false,
             why: "a join to 0x0002's group is reported under a junk flood",
         },
         Scenario {
             name: "tenant-cgroup-a-b",
-            roles: None,
+            client_comm: None,
             program: Program::UdPingpong,
             rules: BY_CGROUP,
             binding: "cgroup a 0x8001 ⟵ cgroup b 0x0001, stamped",
@@ -574,7 +569,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "tenant-cgroup-renamed",
-            roles: roles(B, A),
+            client_comm: Some(FULL_BY_NAME),
             program: Program::UdPingpong,
             rules: BY_CGROUP,
             binding: "cgroup b 0x0001 ⟵ cgroup c as pp-a-full",
@@ -589,7 +584,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "pinned-a-b",
-            roles: roles(A, B),
+            client_comm: None,
             program: Program::UdPingpong,
             rules: STAMPING,
             binding: "A 0x8001 ⟵ B 0x0001, pinned",
@@ -598,13 +593,13 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0x0001, 0x8001],
             wire_qkeys: &[PP_QKEY],
             attack: None,
-            tenants: [Tenant::ANY; 2],
+            tenants: [A, B],
             pinned: true,
             why: "bound and stamped with no pkeyfw process",
         },
         Scenario {
             name: "pinned-b-c",
-            roles: roles(B, C),
+            client_comm: None,
             program: Program::RcPingpong,
             rules: STAMPING,
             binding: "B 0x0001 ⟵ C 0x0001, pinned",
@@ -613,13 +608,13 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0x0001],
             wire_qkeys: &[],
             attack: None,
-            tenants: [Tenant::ANY; 2],
+            tenants: [B, C],
             pinned: true,
             why: "two limited members never match",
         },
         Scenario {
             name: "pinned-d-b",
-            roles: roles(B, D),
+            client_comm: None,
             program: Program::UdPingpong,
             rules: STAMPING,
             binding: "B 0x0001 ⟵ D 0x8002, pinned",
@@ -628,60 +623,60 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0x8002],
             wire_qkeys: &[PP_QKEY],
             attack: None,
-            tenants: [Tenant::ANY; 2],
+            tenants: [B, D],
             pinned: true,
             why: "partition 0x0002 is not 0x0001",
         },
         Scenario {
             name: "drop-bound-udaddy",
-            roles: None,
+            client_comm: None,
             program: Program::Udaddy,
             rules: "[enforcement]\nunknown_qp = \"drop\"\n\
-                    [[bind]]\ncomm = \"udaddy\"\npkey = 0xffff\nqkey = 0x01234567\n",
+                    [[bind]]\ncgroup = \"@CGROUPS@/app\"\npkey = 0xffff\nqkey = 0x01234567\n",
             binding: "UD, P_Key 0xffff; unknown: drop",
             completes: true,
             reason: Reason::Ok,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[GSI_QKEY, UDADDY_QKEY],
             attack: None,
-            tenants: [Tenant::ANY; 2],
+            tenants: [APP; 2],
             pinned: false,
             why: "bound as created: no frame is unknown",
         },
         Scenario {
             name: "drop-bound-rping",
-            roles: None,
+            client_comm: None,
             program: Program::Rping,
             rules: "[enforcement]\nunknown_qp = \"drop\"\n\
-                    [[bind]]\ncomm = \"rping\"\npkey = 0xffff\n",
+                    [[bind]]\ncgroup = \"@CGROUPS@/app\"\npkey = 0xffff\n",
             binding: "RC, P_Key 0xffff; unknown: drop",
             completes: true,
             reason: Reason::Ok,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[GSI_QKEY],
             attack: None,
-            tenants: [Tenant::ANY; 2],
+            tenants: [APP; 2],
             pinned: false,
             why: "bound as created: no frame is unknown",
         },
         Scenario {
             name: "ud-own-qkey-restart",
-            roles: None,
+            client_comm: None,
             program: Program::UdPingpong,
-            rules: "[[bind]]\ncomm = \"ibv_ud_pingpong\"\npkey = 0xffff\n",
+            rules: "[[bind]]\ncgroup = \"@CGROUPS@/app\"\npkey = 0xffff\n",
             binding: "UD, P_Key 0xffff, its own Q_Key",
             completes: true,
             reason: Reason::Ok,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[PP_QKEY],
             attack: Some(Attack::Restart),
-            tenants: [Tenant::ANY; 2],
+            tenants: [APP; 2],
             pinned: false,
             why: "the replacing attach keeps the Q_Key the probe saw",
         },
         Scenario {
             name: "stamp-rc-restart",
-            roles: roles(A, C),
+            client_comm: None,
             program: Program::RcPingpong,
             rules: STAMPING,
             binding: "A 0x8001 ⟵ C 0x0001, stamped",
@@ -690,13 +685,13 @@ pub fn all() -> Vec<Scenario> {
             wire_pkeys: &[0x0001, 0x8001],
             wire_qkeys: &[],
             attack: Some(Attack::Restart),
-            tenants: [Tenant::ANY; 2],
+            tenants: [A, C],
             pinned: false,
             why: "the replacing attach keeps the tags and deletes the old stamper",
         },
         Scenario {
             name: "fill-table",
-            roles: None,
+            client_comm: None,
             program: Program::UdPingpong,
             rules: "[enforcement]\nprobe_capacity = 8\n\
                     [[bind]]\nuid = 65534\npkey = 0x8002\nqkey = 0x11111111\n\
@@ -713,22 +708,22 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "ud-own-qkey",
-            roles: None,
+            client_comm: None,
             program: Program::UdPingpong,
-            rules: "[[bind]]\ncomm = \"ibv_ud_pingpong\"\npkey = 0xffff\n",
+            rules: "[[bind]]\ncgroup = \"@CGROUPS@/app\"\npkey = 0xffff\n",
             binding: "UD, P_Key 0xffff, its own Q_Key",
             completes: true,
             reason: Reason::Ok,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[PP_QKEY, FOREIGN_QKEY],
             attack: Some(Attack::ForeignQkey(FOREIGN_QKEY)),
-            tenants: [Tenant::ANY; 2],
+            tenants: [APP; 2],
             pinned: false,
             why: "Q_Key 0x11111111 set by the program; 0x22222222 refused",
         },
         Scenario {
             name: "uid-match",
-            roles: None,
+            client_comm: None,
             program: Program::UdPingpong,
             rules: "[enforcement]\nunknown_qp = \"drop\"\n\
                     [[bind]]\nuid = 1001\npkey = 0xffff\n",
@@ -744,7 +739,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "uid-other",
-            roles: None,
+            client_comm: None,
             program: Program::UdPingpong,
             rules: "[enforcement]\nunknown_qp = \"drop\"\n\
                     [[bind]]\nuid = 1002\npkey = 0xffff\n",
@@ -760,7 +755,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "netns-match",
-            roles: None,
+            client_comm: None,
             program: Program::UdPingpong,
             rules: "[enforcement]\nunknown_qp = \"drop\"\n\
                     [[bind]]\nnetns = \"/proc/self/ns/net\"\npkey = 0xffff\n",
@@ -776,7 +771,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "netns-other",
-            roles: None,
+            client_comm: None,
             program: Program::UdPingpong,
             rules: "[enforcement]\nunknown_qp = \"drop\"\n\
                     [[bind]]\nnetns = \"@OTHER_NETNS@\"\npkey = 0xffff\n",
@@ -799,11 +794,15 @@ mod tests {
 
     use super::*;
 
-    /// Every scenario's policy is valid, and says what its table row claims.
+    /// Every scenario's policy is valid and says what its table row
+    /// claims; its tenants are told apart as the README recommends, by
+    /// cgroup, uid or netns: no rule warns that it is no boundary but
+    /// BY_CGROUP's name rule, there to be renamed around.
     #[test]
     fn scenario_policies_are_what_they_say() {
-        // The lab's cgroups and namespace exist while it runs only.
-        for sc in all().into_iter().filter(|s| !s.rules.contains('@')) {
+        // The lab's cgroups and namespace, which the policies name.
+        let _tenants = super::tenants::Tenants::create().expect("the lab's tenants (run as root)");
+        for sc in all() {
             let p = sc.policy();
             let unbound = sc.binding.starts_with("none");
             if unbound {
@@ -818,13 +817,21 @@ mod tests {
                 _ => true,
             };
             assert!(sc.completes || refused, "{}", sc.name);
-            // Every role is a command name a rule binds.
-            if let Some(r) = sc.roles {
-                for comm in [r.server, r.client] {
-                    let bound = p.binds.iter().any(|b| b.comm.as_deref() == Some(comm));
-                    assert!(bound, "{}: no rule binds {comm}", sc.name);
-                }
+            // Every tenant's cgroup is one a rule binds.
+            for cgroup in sc.tenants.iter().filter_map(|t| t.cgroup) {
+                let named = p
+                    .binds
+                    .iter()
+                    .any(|b| b.cgroup.as_ref().is_some_and(|c| c.path.ends_with(cgroup)));
+                assert!(named, "{}: no rule binds cgroup {cgroup}", sc.name);
             }
+            let weak = p
+                .warnings
+                .iter()
+                .filter(|w| w.contains("no boundary"))
+                .count();
+            let by_name = usize::from(sc.rules == BY_CGROUP);
+            assert_eq!(weak, by_name, "{}: {:?}", sc.name, p.warnings);
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The lab's tenants: cgroups `a`, `b` and `c` under `pkeyfw-lab` in the
+//! The lab's tenants: cgroups `a` to `d` and `app` under `pkeyfw-lab` in the
 //! cgroup v2 hierarchy (mounted at /sys/fs/cgroup first where nothing
 //! provides it, as in the guest), and a network namespace no program runs
 //! in. A scenario's policy names them through placeholders; its processes
@@ -18,8 +18,9 @@ use crate::policy::identity::cgroup2_mount;
 
 /// The lab's cgroups' parent, below the cgroup v2 root.
 const PARENT: &str = "pkeyfw-lab";
-/// The lab's cgroups.
-const CGROUPS: [&str; 3] = ["a", "b", "c"];
+/// The lab's cgroups: the roles' and the one a scenario without roles
+/// runs its programs in.
+const CGROUPS: [&str; 5] = ["a", "b", "c", "d", "app"];
 /// A network namespace no program of the lab runs in.
 pub const OTHER_NETNS: &str = "pkeyfw-lab-other";
 
