@@ -48,7 +48,7 @@ enum Task {
         #[arg(long, value_name = "FILE")]
         json: Option<std::path::PathBuf>,
     },
-    /// Rewrite the README's Benchmarks figures from docs/bench.json.
+    /// Rewrite the figures in docs/benchmarks.md from docs/bench.json.
     BenchReadme,
 }
 
@@ -66,7 +66,7 @@ fn main() -> std::process::ExitCode {
             .and_then(|()| rxe_lab::explore(&script)),
         Task::Test => setup::run().and_then(|()| test::run()),
         Task::Bench { json } => setup::run().and_then(|()| bench::run(json.as_deref())),
-        Task::BenchReadme => bench::readme(),
+        Task::BenchReadme => bench::page(),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

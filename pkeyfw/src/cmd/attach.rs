@@ -285,7 +285,7 @@ fn refused_so_far(filter: &Filter) -> Result<u64> {
 
 /// Paths by which RoCE reaches the host inside a packet XDP calls not RoCE:
 /// SRv6 decapsulated after XDP. (IPsec and other tunnels ending on the host
-/// are as blind; the README says so.)
+/// are as blind; docs/security.md says so.)
 fn blind_spots(iface: &str) -> Vec<String> {
     ["all", iface]
         .into_iter()
@@ -419,7 +419,7 @@ fn attach(
         None => false,
     };
     // Skb mode is the TC ingress program, not generic XDP: it sees a GSO/GRO
-    // super-packet whole (see the README), and runs on 6.1 (clsact) too.
+    // super-packet whole (see docs/security.md), and runs on 6.1 (clsact) too.
     let skb = |filter: &mut Filter| {
         filter
             .attach_ingress(&opts.iface, Egress::Auto)

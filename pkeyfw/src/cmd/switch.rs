@@ -20,7 +20,7 @@ use crate::{control::bridge, loading::pins::Pins, policy::SwitchPolicy};
 /// Enforce partitions at the ports of a switch (a bridge or router).
 ///
 /// The policy's `[[switch.port]]` tables name the interfaces, each with
-/// its P_Key table and checks; see the README's "Switch ports".
+/// its P_Key table and checks; see docs/policy.md, "Switch ports".
 #[derive(clap::Subcommand)]
 pub enum SwitchCommand {
     Attach(SwitchAttachArgs),
@@ -39,7 +39,7 @@ pub struct SwitchAttachArgs {
     pub mode: Mode,
 }
 
-/// Switch every port to its new table, all before any (see the README's
+/// Switch every port to its new table, all before any (see docs/policy.md,
 /// "Switch ports"); ports the policy adds are attached first.
 #[derive(clap::Args)]
 pub struct SwitchReloadArgs {

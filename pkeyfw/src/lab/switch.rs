@@ -84,6 +84,13 @@ impl Round {
     }
 }
 
+/// The access round's switch policy: every port an access port for its
+/// host's key. The README's bridge quick start shows this fabric
+/// (tests/quickstart.rs holds the two equal).
+pub fn access_policy() -> String {
+    Round::Access.policy()
+}
+
 /// One frame of the lab.
 struct Case {
     round: Round,

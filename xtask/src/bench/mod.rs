@@ -3,9 +3,9 @@
 //! the QP-creation probe adds to creating a QP, in the soft-RoCE guest.
 //!
 //! The kernel bench writes its figures as one JSON document; its tables,
-//! here and in the README, are renderings of that document.
+//! here and in docs/benchmarks.md, are renderings of that document.
 
-mod readme;
+mod page;
 mod render;
 mod table;
 
@@ -15,7 +15,7 @@ use anyhow::{Context as _, Result};
 
 use crate::{cmd, guest, rxe_lab};
 
-pub use readme::run as readme;
+pub use page::run as page;
 
 /// What the live bench runs beside the filter: nftables for the rule a user
 /// would write by hand, ethtool for veth's own counters and its GRO switch.
@@ -45,9 +45,9 @@ pub fn run(json: Option<&Path>) -> Result<()> {
     if let Some(json) = json {
         std::fs::write(json, &text).with_context(|| format!("writing {}", json.display()))?;
         println!(
-            "Wrote {}; to show it in the README, copy it to {} and run `cargo xtask bench-readme`.\n",
+            "Wrote {}; to show it in docs/benchmarks.md, copy it to {} and run `cargo xtask bench-readme`.\n",
             json.display(),
-            readme::document_path().display()
+            page::document_path().display()
         );
     }
     println!(

@@ -1,6 +1,6 @@
 //! The kernel bench's JSON document as tables: the terminal's and the
-//! README's come from the same rendering, so a committed document and the
-//! README's Benchmarks section cannot disagree.
+//! benchmarks page's (docs/benchmarks.md) come from the same rendering, so a
+//! committed document and the page cannot disagree.
 
 use anyhow::{Context as _, Result};
 use serde_json::Value;
@@ -26,7 +26,7 @@ pub fn header(doc: &Value) -> Result<String> {
     ))
 }
 
-/// Every table of the document, in the README's order.
+/// Every table of the document, in the page's order.
 pub fn tables(doc: &Value) -> Result<Vec<Table>> {
     Ok(vec![
         per_path(&doc["per_path"])?,
@@ -43,7 +43,7 @@ pub fn tables(doc: &Value) -> Result<Vec<Table>> {
     ])
 }
 
-/// The README's Benchmarks figures: the header line and every table.
+/// The benchmarks page's figures: the header line and every table.
 pub fn markdown(doc: &Value) -> Result<String> {
     let mut out = header(doc)?;
     for table in tables(doc)? {

@@ -1,4 +1,5 @@
-//! A table printed twice: aligned for the terminal, in markdown for the README.
+//! A table printed twice: aligned for the terminal, in markdown for
+//! docs/benchmarks.md.
 
 pub struct Table {
     pub title: String,
