@@ -6,13 +6,15 @@
 //! - [`control`]: what keeps a running filter in step with the host's QPs;
 //! - [`reporting`]: how frames, counters and violations read to a person;
 //! - [`capture`]: frames read from pcap and pcapng captures;
-//! - [`cmd`]: the commands built on them, each with its arguments.
+//! - [`cmd`]: the commands built on them, each with its arguments;
+//! - [`cli`]: the command line that names them.
 //!
 //! Test and bench equipment (frame builder, namespaces, case table,
 //! fixtures) is the pkeyfw-testkit crate; `cmd::lab` uses it, behind the
 //! default `lab` feature.
 
 pub mod capture;
+pub mod cli;
 pub mod cmd;
 pub mod control;
 pub mod loading;
