@@ -42,7 +42,9 @@ enum Task {
     /// Set up, build, then run real ibverbs programs over soft-RoCE (rdma_rxe)
     /// in a qemu guest with pkeyfw enforcing (root; builds the guest once).
     RxeLab {
-        /// Passed on to `pkeyfw lab rxe`, e.g. `--only udaddy`.
+        /// Passed on to `pkeyfw lab rxe`, e.g. `--only udaddy`; `--only
+        /// systemd` runs the scenario of the package's unit under systemd
+        /// alone (run after the lab's otherwise).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },

@@ -188,7 +188,8 @@ fn installed(root: &Path, package: &Package) -> Result<()> {
 /// `pkeyfw policy check` of one example, for a port of partitions.conf.
 /// The cgroups it binds exist for the check: in a mount namespace of its
 /// own, cgroup v2 mounted at /sys/fs/cgroup (this host may have another
-/// layout there) with the missing ones made, and removed after.
+/// layout there) with the missing ones made, and removed after (innermost
+/// first).
 fn policy_check(bin: &Path, policy: &Path) -> Result<()> {
     let text = fs::read_to_string(policy)?;
     let cgroups: Vec<&str> = text
@@ -200,7 +201,12 @@ fn policy_check(bin: &Path, policy: &Path) -> Result<()> {
         "set -e\n\
          mount -t cgroup2 cgroup2 /sys/fs/cgroup\n\
          made=''\n\
-         for c in {cgroups}; do [ -d \"$c\" ] || {{ mkdir \"$c\"; made=\"$made $c\"; }}; done\n\
+         for c in {cgroups}; do\n\
+           d=/sys/fs/cgroup\n\
+           for part in $(echo \"${{c#/sys/fs/cgroup/}}\" | tr / ' '); do\n\
+             d=\"$d/$part\"; [ -d \"$d\" ] || {{ mkdir \"$d\"; made=\"$d $made\"; }}\n\
+           done\n\
+         done\n\
          status=0\n\
          '{bin}' policy check --policy '{policy}' --port-guid 0x0002c90300a1b2c3 || status=$?\n\
          for c in $made; do rmdir \"$c\"; done\n\
