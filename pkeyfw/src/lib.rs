@@ -7,6 +7,7 @@
 //! - [`reporting`]: how frames, counters and violations read to a person;
 //! - [`capture`]: frames read from pcap and pcapng captures;
 //! - [`cmd`]: the commands built on them, each with its arguments;
+//! - [`cli`]: the command line that names them;
 //! - `lab`: the labs `pkeyfw lab` runs (veth, switch, soft-RoCE), behind
 //!   the default `lab` feature.
 //!
@@ -15,6 +16,7 @@
 //! `lab` uses it.
 
 pub mod capture;
+pub mod cli;
 pub mod cmd;
 pub mod control;
 // The frames and namespaces it uses are test equipment (pkeyfw-testkit).

@@ -1,66 +1,16 @@
-//! The `pkeyfw` command line: the commands, each with its arguments in its
-//! own module under `cmd`.
+//! The `pkeyfw` command: the command line ([`pkeyfw::cli`]) parsed and run.
 
 use std::process::ExitCode;
 
-use anyhow::Result;
-use clap::{Parser, Subcommand};
-#[cfg(feature = "lab")]
-use pkeyfw::cmd::lab;
-use pkeyfw::cmd::{attach, detach, events, metrics, policy, qps, reload, replay, stats, switch};
-
-/// InfiniBand partition isolation (P_Keys, Q_Keys) for RoCE, enforced in XDP.
-///
-/// Exit status: 0 on success, 1 on any error (the message says what and
-/// where), 2 on a usage error.
-#[derive(Parser)]
-#[command(version, about, long_about)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    Attach(attach::AttachArgs),
-    Reload(reload::ReloadArgs),
-    Detach(detach::DetachArgs),
-    Stats(stats::StatsArgs),
-    Metrics(metrics::MetricsArgs),
-    Events(events::EventsArgs),
-    Qps(qps::QpsArgs),
-    #[cfg(feature = "lab")]
-    Lab(lab::LabArgs),
-    #[command(subcommand)]
-    Policy(policy::PolicyCommand),
-    Replay(replay::ReplayArgs),
-    #[command(subcommand)]
-    Switch(switch::SwitchCommand),
-}
+use clap::Parser as _;
+use pkeyfw::cli::Cli;
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    match Cli::parse().run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("pkeyfw: {e:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-fn run(cli: Cli) -> Result<()> {
-    match &cli.command {
-        Command::Attach(args) => attach::run(args),
-        Command::Reload(args) => reload::run(args),
-        Command::Detach(args) => detach::run(args),
-        Command::Stats(args) => stats::run(args),
-        Command::Metrics(args) => metrics::run(args),
-        Command::Events(args) => events::run(args),
-        Command::Qps(args) => qps::run(args),
-        #[cfg(feature = "lab")]
-        Command::Lab(args) => lab::run(args),
-        Command::Policy(command) => policy::run(command),
-        Command::Replay(args) => replay::run(args),
-        Command::Switch(command) => switch::run(command),
     }
 }

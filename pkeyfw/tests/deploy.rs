@@ -79,17 +79,19 @@ fn accepted(args: &[String]) {
 }
 
 #[test]
-fn the_unit_runs_a_command_pkeyfw_accepts() {
-    let exec = UNIT
-        .lines()
-        .find_map(|l| l.strip_prefix("ExecStart=/usr/local/bin/pkeyfw "))
-        .expect("ExecStart runs pkeyfw");
-    accepted(
-        &exec
-            .split_whitespace()
-            .map(|a| a.replace("%i", "pkfwnosuch0"))
-            .collect::<Vec<_>>(),
-    );
+fn the_unit_runs_commands_pkeyfw_accepts() {
+    for key in ["ExecStart", "ExecReload"] {
+        let exec = UNIT
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=/usr/local/bin/pkeyfw ")))
+            .unwrap_or_else(|| panic!("{key} runs pkeyfw"));
+        accepted(
+            &exec
+                .split_whitespace()
+                .map(|a| a.replace("%i", "pkfwnosuch0"))
+                .collect::<Vec<_>>(),
+        );
+    }
 }
 
 fn deploy(dir: &str) -> PathBuf {

@@ -1,5 +1,5 @@
-//! Project tasks: `cargo xtask setup | build | lab | rxe-lab | test | bench |
-//! bench-readme`.
+//! Project tasks: `cargo xtask setup | build | package | lab | rxe-lab | test |
+//! bench | bench-readme`.
 //!
 //! xtask must build with whatever stable toolchain the machine has: it is what
 //! installs the pinned ones.
@@ -7,6 +7,7 @@
 mod bench;
 mod cmd;
 mod guest;
+mod package;
 mod rxe_lab;
 mod setup;
 mod test;
@@ -27,12 +28,23 @@ enum Task {
     Setup,
     /// Set up, then build target/release/pkeyfw with the XDP object embedded.
     Build,
+    /// Set up, then build the Debian package target/debian/pkeyfw_VERSION_ARCH.deb
+    /// (the production build, its unit, man pages, completions, example
+    /// policies).
+    Package {
+        /// Then check it as `cargo xtask test` does: lintian, its contents,
+        /// `dpkg -i` into a throwaway root (needs root).
+        #[arg(long)]
+        check: bool,
+    },
     /// Set up, build, then run the RoCE partition lab (`pkeyfw lab`, root).
     Lab,
     /// Set up, build, then run real ibverbs programs over soft-RoCE (rdma_rxe)
     /// in a qemu guest with pkeyfw enforcing (root; builds the guest once).
     RxeLab {
-        /// Passed on to `pkeyfw lab rxe`, e.g. `--only udaddy`.
+        /// Passed on to `pkeyfw lab rxe`, e.g. `--only udaddy`; `--only
+        /// systemd` runs the scenario of the package's unit under systemd
+        /// alone (run after the lab's otherwise).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -56,6 +68,19 @@ fn main() -> std::process::ExitCode {
     let result = match Cli::parse().task {
         Task::Setup => setup::run(),
         Task::Build => setup::run().and_then(|()| build()),
+        Task::Package { check } => setup::run()
+            .and_then(|()| package::run())
+            .and_then(|p| {
+                if check {
+                    package::check::run(&p)
+                } else {
+                    Ok((0, 0))
+                }
+            })
+            .and_then(|(_, failed)| match failed {
+                0 => Ok(()),
+                n => anyhow::bail!("{n} package checks failed"),
+            }),
         Task::Lab => setup::run().and_then(|()| build()).and_then(|()| lab()),
         Task::RxeLab { args } => setup::run()
             .and_then(|()| build())

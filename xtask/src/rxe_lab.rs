@@ -8,8 +8,12 @@ use std::{fs, path::Path, path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{cmd, guest::Guest};
+use crate::{
+    cmd,
+    guest::{Guest, Init},
+};
 
+mod systemd;
 mod wire;
 
 /// Boot, every scenario and the guest's own slowness under TCG included
@@ -22,7 +26,7 @@ const ATTACKER: &str = "pkeyfw-lab-verbs";
 
 /// A fresh share with the release CLI, the attacker and `script` as
 /// guest.sh.
-fn share(script: &str) -> Result<PathBuf> {
+pub fn share(script: &str) -> Result<PathBuf> {
     cmd::cargo(&[
         "build",
         "--release",
@@ -57,7 +61,7 @@ pub fn explore(script: &Path) -> Result<()> {
 pub fn script(text: &str) -> Result<()> {
     let guest = Guest::ensure()?;
     let share = share(text)?;
-    let code = guest.run(&share, TIMEOUT)?;
+    let code = guest.run(&share, TIMEOUT, Init::Shell)?;
     println!(
         "xtask: the script exited {code}; its folder is {}",
         share.display()
@@ -84,9 +88,39 @@ impl Outcome {
     }
 }
 
-/// `cargo xtask rxe-lab`: the scenarios in the guest, then every capture
-/// decoded with tshark.
+/// `cargo xtask rxe-lab`: the lab's scenarios in the guest, every capture
+/// decoded with tshark; then the `systemd` scenario, in the guest booted
+/// with systemd. `--only systemd` runs that one alone; any other `--only`
+/// goes to the lab.
 pub fn run(args: &[String]) -> Result<Outcome> {
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1));
+    if only.is_some_and(|o| o == systemd::NAME) {
+        return systemd::run();
+    }
+    let lab = lab(args)?;
+    if only.is_some() {
+        return Ok(lab);
+    }
+    // A guest that cannot start fails the scenario, with the reason.
+    let unit = systemd::run().unwrap_or_else(|e| {
+        println!("test rxe-lab::{} ... FAILED: {e:#}", systemd::NAME);
+        Outcome {
+            passed: 0,
+            failed: 1,
+        }
+    });
+    Ok(Outcome {
+        passed: lab.passed + unit.passed,
+        failed: lab.failed + unit.failed,
+    })
+}
+
+/// The lab's scenarios (`pkeyfw lab rxe`), with the host's reading of
+/// their captures.
+fn lab(args: &[String]) -> Result<Outcome> {
     let guest = Guest::ensure()?;
     let extra: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
     let share = share(&format!(
@@ -94,7 +128,7 @@ pub fn run(args: &[String]) -> Result<Outcome> {
          echo \"pkeyfw lab rxe exited $?\"\n",
         extra.join(" ")
     ))?;
-    let code = guest.run(&share, TIMEOUT)?;
+    let code = guest.run(&share, TIMEOUT, Init::Shell)?;
     if code != 0 {
         bail!("the guest script failed ({code})");
     }

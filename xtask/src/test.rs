@@ -1,6 +1,7 @@
 //! `cargo xtask test`: formatting, lints, every test of the workspace, the
-//! kernel ones included (they load the real XDP program, hence root), and
-//! the soft-RoCE scenarios in the guest, each counted as a test.
+//! kernel ones included (they load the real XDP program, hence root), the
+//! Debian package's checks, and the soft-RoCE scenarios in the guest (the
+//! package's unit under systemd among them), each counted as a test.
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -38,6 +39,11 @@ pub fn run() -> Result<()> {
     // tests/service.rs: systemd-analyze).
     crate::guest::ensure_tools(TEST_TOOLS)?;
     let (mut passed, mut failed) = cargo_test(&["test", "--release", "--no-fail-fast"])?;
+    // The Debian package, built and checked as Debian and an operator would.
+    let package = crate::package::run()?;
+    let (p, f) = crate::package::check::run(&package)?;
+    passed += p;
+    failed += f;
     crate::build()?;
     // A guest that cannot start fails the run, with the reason.
     match crate::rxe_lab::run(&[]) {

@@ -1,7 +1,10 @@
 //! Building the guest from Debian's packages: the release the host runs (so
 //! the host-built `pkeyfw` runs in it unchanged), its stock kernel with only
 //! the modules soft-RoCE needs, and a debootstrap minbase root with the RDMA
-//! userland, packed whole as a zstd initramfs (no disk, no disk driver).
+//! userland and systemd, packed whole as a zstd initramfs (no disk, no disk
+//! driver). It boots either way: /init, a shell script, runs the host's
+//! script without an init system; or systemd runs it from a unit (for the
+//! scenario that tests pkeyfw's own unit).
 
 use std::{
     fs,
@@ -23,6 +26,12 @@ pub const PACKAGES: &[&str] = &[
     "perftest",
     "iproute2",
     "tcpdump",
+    // The systemd boot: systemd as PID 1; udev, without which no
+    // interface's device unit (what pkeyfw@IFACE binds to) appears; D-Bus,
+    // which `systemd-run --wait` talks to.
+    "systemd",
+    "udev",
+    "dbus",
 ];
 
 /// Modules /init loads, in order: the 9p share over virtio, veth, the
@@ -138,6 +147,7 @@ pub fn build(release: &str, work: &Path, out: &Path) -> Result<()> {
     let init_path = root.join("init");
     fs::write(&init_path, init)?;
     chmod_x(&init_path)?;
+    systemd_boot(&root)?;
     slim(&root)?;
 
     progress.step("packing the initramfs");
@@ -224,6 +234,31 @@ fn install_modules(kernel: &Path, root: &Path, version: &str) -> Result<()> {
     )?;
     fs::remove_dir_all(&kept)?;
     chroot(root, &["depmod", "-a", version])
+}
+
+/// What the systemd boot runs: pkeyfw-guest.service (the host's script,
+/// then power off), enabled; no login prompt on the console it writes to.
+fn systemd_boot(root: &Path) -> Result<()> {
+    let script = include_str!("under-systemd.sh").replace("@MODULES@", &MODULES.join(" "));
+    let runner = root.join("usr/local/sbin/pkeyfw-guest");
+    fs::create_dir_all(runner.parent().expect("a parent"))?;
+    fs::write(&runner, script)?;
+    chmod_x(&runner)?;
+    let units = root.join("etc/systemd/system");
+    fs::write(
+        units.join("pkeyfw-guest.service"),
+        include_str!("pkeyfw-guest.service"),
+    )?;
+    let wants = units.join("multi-user.target.wants");
+    fs::create_dir_all(&wants)?;
+    std::os::unix::fs::symlink(
+        "/etc/systemd/system/pkeyfw-guest.service",
+        wants.join("pkeyfw-guest.service"),
+    )?;
+    for getty in ["serial-getty@ttyS0.service", "getty@tty1.service"] {
+        std::os::unix::fs::symlink("/dev/null", units.join(getty))?;
+    }
+    Ok(())
 }
 
 fn chroot(root: &Path, args: &[&str]) -> Result<()> {

@@ -18,6 +18,15 @@ use anyhow::{Context as _, Result, bail};
 
 pub use build::{ensure_host_tools, ensure_tools};
 
+/// What runs as PID 1.
+#[derive(Copy, Clone, PartialEq, Eq)]
+pub enum Init {
+    /// /init, a shell script: the quickest boot.
+    Shell,
+    /// Debian's systemd, which runs the script from a unit.
+    Systemd,
+}
+
 /// A built guest: its kernel and its whole root as an initramfs.
 pub struct Guest {
     dir: PathBuf,
@@ -57,10 +66,11 @@ impl Guest {
         self.dir.join("initrd.zst")
     }
 
-    /// Boots the guest to run `share/guest.sh`, echoing its console, and
-    /// returns the script's exit status. Fails, saying why, when the guest
-    /// does not start, does not run the script, or outlives `timeout`.
-    pub fn run(&self, share: &Path, timeout: Duration) -> Result<i32> {
+    /// Boots the guest with `init` to run `share/guest.sh`, echoing its
+    /// console, and returns the script's exit status. Fails, saying why,
+    /// when the guest does not start, does not run the script, or outlives
+    /// `timeout`.
+    pub fn run(&self, share: &Path, timeout: Duration, init: Init) -> Result<i32> {
         let status_file = share.join("status");
         let _ = fs::remove_file(&status_file);
         let accel = std::env::var("PKEYFW_GUEST_ACCEL").unwrap_or_else(|_| "tcg".to_string());
@@ -73,10 +83,14 @@ impl Guest {
             .arg(self.kernel())
             .arg("-initrd")
             .arg(self.initrd())
-            .args([
-                "-append",
-                "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init",
-            ])
+            .arg("-append")
+            .arg(match init {
+                Init::Shell => "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init",
+                Init::Systemd => {
+                    "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/lib/systemd/systemd \
+                     systemd.show_status=0"
+                }
+            })
             .arg("-virtfs")
             .arg(format!(
                 "local,path={},mount_tag=share,security_model=none",
@@ -144,13 +158,16 @@ fn accel_option(accel: &str) -> String {
     }
 }
 
-/// Changes to the recipe (packages, modules, /init) make a new guest.
+/// Changes to the recipe (packages, modules, what either boot runs) make a
+/// new guest.
 fn recipe_hash(release: &str) -> u64 {
     let recipe = format!(
-        "{release}\n{}\n{}\n{}",
+        "{release}\n{}\n{}\n{}\n{}\n{}",
         build::PACKAGES.join(","),
         build::MODULES.join(","),
-        include_str!("init.sh")
+        include_str!("init.sh"),
+        include_str!("under-systemd.sh"),
+        include_str!("pkeyfw-guest.service"),
     );
     // FNV-1a: stable across builds, unlike std's hasher.
     recipe.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {

@@ -1,0 +1,260 @@
+# The `systemd` scenario, in the soft-RoCE guest with systemd as PID 1: what
+# an operator does with pkeyfw's Debian package. Two rdma_rxe devices on a
+# veth pair (as `pkeyfw lab rxe`'s, policy routing sending their traffic
+# over it), the package installed with dpkg, the shipped tenants example as
+# both ends' policy (stamping: both ends run pkeyfw), tenants as systemd
+# slices, unmodified ibv_rc_pingpong started with systemd-run in them.
+# Each check writes `ok NAME` or `FAILED NAME: why` to /share/results.
+set -u
+RESULTS=/share/results
+: > "$RESULTS"
+ok() { echo "ok $1" >> "$RESULTS"; echo "systemd: $1 ✓"; }
+bad() { echo "FAILED $1: $2" >> "$RESULTS"; echo "systemd: $1 FAILED: $2"; }
+A=192.0.2.1
+B=192.0.2.2
+# The exposure `systemd-analyze security` gives the unit the README records.
+MAX_EXPOSURE=2.8
+
+# --- the fabric --------------------------------------------------------------
+ip link add pkfw0 type veth peer name pkfw1
+ip addr add $A/32 dev pkfw0
+ip addr add $B/32 dev pkfw1
+ip link set pkfw0 up
+ip link set pkfw1 up
+ip route add $B dev pkfw0 src $A table 4791
+ip neigh add $B lladdr "$(cat /sys/class/net/pkfw1/address)" dev pkfw0 nud permanent
+ip route add $A dev pkfw1 src $B table 4792
+ip neigh add $A lladdr "$(cat /sys/class/net/pkfw0/address)" dev pkfw1 nud permanent
+ip rule add pref 100 iif lo to $B lookup 4791
+ip rule add pref 101 oif pkfw0 to $B lookup 4791
+ip rule add pref 102 iif lo to $A lookup 4792
+ip rule add pref 103 oif pkfw1 to $A lookup 4792
+ip rule add pref 200 lookup local
+ip rule del pref 0 lookup local
+for c in all default pkfw0 pkfw1; do
+    echo 1 > /proc/sys/net/ipv4/conf/$c/accept_local
+    echo 0 > /proc/sys/net/ipv4/conf/$c/rp_filter
+done
+rdma link add pkfw_rxe0 type rxe netdev pkfw0
+rdma link add pkfw_rxe1 type rxe netdev pkfw1
+udevadm settle
+
+# The index of DEVICE's RoCE v2 GID for an IPv4 address (as hex c000:0201).
+gid_index() {
+    for i in $(seq 1 30); do
+        for f in /sys/class/infiniband/$1/ports/1/gids/*; do
+            n=${f##*/}
+            if [ "$(cat "$f" 2>/dev/null)" = "0000:0000:0000:0000:0000:ffff:$2" ] &&
+                [ "$(cat /sys/class/infiniband/$1/ports/1/gid_attrs/types/$n 2>/dev/null)" = "RoCE v2" ]; then
+                echo "$n"
+                return
+            fi
+        done
+        sleep 1
+    done
+}
+GA=$(gid_index pkfw_rxe0 c000:0201)
+GB=$(gid_index pkfw_rxe1 c000:0202)
+echo "systemd: pkfw_rxe0 GID $GA, pkfw_rxe1 GID $GB"
+
+# How many lines of UNIT's journal contain TEXT.
+said() { journalctl -u "$1" -o cat --no-pager 2>/dev/null | grep -c -- "$2"; }
+# Waits up to SECS for UNIT's journal to contain TEXT more than BEFORE times.
+await() {
+    for i in $(seq 1 "$4"); do
+        [ "$(said "$1" "$2")" -gt "$3" ] && return 0
+        sleep 1
+    done
+    return 1
+}
+# Who holds IFACE's filter, as `pkeyfw stats --json` says.
+held() { pkeyfw stats "$1" --json | grep -o '"held":"[^"]*"' | cut -d'"' -f4; }
+main_pid() { systemctl show -P MainPID "pkeyfw@$1"; }
+
+# An RC pingpong, server on pkfw_rxe1 in slice $2, client on pkfw_rxe0 in
+# slice $3, each a unit; whether the client completed within 20 s.
+PORT=18515
+pingpong() {
+    PORT=$((PORT + 1))
+    systemd-run --quiet --unit="srv-$1" --slice="$2" -p RuntimeMaxSec=60 \
+        ibv_rc_pingpong -d pkfw_rxe1 -g "$GB" -p $PORT -n 20
+    for i in $(seq 1 20); do
+        ss -ltn | grep -q ":$PORT " && break
+        sleep 1
+    done
+    systemd-run --quiet --wait --unit="cli-$1" --slice="$3" -p RuntimeMaxSec=20 \
+        ibv_rc_pingpong -d pkfw_rxe0 -g "$GA" -p $PORT -n 20 $B > /dev/null 2>&1
+    completed=$?
+    systemctl stop "srv-$1" 2> /dev/null
+    if [ $completed -ne 0 ]; then
+        journalctl -u "srv-$1" -u "cli-$1" -o cat --no-pager | tail -8
+    fi
+    return $completed
+}
+
+# --- the package -------------------------------------------------------------
+if dpkg -i /share/pkeyfw.deb && [ -x /usr/bin/pkeyfw ] &&
+    systemctl cat pkeyfw@.service > /dev/null; then
+    ok dpkg-install
+else
+    bad dpkg-install "dpkg -i failed or installed no unit"
+fi
+
+# --- tenants as slices, the shipped example as both ends' policy -------------
+for t in a b; do
+    printf '[Unit]\nDescription=Tenant %s\n' $t > /etc/systemd/system/tenant-$t.slice
+done
+systemctl daemon-reload
+systemctl start tenant-a.slice tenant-b.slice
+mkdir -p /etc/pkeyfw
+for i in pkfw0 pkfw1; do
+    cp /usr/share/doc/pkeyfw/examples/tenants.toml /etc/pkeyfw/$i.toml
+done
+
+# --- two instances started at the same moment --------------------------------
+systemctl enable --now pkeyfw@pkfw0 pkeyfw@pkfw1
+if await pkeyfw@pkfw0 "pkeyfw: attached to" 0 120 && await pkeyfw@pkfw1 "pkeyfw: attached to" 0 120 &&
+    [ "$(held pkfw0)" = "foreground, process $(main_pid pkfw0)" ] &&
+    [ "$(held pkfw1)" = "foreground, process $(main_pid pkfw1)" ]; then
+    ok both-instances-attach
+else
+    bad both-instances-attach "see pkeyfw's journal below"
+    journalctl -u 'pkeyfw@*' -o short-monotonic --no-pager | tail -40
+    # Nothing below can work without them (the host reports the rest not run).
+    exit 0
+fi
+
+# --- tenants ------------------------------------------------------------------
+if pingpong aa tenant-a.slice tenant-a.slice; then
+    ok one-tenant-completes
+else
+    bad one-tenant-completes "tenant-a's client did not complete"
+fi
+if pingpong ab tenant-a.slice tenant-b.slice; then
+    bad tenants-apart-stall "tenant-b's client completed with tenant-a's server"
+elif await pkeyfw@pkfw1 "drop pkey_violation" 0 10; then
+    ok tenants-apart-stall
+else
+    bad tenants-apart-stall "no violation line in journalctl -u pkeyfw@pkfw1"
+fi
+
+# --- restart and stop: enforcement never lapses -------------------------------
+# Frames to a QP no one has, sent throughout on pkfw0 past its egress
+# stamper (PACKET_QDISC_BYPASS): P_Key 0x8005, which no table holds, must
+# never reach pkfw1's packet taps; 0xffff (the default partition) must.
+cat > /tmp/probe.pl <<'PERL'
+use strict;
+use Socket;
+my ($from, $to) = @ARGV;
+sub slurp { open(my $f, "<", shift) or die "$!"; my $v = <$f>; chomp $v; $v }
+sub mac { pack("H12", join("", split(/:/, slurp("/sys/class/net/$_[0]/address")))) }
+socket(my $s, 17, 3, 0) or die "AF_PACKET: $!";
+setsockopt($s, 263, 20, pack("i", 1)) or die "PACKET_QDISC_BYPASS: $!";
+my $dst = mac($to);
+my $ll = pack("S n i S C C a8", 17, 0x0800, slurp("/sys/class/net/$from/ifindex"), 0, 0, 6, $dst);
+sub frame {
+    my $bth = pack("C C n N N", 0x04, 0, shift, 0x00abcdef, 0) . ("\0" x 20);
+    my $udp = pack("n n n n", 49152, 4791, 8 + length($bth), 0) . $bth;
+    my $ip = pack("C C n n n C C n", 0x45, 0, 20 + length($udp), 0, 0x4000, 64, 17, 0)
+        . inet_aton("192.0.2.1") . inet_aton("192.0.2.2");
+    my $sum = 0;
+    $sum += $_ for unpack("n*", $ip);
+    $sum = ($sum & 0xffff) + ($sum >> 16) while $sum > 0xffff;
+    substr($ip, 10, 2) = pack("n", ~$sum & 0xffff);
+    $dst . mac($from) . pack("n", 0x0800) . $ip . $udp;
+}
+my ($refused, $passed) = (frame(0x8005), frame(0xffff));
+while (1) {
+    send($s, $refused, 0, $ll) or die "send: $!";
+    send($s, $passed, 0, $ll) or die "send: $!";
+    select(undef, undef, undef, 0.02);
+}
+PERL
+tcpdump -i pkfw1 -n -U -w /tmp/lapse.pcap 'udp dst port 4791 and (udp[12:4] & 0xffffff) = 0xabcdef' 2> /tmp/tcpdump.log &
+TCPDUMP=$!
+for i in $(seq 1 20); do grep -qs listening /tmp/tcpdump.log && break; sleep 1; done
+perl /tmp/probe.pl pkfw0 pkfw1 &
+PROBE=$!
+sleep 2
+
+before=$(said pkeyfw@pkfw1 "pkeyfw: attached to")
+old=$(main_pid pkfw1)
+systemctl restart pkeyfw@pkfw1
+if await pkeyfw@pkfw1 "pkeyfw: attached to" "$before" 120 &&
+    [ "$(main_pid pkfw1)" != "$old" ] &&
+    [ "$(held pkfw1)" = "foreground, process $(main_pid pkfw1)" ]; then
+    ok restart-takes-over
+else
+    bad restart-takes-over "pkeyfw stats pkfw1 says held by: $(held pkfw1)"
+fi
+old=$(main_pid pkfw1)
+systemctl stop pkeyfw@pkfw1
+sleep 3
+if ! systemctl -q is-active pkeyfw@pkfw1 &&
+    [ "$(held pkfw1)" = "foreground, process $old gone" ] &&
+    ip link show pkfw1 | grep -q xdp; then
+    ok stop-leaves-the-filter
+else
+    bad stop-leaves-the-filter "pkeyfw stats pkfw1 says held by: $(held pkfw1)"
+fi
+before=$(said pkeyfw@pkfw1 "pkeyfw: attached to")
+systemctl start pkeyfw@pkfw1
+await pkeyfw@pkfw1 "pkeyfw: attached to" "$before" 120
+sleep 2
+kill $PROBE
+kill -INT $TCPDUMP
+wait $TCPDUMP
+refused=$(tcpdump -r /tmp/lapse.pcap -n 'udp[10:2] = 0x8005' 2> /dev/null | wc -l)
+passed=$(tcpdump -r /tmp/lapse.pcap -n 'udp[10:2] = 0xffff' 2> /dev/null | wc -l)
+echo "systemd: across restart, stop and start: $refused refused and $passed passed probe frames arrived"
+if [ "$refused" -eq 0 ] && [ "$passed" -gt 0 ]; then
+    ok enforcement-never-lapses
+else
+    bad enforcement-never-lapses "$refused refused frames arrived ($passed passed)"
+fi
+
+# --- reload -------------------------------------------------------------------
+# tenant-b joins tenant-a's partition: its client now completes.
+for i in pkfw0 pkfw1; do
+    sed -i 's/pkey = 0x8002/pkey = 0x8001/' /etc/pkeyfw/$i.toml
+done
+r0=$(said pkeyfw@pkfw0 "reloaded pkfw0")
+r1=$(said pkeyfw@pkfw1 "reloaded pkfw1")
+if systemctl reload pkeyfw@pkfw0 pkeyfw@pkfw1 &&
+    await pkeyfw@pkfw0 "reloaded pkfw0" "$r0" 60 && await pkeyfw@pkfw1 "reloaded pkfw1" "$r1" 60 &&
+    pingpong ab2 tenant-a.slice tenant-b.slice; then
+    ok reload-applies
+else
+    bad reload-applies "tenant-b's client did not complete after the reload"
+fi
+# A bad policy is refused (`systemctl reload` fails) and logged with
+# where it is wrong; the running one stays.
+refused_before=$(said pkeyfw@pkfw1 "/etc/pkeyfw/pkfw1.toml:2:")
+printf '[port]\npkeys = [0xffff, 0x8001\n' > /etc/pkeyfw/pkfw1.toml
+if systemctl reload pkeyfw@pkfw1; then
+    bad bad-reload-refused "systemctl reload accepted a bad policy"
+elif await pkeyfw@pkfw1 "/etc/pkeyfw/pkfw1.toml:2:" "$refused_before" 60 &&
+    systemctl -q is-active pkeyfw@pkfw1 &&
+    pingpong ab3 tenant-a.slice tenant-b.slice; then
+    ok bad-reload-refused
+else
+    bad bad-reload-refused "$(journalctl -u pkeyfw@pkfw1 -o cat --no-pager | tail -3)"
+fi
+
+# --- hardening ----------------------------------------------------------------
+exposure=$(systemd-analyze security pkeyfw@pkfw1.service --no-pager 2>&1 |
+    sed -n 's/.*Overall exposure level for pkeyfw@pkfw1.service: \([0-9.]*\).*/\1/p')
+echo "systemd: systemd-analyze security pkeyfw@pkfw1: exposure ${exposure:-?} (at most $MAX_EXPOSURE)"
+if [ -n "$exposure" ] && awk "BEGIN { exit !($exposure <= $MAX_EXPOSURE) }"; then
+    ok exposure
+else
+    bad exposure "exposure ${exposure:-unknown}, more than $MAX_EXPOSURE"
+fi
+# Under that hardening nothing was denied.
+if journalctl -u 'pkeyfw@*' -o cat --no-pager | grep -qi "permission denied\|operation not permitted"; then
+    bad hardening-denies-nothing "$(journalctl -u 'pkeyfw@*' -o cat --no-pager | grep -i 'denied\|not permitted' | head -3)"
+else
+    ok hardening-denies-nothing
+fi
+echo "systemd: the journal of pkeyfw@pkfw1:"
+journalctl -u pkeyfw@pkfw1 -o short-monotonic --no-pager | tail -40
