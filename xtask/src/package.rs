@@ -234,7 +234,7 @@ fn docs(root: &Path, stage: &Path, version: &str) -> Result<()> {
 }
 
 /// DEBIAN/control (the library dependencies from dpkg-shlibdeps, the size
-/// from the tree) and DEBIAN/md5sums.
+/// from the tree), DEBIAN/md5sums and the maintainer scripts.
 fn control(root: &Path, work: &Path, stage: &Path, version: &str, arch: &str) -> Result<()> {
     // dpkg-shlibdeps wants a source tree's debian/control; it reads none of it.
     write(&work.join("debian/control"), b"")?;
@@ -271,6 +271,14 @@ fn control(root: &Path, work: &Path, stage: &Path, version: &str, arch: &str) ->
     let debian = stage.join("DEBIAN");
     write(&debian.join("control"), text.as_bytes())?;
     write(&debian.join("md5sums"), sums.as_bytes())?;
+    // What systemd must hear of: the unit installed, upgraded or removed.
+    for script in ["postinst", "prerm", "postrm"] {
+        install(
+            &root.join("contrib/debian").join(script),
+            &debian.join(script),
+            0o755,
+        )?;
+    }
     // Directories as dpkg-deb wants them, whatever the umask made.
     walk_dirs(stage, &mut |dir| {
         use std::os::unix::fs::PermissionsExt as _;

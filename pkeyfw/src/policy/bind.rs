@@ -180,7 +180,7 @@ impl BindRule {
             && self
                 .netns
                 .as_ref()
-                .is_none_or(|n| owner.is_some_and(|o| o.netns == n.inode) && same_netns(qp, n))
+                .is_none_or(|n| owner.is_some_and(|o| o.netns == Some(n.inode)) && same_netns(qp, n))
             && self
                 .cgroup
                 .as_ref()

@@ -122,6 +122,14 @@ fn contents(package: &Package) -> Result<()> {
     if !missing.is_empty() {
         bail!("the package lacks {missing:?}; it holds:\n{listed}");
     }
+    // The maintainer scripts that tell systemd of the unit.
+    let info = crate::cmd::output(Command::new("dpkg-deb").arg("--info").arg(&package.deb))
+        .context("dpkg-deb --info")?;
+    for script in ["postinst", "prerm", "postrm"] {
+        if !info.lines().any(|l| l.split_whitespace().any(|w| w == script)) {
+            bail!("the package has no {script} script; dpkg-deb --info:\n{info}");
+        }
+    }
     // The production build: no lab, whose page would say it is there.
     if paths.iter().any(|p| p.contains("pkeyfw-lab")) {
         bail!("the package documents `pkeyfw lab`, which its build leaves out");

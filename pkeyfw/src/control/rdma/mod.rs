@@ -72,8 +72,12 @@ pub struct Owner {
     /// Effective ids.
     pub uid: u32,
     pub gid: u32,
-    /// Network namespace inode number.
-    pub netns: u32,
+    /// Network namespace inode number; `None` where `/proc/PID/ns/net`
+    /// cannot be read. That takes ptrace access, which a service without
+    /// CAP_SYS_PTRACE (the shipped unit) lacks to another user's process:
+    /// then a `netns` rule does not match, while the ids and the cgroup,
+    /// from files anyone may read, still bind the QP.
+    pub netns: Option<u32>,
     /// Its cgroup v2, as `/proc/PID/cgroup` names it ("/a/b").
     pub cgroup: String,
 }
@@ -334,7 +338,9 @@ pub fn owner_of(pid: u32) -> Option<Owner> {
     Some(Owner {
         uid: effective("Uid:")?,
         gid: effective("Gid:")?,
-        netns: std::fs::metadata(format!("/proc/{pid}/ns/net")).ok()?.ino() as u32,
+        netns: std::fs::metadata(format!("/proc/{pid}/ns/net"))
+            .ok()
+            .map(|m| m.ino() as u32),
         cgroup: cgroups
             .lines()
             .find_map(|l| l.strip_prefix("0::"))?

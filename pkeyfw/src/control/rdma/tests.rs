@@ -594,3 +594,66 @@ fn assembling_selects_bound_ports_and_fills_owners() {
     };
     assert_eq!(got, [kernel, rc_named, fresh_named, gone]);
 }
+
+/// Without CAP_SYS_PTRACE (as under the shipped systemd unit) another
+/// user's `/proc/PID/ns/net` cannot be read; its ids and cgroup, which
+/// anyone may read, still make its owner, so a cgroup or uid rule still
+/// binds its QPs when they are matched from `/proc`. Capabilities are per
+/// thread: only this test's thread gives CAP_SYS_PTRACE up.
+#[test]
+fn an_owner_is_read_without_ptrace_access() {
+    use std::os::unix::process::CommandExt as _;
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .uid(65534)
+        .gid(65534)
+        .spawn()
+        .expect("sleep as nobody (run as root)");
+    let pid = child.id();
+    let owner = std::thread::spawn(move || {
+        drop_effective(libc::CAP_SYS_PTRACE as u32);
+        assert!(
+            std::fs::metadata(format!("/proc/{pid}/ns/net")).is_err(),
+            "without CAP_SYS_PTRACE another user's namespace is hidden"
+        );
+        super::owner_of(pid)
+    })
+    .join()
+    .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let owner = owner.expect("the owner, all but its namespace");
+    assert_eq!((owner.uid, owner.gid, owner.netns), (65534, 65534, None));
+    assert!(owner.cgroup.starts_with('/'), "{}", owner.cgroup);
+}
+
+/// Clears capability `cap` from the calling thread's effective set.
+fn drop_effective(cap: u32) {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Copy, Clone, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget and capset with a v3 header and its two data words.
+    unsafe {
+        assert_eq!(
+            libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()),
+            0
+        );
+        data[(cap / 32) as usize].effective &= !(1 << (cap % 32));
+        assert_eq!(libc::syscall(libc::SYS_capset, &header, data.as_ptr()), 0);
+    }
+}

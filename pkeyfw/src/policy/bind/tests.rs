@@ -321,7 +321,7 @@ fn boundary_rules_beat_entries_by_number() {
         owner: Some(Owner {
             uid: 1001,
             gid: 1001,
-            netns: 1,
+            netns: Some(1),
             cgroup: "/tenants/b".into(),
         }),
         ..Qp::user(qpn, IbQpType::Rc, 7, comm)
@@ -330,7 +330,7 @@ fn boundary_rules_beat_entries_by_number() {
     by_name.owner = Some(Owner {
         uid: 1002,
         gid: 1002,
-        netns: 1,
+        netns: Some(1),
         cgroup: "/tenants/c".into(),
     });
     let (effective, bindings) = p.with_discovered(&[tenant(0x11, "app"), by_name]);
@@ -626,7 +626,7 @@ fn creator_matchers_match_the_owner() {
     qp.owner = Some(Owner {
         uid: 1001,
         gid: 5,
-        netns: 1,
+        netns: Some(1),
         cgroup: "/tenants/a".into(),
     });
     assert!(rule.matches(&qp), "the root cgroup holds every cgroup");
@@ -702,7 +702,7 @@ fn a_reused_namespace_inode_is_not_the_rules_namespace() {
         owner: Some(Owner {
             uid: 65534,
             gid: 65534,
-            netns: inode,
+            netns: Some(inode),
             cgroup: "/".into(),
         }),
         ..Qp::user(0x11, IbQpType::Ud, u.pid(), "tenant")
