@@ -177,10 +177,9 @@ impl BindRule {
             && self.pid.is_none_or(|p| qp.pid == Some(p))
             && self.uid.is_none_or(|u| owner.is_some_and(|o| o.uid == u))
             && self.gid.is_none_or(|g| owner.is_some_and(|o| o.gid == g))
-            && self
-                .netns
-                .as_ref()
-                .is_none_or(|n| owner.is_some_and(|o| o.netns == Some(n.inode)) && same_netns(qp, n))
+            && self.netns.as_ref().is_none_or(|n| {
+                owner.is_some_and(|o| o.netns == Some(n.inode)) && same_netns(qp, n)
+            })
             && self
                 .cgroup
                 .as_ref()

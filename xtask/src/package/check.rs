@@ -126,7 +126,10 @@ fn contents(package: &Package) -> Result<()> {
     let info = crate::cmd::output(Command::new("dpkg-deb").arg("--info").arg(&package.deb))
         .context("dpkg-deb --info")?;
     for script in ["postinst", "prerm", "postrm"] {
-        if !info.lines().any(|l| l.split_whitespace().any(|w| w == script)) {
+        if !info
+            .lines()
+            .any(|l| l.split_whitespace().any(|w| w == script))
+        {
             bail!("the package has no {script} script; dpkg-deb --info:\n{info}");
         }
     }

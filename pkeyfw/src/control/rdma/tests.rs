@@ -611,7 +611,7 @@ fn an_owner_is_read_without_ptrace_access() {
         .expect("sleep as nobody (run as root)");
     let pid = child.id();
     let owner = std::thread::spawn(move || {
-        drop_effective(libc::CAP_SYS_PTRACE as u32);
+        drop_effective(CAP_SYS_PTRACE);
         assert!(
             std::fs::metadata(format!("/proc/{pid}/ns/net")).is_err(),
             "without CAP_SYS_PTRACE another user's namespace is hidden"
@@ -626,6 +626,9 @@ fn an_owner_is_read_without_ptrace_access() {
     assert_eq!((owner.uid, owner.gid, owner.netns), (65534, 65534, None));
     assert!(owner.cgroup.starts_with('/'), "{}", owner.cgroup);
 }
+
+/// linux/capability.h.
+const CAP_SYS_PTRACE: u32 = 19;
 
 /// Clears capability `cap` from the calling thread's effective set.
 fn drop_effective(cap: u32) {
