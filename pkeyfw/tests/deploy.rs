@@ -365,54 +365,27 @@ fn pools(partitions_conf: &str) -> Vec<(String, u16)> {
 /// a pod's slice and a container's scope, a process in the scope. The
 /// process is killed and the cgroups removed on drop.
 struct PodCgroups {
-    /// From the test's own directory down to the container's scope.
-    dirs: Vec<PathBuf>,
+    // Dropped in this order: an empty cgroup can be removed, so its
+    // process first.
     container: common::Killed,
+    cgroups: common::Cgroups,
 }
 
 impl PodCgroups {
     fn create() -> PodCgroups {
-        let root = pkeyfw::policy::identity::cgroup2_mount().expect("cgroup v2 mounted");
-        let mut dir = root.join(format!("pkeyfw-test-{}", common::tag("k8s")));
-        let mut dirs = Vec::new();
-        for name in [
-            "",
-            "kubepods.slice",
-            "kubepods-besteffort.slice",
-            "kubepods-besteffort-pod6f2a4c1e_93b7_4d0a_8c55_0e1f2a3b4c5d.slice",
-            "cri-containerd-3c1f9a0b7d2e4f6a8b0c1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a.scope",
-        ] {
-            dir = dir.join(name);
-            std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-            dirs.push(dir.clone());
-        }
+        let mut cgroups = common::Cgroups::new("k8s");
+        let scope = cgroups.make(
+            "kubepods.slice/kubepods-besteffort.slice/\
+             kubepods-besteffort-pod6f2a4c1e_93b7_4d0a_8c55_0e1f2a3b4c5d.slice/\
+             cri-containerd-3c1f9a0b7d2e4f6a8b0c1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a.scope",
+        );
         let container = common::Killed(Command::new("sleep").arg("600").spawn().unwrap());
-        let cgroups = PodCgroups { dirs, container };
-        std::fs::write(
-            cgroups.scope().join("cgroup.procs"),
-            cgroups.container.0.id().to_string(),
-        )
-        .unwrap();
-        cgroups
+        std::fs::write(scope.join("cgroup.procs"), container.0.id().to_string()).unwrap();
+        PodCgroups { container, cgroups }
     }
 
-    fn kubepods(&self) -> &Path {
-        &self.dirs[1]
-    }
-
-    fn scope(&self) -> &Path {
-        self.dirs.last().unwrap()
-    }
-}
-
-impl Drop for PodCgroups {
-    fn drop(&mut self) {
-        // An empty cgroup can be removed; its process first.
-        let _ = self.container.0.kill();
-        let _ = self.container.0.wait();
-        for dir in self.dirs.iter().rev() {
-            let _ = std::fs::remove_dir(dir);
-        }
+    fn kubepods(&self) -> PathBuf {
+        self.cgroups.base().join("kubepods.slice")
     }
 }
 

@@ -225,24 +225,14 @@ fn guid_from_a_real_interface() {
 #[test]
 fn a_cgroup_rule_without_an_rdma_limit_is_warned_about() {
     common::require_root();
-    let root = pkeyfw::policy::identity::cgroup2_mount().expect("cgroup v2 mounted");
-    // A cgroup is removed with rmdir alone: a TempDir's cleanup, which
-    // first deletes the files in it, leaves it behind.
-    struct Cgroup(std::path::PathBuf);
-    impl Drop for Cgroup {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir(&self.0);
-        }
-    }
-    let cgroup = Cgroup(root.join(format!("pkeyfw-test-{}", common::tag("rdma"))));
-    std::fs::create_dir(&cgroup.0).unwrap();
+    let cgroup = common::Cgroups::new("rdma");
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.toml");
     std::fs::write(
         &policy,
         format!(
             "[port]\npkeys = [0xffff, 0x8001]\n[[bind]]\ncgroup = \"{}\"\npkey = 0x8001\n",
-            cgroup.0.display()
+            cgroup.base().display()
         ),
     )
     .unwrap();

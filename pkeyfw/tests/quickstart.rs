@@ -74,49 +74,20 @@ fn cgroups(policy: &str) -> Vec<String> {
         .collect()
 }
 
-/// The tenants' cgroups, made under a directory of the test's in this
-/// host's cgroup v2 hierarchy (wherever it is mounted); removed on drop.
-struct TenantCgroups {
-    dirs: Vec<PathBuf>,
-}
-
-impl TenantCgroups {
-    /// Makes `base/P` for each README path `/sys/fs/cgroup/P`.
-    fn create(paths: &[String]) -> (TenantCgroups, Vec<PathBuf>) {
-        let root = pkeyfw::policy::identity::cgroup2_mount().expect("cgroup v2 mounted");
-        let base = root.join(format!("pkeyfw-test-{}", common::tag("qs")));
-        let mut made = TenantCgroups { dirs: Vec::new() };
-        made.mkdir(&base);
-        let mut here = Vec::new();
-        for path in paths {
+/// The tenants' cgroups, `base/P` for each README path
+/// `/sys/fs/cgroup/P`; removed with the returned set.
+fn tenant_cgroups(paths: &[String]) -> (common::Cgroups, Vec<PathBuf>) {
+    let mut made = common::Cgroups::new("qs");
+    let here = paths
+        .iter()
+        .map(|path| {
             let below = path
                 .strip_prefix("/sys/fs/cgroup/")
                 .unwrap_or_else(|| panic!("{path}: a tenant cgroup under /sys/fs/cgroup"));
-            let mut dir = base.clone();
-            for part in below.split('/') {
-                dir.push(part);
-                made.mkdir(&dir);
-            }
-            here.push(dir);
-        }
-        (made, here)
-    }
-
-    /// Makes `dir` unless this set already did.
-    fn mkdir(&mut self, dir: &Path) {
-        if !self.dirs.iter().any(|d| d == dir) {
-            std::fs::create_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-            self.dirs.push(dir.to_path_buf());
-        }
-    }
-}
-
-impl Drop for TenantCgroups {
-    fn drop(&mut self) {
-        for dir in self.dirs.iter().rev() {
-            let _ = std::fs::remove_dir(dir);
-        }
-    }
+            made.make(below)
+        })
+        .collect();
+    (made, here)
 }
 
 /// Quick start 2: the tenants' policy, with their cgroups made as the
@@ -148,7 +119,7 @@ fn the_tenants_quick_start_policy_checks() {
         "tenants on several hosts need stamping"
     );
 
-    let (_made, here) = TenantCgroups::create(&paths);
+    let (_made, here) = tenant_cgroups(&paths);
     let mut local = text.clone();
     for (path, dir) in paths.iter().zip(&here) {
         local = local.replace(&format!("\"{path}\""), &format!("{:?}", dir));

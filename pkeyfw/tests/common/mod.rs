@@ -264,3 +264,52 @@ impl Drop for Killed {
         let _ = self.0.wait();
     }
 }
+
+/// Cgroups a test makes under a directory of its own in this host's cgroup
+/// v2 hierarchy (wherever it is mounted); removed on drop, deepest first.
+/// A cgroup goes with rmdir alone: a TempDir's cleanup, which first
+/// deletes the files in it, would leave it behind.
+pub struct Cgroups {
+    made: Vec<PathBuf>,
+}
+
+impl Cgroups {
+    /// The test's own directory, `pkeyfw-test-TAG` under the root.
+    pub fn new(prefix: &str) -> Cgroups {
+        let root = pkeyfw::policy::identity::cgroup2_mount().expect("cgroup v2 mounted");
+        let mut cgroups = Cgroups { made: Vec::new() };
+        cgroups.mkdir(&root.join(format!("pkeyfw-test-{}", tag(prefix))));
+        cgroups
+    }
+
+    /// The test's own directory.
+    pub fn base(&self) -> &Path {
+        &self.made[0]
+    }
+
+    /// Makes `below` ("a/b") under the base, each level this set has not
+    /// made yet; its path.
+    pub fn make(&mut self, below: &str) -> PathBuf {
+        let mut dir = self.base().to_path_buf();
+        for part in below.split('/') {
+            dir.push(part);
+            self.mkdir(&dir);
+        }
+        dir
+    }
+
+    fn mkdir(&mut self, dir: &Path) {
+        if !self.made.iter().any(|d| d == dir) {
+            std::fs::create_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+            self.made.push(dir.to_path_buf());
+        }
+    }
+}
+
+impl Drop for Cgroups {
+    fn drop(&mut self) {
+        for dir in self.made.iter().rev() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
