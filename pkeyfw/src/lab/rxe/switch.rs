@@ -421,6 +421,12 @@ fn scenario(fabric: &Fabric, switch: &Switch, sc: &Scenario, dir: &Path) -> Resu
     let rxe_after = rxe_counters(fabric)?;
     let (wire_frames, wire_bad) = run::icrc_check(&captures)?;
     let (host_frames, host_bad) = run::icrc_check(&host_captures)?;
+    let wire = [roce_frames(&captures[0])?, roce_frames(&captures[1])?].concat();
+    // The server's end, then the client's.
+    let ends = [
+        roce_frames(&host_captures[0])?,
+        roce_frames(&host_captures[1])?,
+    ];
     let tail = |role: &str| {
         let text =
             fs::read_to_string(dir.join(format!("{}.{role}.log", sc.name))).unwrap_or_default();
@@ -439,9 +445,11 @@ fn scenario(fabric: &Fabric, switch: &Switch, sc: &Scenario, dir: &Path) -> Resu
                 .filter(|&(_, n)| n > 0)
                 .collect()
         }),
-        wire_pkeys: pkeys(&captures)?,
-        host_pkeys: pkeys(&host_captures)?,
-        forged: [forged(&host_captures[0])?, forged(&host_captures[1])?],
+        wire_pkeys: pkeys(&wire),
+        host_pkeys: pkeys(ends.iter().flatten()),
+        forged: ends
+            .each_ref()
+            .map(|f| f.iter().filter(|r| is_forged(r)).count()),
         frames: wire_frames + host_frames,
         bad_icrc: wire_bad + host_bad,
         captures,
@@ -520,34 +528,24 @@ fn forgeries(from: &End, to: &End, qpn: u32) -> Result<Vec<Vec<u8>>> {
         .collect())
 }
 
-/// The captures' RoCE frames, forged ones aside.
-fn rxe_frames(captures: &[PathBuf]) -> Result<Vec<parse::Roce>> {
-    let mut frames = Vec::new();
-    for path in captures {
-        for f in capture::read(path)? {
-            if let Parsed::Roce(r) = parse::classify(&f.data[..]) {
-                frames.push(r);
-            }
-        }
-    }
-    Ok(frames)
-}
-
-/// The BTH P_Keys of the captures' RoCE frames, forged ones aside.
-fn pkeys(captures: &[PathBuf]) -> Result<BTreeSet<u16>> {
-    Ok(rxe_frames(captures)?
+/// A capture's RoCE frames.
+fn roce_frames(capture: &Path) -> Result<Vec<parse::Roce>> {
+    Ok(capture::read(capture)?
         .iter()
-        .filter(|r| !is_forged(r))
-        .map(|r| r.pkey)
+        .filter_map(|f| match parse::classify(&f.data[..]) {
+            Parsed::Roce(r) => Some(r),
+            _ => None,
+        })
         .collect())
 }
 
-/// How many forged frames a capture holds.
-fn forged(capture: &Path) -> Result<usize> {
-    Ok(rxe_frames(&[capture.to_path_buf()])?
-        .iter()
-        .filter(|r| is_forged(r))
-        .count())
+/// The BTH P_Keys of `frames`, forged ones aside.
+fn pkeys<'a>(frames: impl IntoIterator<Item = &'a parse::Roce>) -> BTreeSet<u16> {
+    frames
+        .into_iter()
+        .filter(|r| !is_forged(r))
+        .map(|r| r.pkey)
+        .collect()
 }
 
 fn is_forged(r: &parse::Roce) -> bool {
