@@ -2,7 +2,8 @@
 //! soft-RoCE lab's attack scenarios (`pkeyfw lab rxe` runs it as nobody,
 //! from beside itself): open a device, make a QP no rule binds, then loop
 //! `ibv_modify_qp` giving it other QPs' peers (a modify flood), or attach
-//! it to a multicast group. Test equipment, never part of pkeyfw.
+//! it to a multicast group; or make and destroy QPs until the QPN it wants
+//! comes next. Test equipment, never part of pkeyfw.
 //! libibverbs is opened at run time by pkeyfw's own opener; only these few
 //! calls and the parts of their structures they touch are declared (x86-64
 //! layouts of rdma-core's verbs.h).
@@ -59,6 +60,15 @@ struct Args {
     /// (the bench: what pkeyfw's creation probe adds).
     #[arg(long)]
     create: Option<u32>,
+    /// Say the QPN the device hands out next (rxe counts up): that of a
+    /// QP made and destroyed, plus one.
+    #[arg(long)]
+    next_qpn: bool,
+    /// Make and destroy UD QPs until this QPN is the next the device hands
+    /// out, so that the tenant's next QP gets it (a `[[qp]]` entry's); it
+    /// must lie at least two ahead.
+    #[arg(long)]
+    advance_to: Option<u32>,
 }
 
 fn main() -> ExitCode {
@@ -135,6 +145,23 @@ fn run(a: &Args) -> Result<()> {
             "created {n} QPs: {:.1} µs per ibv_create_qp",
             total.as_secs_f64() * 1e6 / f64::from(n.max(1))
         );
+    }
+    if a.next_qpn {
+        println!("{:#x}", ctx.made_and_destroyed(ctx.cq()?)? + 1);
+    }
+    if let Some(want) = a.advance_to {
+        let (cq, mut made) = (ctx.cq()?, 0);
+        loop {
+            let qpn = ctx.made_and_destroyed(cq)?;
+            made += 1;
+            if qpn + 1 == want {
+                break;
+            }
+            if qpn >= want {
+                bail!("QPN {qpn:#x} was handed out, past {want:#x}");
+            }
+        }
+        println!("made and destroyed {made} QPs: {want:#x} comes next");
     }
     std::thread::sleep(std::time::Duration::from_millis(a.hold_ms));
     Ok(())
@@ -271,6 +298,7 @@ struct Lib {
     create_cq: unsafe extern "C" fn(Ptr, c_int, Ptr, Ptr, c_int) -> Ptr,
     create_qp: unsafe extern "C" fn(Ptr, *mut QpInitAttr) -> *mut Qp,
     modify_qp: unsafe extern "C" fn(*mut Qp, *mut QpAttr, c_int) -> c_int,
+    destroy_qp: unsafe extern "C" fn(*mut Qp) -> c_int,
     attach_mcast: unsafe extern "C" fn(*mut Qp, *const Gid, u16) -> c_int,
 }
 
@@ -285,6 +313,7 @@ impl Lib {
                 create_cq: ibverbs.sym(c"ibv_create_cq")?,
                 create_qp: ibverbs.sym(c"ibv_create_qp")?,
                 modify_qp: ibverbs.sym(c"ibv_modify_qp")?,
+                destroy_qp: ibverbs.sym(c"ibv_destroy_qp")?,
                 attach_mcast: ibverbs.sym(c"ibv_attach_mcast")?,
             })
         }
@@ -346,6 +375,17 @@ impl Context {
             bail!("ibv_create_qp: {}", std::io::Error::last_os_error());
         }
         Ok(qp)
+    }
+
+    /// Makes a UD QP on `cq` and destroys it; its number.
+    fn made_and_destroyed(&self, cq: Ptr) -> Result<u32> {
+        let qp = self.qp_on(cq, QPT_UD)?;
+        // SAFETY: a live QP, read and then destroyed once.
+        let (qpn, rc) = unsafe { ((*qp).qp_num, (self.lib.destroy_qp)(qp)) };
+        if rc != 0 {
+            bail!("ibv_destroy_qp: {}", std::io::Error::from_raw_os_error(rc));
+        }
+        Ok(qpn)
     }
 
     fn modify(&self, qp: *mut Qp, mut attr: QpAttr, mask: c_int) -> c_int {

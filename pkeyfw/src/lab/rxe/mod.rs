@@ -144,7 +144,8 @@ fn judge(sc: &Scenario, o: &Observed) -> bool {
 }
 
 /// Whether the scenario's attack, if any, failed as it must (a restart
-/// lost nothing; a full table quarantined): the flood of
+/// lost nothing; a full table quarantined; a taken QPN bound by its
+/// tenant's rule, not the entry naming it): the flood of
 /// modifies and the squatted peers took no frame from its owner (every
 /// frame of the bound QPs stamped with their own key, as rxe's socket says
 /// who sends); the join was counted and reported under a junk flood.
@@ -163,6 +164,10 @@ fn attack_failed(sc: &Scenario, o: &Observed) -> bool {
         Some(Attack::Fill(_)) => server(Capture::Quarantined) > 0 && o.rebound == Some(true),
         // The programs completing says it.
         Some(Attack::Restart) => true,
+        // The server's QP holds the entry's QPN; the verdict (refused, and
+        // `unknown_qp = "drop"` moving nothing) says its tenant's rule
+        // bound it.
+        Some(Attack::TakeQpn) => o.taken == Some(true),
         Some(Attack::ForeignQkey(_)) => {
             server(Capture::QkeyCaptured) > 0 && o.reasons.refused_by(Reason::QkeyViolation) > 0
         }

@@ -72,6 +72,9 @@ pub struct Observed {
     /// Once a table's filler is gone: whether a new QP a rule binds was
     /// bound at its creation, not quarantined.
     pub rebound: Option<bool>,
+    /// Whether the server's QP holds the QPN the policy's `[[qp]]` entry
+    /// names, which its tenant made come next.
+    pub taken: Option<bool>,
     /// Frames each end's rxe device took in (`rcvd_pkts`, counted once a
     /// frame passed rxe's header and ICRC checks), and frames each end's
     /// filter passed to it: [server, client].
@@ -263,7 +266,12 @@ pub fn scenario(
 ) -> Result<Observed> {
     let (server_end, client_end) = (topo.server(), topo.client());
     let policy = work.join(format!("{}.toml", sc.name));
-    fs::write(&policy, sc.policy_text())?;
+    // The QPN a tenant is to take, some way ahead of the device's next.
+    let entry = match sc.attack {
+        Some(Attack::TakeQpn) => Some(next_qpn(server_end)? + TAKE_AHEAD),
+        _ => None,
+    };
+    fs::write(&policy, sc.policy_text(entry))?;
     let rules = sc.policy();
     let mut attach = Attach::start(&server_end.iface, &policy, sc.pinned)?;
     // Stamping needs the sender's end too: its egress stamps, its XDP
@@ -289,7 +297,7 @@ pub fn scenario(
     let rcvd_before = [server_end, client_end].map(rxe_rcvd);
     let attacker = sc
         .attack
-        .map(|a| attack(a, server_end, client_end))
+        .map(|a| attack(a, server_end, client_end, entry))
         .transpose()?
         .flatten();
 
@@ -311,6 +319,10 @@ pub fn scenario(
             .with_context(|| format!("starting {}", program.name()))?,
     );
     wait_ready(program)?;
+    // The QPN the server's QP got is the one its tenant took.
+    let taken = entry
+        .map(|qpn| Ok::<_, anyhow::Error>(ud_qpn(server_end, server.0.id())? == qpn))
+        .transpose()?;
     match sc.attack {
         Some(Attack::ForeignQkey(qkey)) => {
             foreign_qkey(server_end, client_end, server.0.id(), qkey)?
@@ -419,6 +431,7 @@ pub fn scenario(
         unbound,
         probes,
         rebound,
+        taken,
         join_reported: attach_lines
             .iter()
             .any(|l| l.contains("violation foreign_join")),
@@ -518,11 +531,33 @@ pub fn ud_qpn(end: &End, pid: u32) -> Result<u32> {
         .with_context(|| format!("process {pid} has no UD QP on {}", end.device))
 }
 
+/// How far ahead of a device's next QPN the QPN a tenant takes lies.
+const TAKE_AHEAD: u32 = 8;
+
+/// The QPN `end`'s device hands out next.
+fn next_qpn(end: &End) -> Result<u32> {
+    let out = as_nobody()?
+        .args(["--device", &end.device, "--next-qpn"])
+        .output()?;
+    let said = String::from_utf8_lossy(&out.stdout);
+    said.trim()
+        .strip_prefix("0x")
+        .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+        .filter(|_| out.status.success())
+        .with_context(|| {
+            format!(
+                "{ATTACKER} --next-qpn said {said:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+}
+
 /// Starts `attack` as an unprivileged user (nobody), holding a QP no rule
-/// binds; it runs until dropped. (A foreign Q_Key is sent from here.)
-fn attack(attack: Attack, server: &End, client: &End) -> Result<Option<Proc>> {
+/// binds; it runs until dropped. (A foreign Q_Key is sent from here; a
+/// QPN is taken, the `entry`'s, before this returns.)
+fn attack(attack: Attack, server: &End, client: &End, entry: Option<u32>) -> Result<Option<Proc>> {
     let mut cmd = as_nobody()?;
-    if let Attack::Squat = attack {
+    if let Attack::Squat | Attack::TakeQpn = attack {
         // In the cgroup a rule binds to another partition.
         super::scenario::SQUATTER.place(&mut cmd)?;
     }
@@ -559,6 +594,20 @@ fn attack(attack: Attack, server: &End, client: &End) -> Result<Option<Proc>> {
                 .arg(n.to_string())
                 .args(["--hold-ms", "600000"]);
             1000
+        }
+        Attack::TakeQpn => {
+            let qpn = entry.context("no QPN to take")?;
+            let out = cmd
+                .args(["--device", &server.device, "--advance-to"])
+                .arg(qpn.to_string())
+                .output()?;
+            if !out.status.success() {
+                bail!(
+                    "taking QPN {qpn:#x}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            return Ok(None);
         }
         Attack::ForeignQkey(_) | Attack::Restart => return Ok(None),
     };

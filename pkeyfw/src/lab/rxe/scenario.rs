@@ -159,17 +159,32 @@ pub enum Attack {
     /// every attachment is SIGKILLed and a new attach replaces it, as a
     /// crash and systemd's `Restart=` would.
     Restart,
+    /// As the server's tenant (`D`, whose rule binds another partition),
+    /// makes and destroys QPs on the server's device until the QPN the
+    /// policy's `[[qp]]` entry names ([`ENTRY_QPN`]) comes next: the
+    /// server's QP, made next, gets it.
+    TakeQpn,
 }
 
+/// Where a policy names the QPN its `[[qp]]` entry binds: learned from the
+/// server's device as the scenario starts (rxe hands QPNs out in
+/// sequence, so a fixed number may be long past).
+pub const ENTRY_QPN: &str = "@ENTRY_QPN@";
+/// The first QPN rxe hands out: the entry's apart from a run.
+const FIRST_QPN: u32 = 0x11;
+
 impl Scenario {
-    /// The policy file's text, the lab's cgroups and namespace in place.
-    pub fn policy_text(&self) -> String {
-        tenants::fill(&format!("{PORT}{}", self.rules))
+    /// The policy file's text, the lab's cgroups and namespace in place,
+    /// and `entry` as the QPN its `[[qp]]` entry names, if it has one
+    /// (rxe's first QPN without).
+    pub fn policy_text(&self, entry: Option<u32>) -> String {
+        let entry = format!("{:#x}", entry.unwrap_or(FIRST_QPN));
+        tenants::fill(&format!("{PORT}{}", self.rules)).replace(ENTRY_QPN, &entry)
     }
 
     /// The policy, as pkeyfw reads it.
     pub fn policy(&self) -> Policy {
-        Policy::parse(Path::new(self.name), &self.policy_text())
+        Policy::parse(Path::new(self.name), &self.policy_text(None))
             .unwrap_or_else(|e| panic!("scenario {} has an invalid policy: {e}", self.name))
     }
 
@@ -707,6 +722,25 @@ pub fn all() -> Vec<Scenario> {
             why: "a full table quarantines; unknown_qp = default-pkey would pass it",
         },
         Scenario {
+            name: "take-entry-qpn",
+            client_comm: None,
+            program: Program::UdPingpong,
+            rules: concat!(
+                "[enforcement]\nstamp = true\nunknown_qp = \"drop\"\n",
+                roles!(),
+                "[[qp]]\nqpn = @ENTRY_QPN@\ntype = \"ud\"\npkey = 0x8001\nqkey = 0x11111111\n"
+            ),
+            binding: "D 0x8002 (a [[qp]] entry: 0x8001) ⟵ A 0x8001, stamped",
+            completes: false,
+            reason: Reason::PkeyViolation,
+            wire_pkeys: &[0x8001],
+            wire_qkeys: &[PP_QKEY],
+            attack: Some(Attack::TakeQpn),
+            tenants: [D, A],
+            pinned: false,
+            why: "a QPN taken in sequence does not beat D's cgroup",
+        },
+        Scenario {
             name: "ud-own-qkey",
             client_comm: None,
             program: Program::UdPingpong,
@@ -796,8 +830,9 @@ mod tests {
 
     /// Every scenario's policy is valid and says what its table row
     /// claims; its tenants are told apart as the README recommends, by
-    /// cgroup, uid or netns: no rule warns that it is no boundary but
-    /// BY_CGROUP's name rule, there to be renamed around.
+    /// cgroup, uid or netns: nothing is warned to be no boundary but
+    /// BY_CGROUP's name rule, there to be renamed around, and the `[[qp]]`
+    /// entry a tenant takes the QPN of.
     #[test]
     fn scenario_policies_are_what_they_say() {
         // The lab's cgroups and namespace, which the policies name.
@@ -830,8 +865,14 @@ mod tests {
                 .iter()
                 .filter(|w| w.contains("no boundary"))
                 .count();
-            let by_name = usize::from(sc.rules == BY_CGROUP);
-            assert_eq!(weak, by_name, "{}: {:?}", sc.name, p.warnings);
+            let on_purpose = usize::from(sc.rules == BY_CGROUP) + p.qps.len();
+            assert_eq!(weak, on_purpose, "{}: {:?}", sc.name, p.warnings);
+            assert_eq!(
+                sc.rules.contains(ENTRY_QPN),
+                matches!(sc.attack, Some(Attack::TakeQpn)),
+                "{}: an entry's QPN is learned only where a tenant takes it",
+                sc.name
+            );
         }
     }
 }
