@@ -6,12 +6,11 @@
 
 mod common;
 
-use aya::maps::{Array, MapData};
 use common::cases::{QPA, UD};
 use pkeyfw::{loading::filter::Filter, policy::Policy};
 use pkeyfw_common::{
     Reason, Stamp,
-    abi::{GroupEntry, QpEntry, name, quarantine_bit},
+    abi::{GroupEntry, QpEntry},
     stamp::{self, Action, Origin},
     verdict::Tables,
 };
@@ -28,25 +27,11 @@ fn passing_policy() -> Policy {
     )
 }
 
-/// Sets QPN `qpn`'s quarantine bit in the map pinned under `dir`, as the
-/// probe does.
-fn quarantine(dir: &std::path::Path, qpn: u32) {
-    let data = MapData::from_pin(dir.join(name::QUARANTINE)).expect("the pinned QUARANTINE");
-    let mut map: Array<_, u64> = Array::try_from(aya::maps::Map::Array(data)).unwrap();
-    let (word, bit) = quarantine_bit(qpn);
-    let old = map.get(&word, 0).unwrap();
-    map.set(word, &(old | bit), 0).unwrap();
-}
-
 #[test]
 fn a_quarantined_qp_takes_no_frame() {
     common::require_root();
-    let dir = tempfile::Builder::new()
-        .prefix("pkeyfw-quarantine")
-        .tempdir_in("/sys/fs/bpf")
-        .unwrap();
     let policy = passing_policy();
-    let mut filter = Filter::load_pinned(policy.qps.len() as u32, dir.path()).unwrap();
+    let mut filter = Filter::load(policy.qps.len() as u32).unwrap();
     filter.apply(&policy).unwrap();
     let to_new = Packet::rc(0x8001, NEW_QP).bytes();
     let to_bound = Packet::rc(0x8001, QPA).bytes();
@@ -56,9 +41,9 @@ fn a_quarantined_qp_takes_no_frame() {
     );
     assert!(filter.maps().quarantined().unwrap().is_empty());
 
-    quarantine(dir.path(), NEW_QP);
-    quarantine(dir.path(), QPA);
-    quarantine(dir.path(), 0x00ff_fffe);
+    for qpn in [NEW_QP, QPA, 0x00ff_fffe] {
+        filter.maps_mut().quarantine(qpn).unwrap();
+    }
     assert_eq!(
         filter.run_counted(&to_new).unwrap(),
         (false, Reason::UnknownQp),

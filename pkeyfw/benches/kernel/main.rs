@@ -24,7 +24,7 @@ use pkeyfw::{
 };
 use pkeyfw_common::{
     Direction, Reason, Stamp, Verdict,
-    abi::{QpType, UnknownQp},
+    abi::{Capacity, KERNEL_SLOTS, QpType, SenderLayout, UnknownQp},
 };
 use pkeyfw_testkit::{
     baseline::Baseline,
@@ -57,6 +57,10 @@ const QKEY: u32 = 0x1111_1111;
 const TARGET_QPN: u32 = 2;
 /// Above the QPNs of the largest policy.
 const UNKNOWN_QPN: u32 = 0x00fe_0000;
+/// In quarantine in every filter the bench loads, as a QP the creation
+/// probe had no room to bind is (its bit is read only where the QP table
+/// has no entry: the paths to bound QPs never read it).
+const QUARANTINED_QPN: u32 = UNKNOWN_QPN + 1;
 
 fn main() -> Result<()> {
     let baseline = Baseline::empty(BASELINE)?;
@@ -69,7 +73,8 @@ fn main() -> Result<()> {
             "per_path" => per_path(&baseline)?,
             "live" => live()?,
             "binding" => binding()?,
-            other => bail!("--only takes per_path, live or binding, not {other:?}"),
+            "probe_memory" => probe_memory()?,
+            other => bail!("--only takes per_path, live, binding or probe_memory, not {other:?}"),
         };
         let text = serde_json::to_string_pretty(&doc)? + "\n";
         return std::fs::write(&path, text).with_context(|| format!("writing {path}"));
@@ -104,6 +109,7 @@ fn main() -> Result<()> {
         "per_path": per_path,
         "sweep": sweep(&sized, &runs),
         "memory": memory(&runs),
+        "probe_memory": probe_memory()?,
         "load": load(&runs),
         "partitions": partitions()?,
         "stamping": stamping,
@@ -218,6 +224,12 @@ fn paths() -> Vec<Path> {
             UnknownQp,
         )
         .sized(),
+        path(
+            "unknown_qp (quarantined QP)",
+            Packet::rc(PKEY, QUARANTINED_QPN),
+            false,
+            UnknownQp,
+        ),
         path(
             "pkey_violation",
             Packet::rc(OTHER_PKEY, TARGET_QPN),
@@ -383,6 +395,7 @@ fn bench_at(
 ) -> Result<Run> {
     let (filter, load) = timed(|| Filter::load(qps));
     let mut filter = filter?;
+    filter.maps_mut().quarantine(QUARANTINED_QPN)?;
     let mut apply = None;
     let mut costs = vec![None; paths.len()];
     for target in [QpType::Rc, QpType::Ud] {
@@ -546,14 +559,41 @@ fn sweep(paths: &[Path], runs: &[Run]) -> Value {
 /// Every map's kernel memory (fdinfo memlock, bytes) at every size.
 fn memory(runs: &[Run]) -> Value {
     runs.iter()
-        .map(|run| {
-            let maps: serde_json::Map<String, Value> = run
-                .memory
-                .iter()
-                .map(|&(map, bytes)| (map.to_string(), bytes.into()))
-                .collect();
-            json!({ "qps": run.qps, "bytes": maps })
+        .map(|run| json!({ "qps": run.qps, "bytes": by_map(&run.memory) }))
+        .collect()
+}
+
+/// rdma_rxe's `max_qp` (`RXE_MAX_QP`, 2^20 - 16, as the guest's device
+/// reports it): the probe's room `attach` makes on an interface with one
+/// rxe device.
+const RXE_MAX_QP: u32 = (1 << 20) - 16;
+
+/// Every map's kernel memory with one QP in the policy and the probe's
+/// tables sized for [`KERNEL_SLOTS`] QPs (with no RDMA device to size them
+/// from) and for an rxe device's `max_qp`: what room for every QP a
+/// device can hold costs before any exists (each QP bound then adds its
+/// entries, as in the memory table).
+fn probe_memory() -> Result<Value> {
+    [KERNEL_SLOTS, RXE_MAX_QP]
+        .into_iter()
+        .map(|probed| {
+            let filter = Filter::load_with(
+                Capacity { qps: 1, probed },
+                None,
+                false,
+                &SenderLayout::NONE,
+            )?;
+            let memory = filter.maps().memory()?;
+            Ok(json!({ "probed": probed, "bytes": by_map(&memory) }))
         })
+        .collect()
+}
+
+/// Bytes by map name, as the document keeps them.
+fn by_map(memory: &[(&str, u64)]) -> serde_json::Map<String, Value> {
+    memory
+        .iter()
+        .map(|&(map, bytes)| (map.to_string(), bytes.into()))
         .collect()
 }
 

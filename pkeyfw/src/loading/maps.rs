@@ -420,6 +420,20 @@ impl Maps {
             .collect())
     }
 
+    /// Puts QPN `qpn` in quarantine as the QP-creation probe does when it
+    /// has no room to bind a QP, for the tests and the bench, which have no
+    /// rdma_rxe to make the probe do it (not atomic beside the probe).
+    pub fn quarantine(&mut self, qpn: u32) -> Result<()> {
+        let (word, bit) = quarantine_bit(qpn);
+        let old = self
+            .quarantine
+            .get(&word, 0)
+            .context("reading QUARANTINE")?;
+        self.quarantine
+            .set(word, &(old | bit), 0)
+            .context("writing QUARANTINE")
+    }
+
     /// The live policy's `netns` rules (their index among its rules) whose
     /// namespace no longer exists: they match nothing (a cookie is never
     /// reused), which the administrator should know.

@@ -8,7 +8,9 @@ use serde_json::Value;
 use super::table::Table;
 
 /// The maps the memory table shows one by one; the others are summed.
-const BIG_MAPS: [&str; 2] = ["QPS", "QP_STATS"];
+const BIG_MAPS: &[&str] = &["QPS", "QP_STATS"];
+/// Those the probe's room table shows one by one: the ones sized by it.
+const PROBE_MAPS: &[&str] = &["QPS", "QP_STATS", "KSLOTS", "QKEYS", "FREE_SLOTS"];
 
 /// The line that says where and how the figures were measured.
 pub fn header(doc: &Value) -> Result<String> {
@@ -31,7 +33,20 @@ pub fn tables(doc: &Value) -> Result<Vec<Table>> {
     Ok(vec![
         per_path(&doc["per_path"])?,
         sweep(&doc["sweep"])?,
-        memory(&doc["memory"])?,
+        memory(
+            &doc["memory"],
+            ("QPs", "qps"),
+            BIG_MAPS,
+            "Kernel memory of the maps, MiB (fdinfo memlock)",
+        )?,
+        memory(
+            &doc["probe_memory"],
+            ("probe's room", "probed"),
+            PROBE_MAPS,
+            "Kernel memory of the maps by the QP-creation probe's room (65,536: \
+             no RDMA device; 1,048,560: an rdma_rxe device's max_qp), one QP in the policy, \
+             none bound, MiB (fdinfo memlock)",
+        )?,
         load(&doc["load"])?,
         partitions(&doc["partitions"])?,
         stamping(&doc["stamping"])?,
@@ -152,32 +167,35 @@ fn spread(values: &[f64]) -> f64 {
 }
 
 /// The big maps, then the rest together.
-fn memory(v: &Value) -> Result<Table> {
-    let mut cols = vec!["QPs"];
-    cols.extend(BIG_MAPS);
+/// One row per entry of `v`, named by its `key` field (`column` the
+/// table calls it): the bytes of each of `maps`, of the others together,
+/// and the total.
+fn memory(v: &Value, (column, key): (&str, &str), maps: &[&str], title: &str) -> Result<Table> {
+    let mut cols = vec![column];
+    cols.extend(maps);
     cols.extend(["other maps", "total"]);
     let rows = v
         .as_array()
-        .context("memory: not a list")?
+        .with_context(|| format!("{title}: not a list"))?
         .iter()
         .map(|size| {
             let bytes = size["bytes"].as_object().context("memory: no bytes")?;
             let of = |map: &str| bytes.get(map).and_then(Value::as_u64);
             let total: u64 = bytes.values().filter_map(Value::as_u64).sum();
-            let mut row = vec![thousands(int(size, "qps")?)];
-            let mut big = 0;
-            for map in BIG_MAPS {
+            let mut row = vec![thousands(int(size, key)?)];
+            let mut shown = 0;
+            for &map in maps {
                 let b = of(map).with_context(|| format!("no memory figure for map {map}"))?;
-                big += b;
+                shown += b;
                 row.push(mib(b));
             }
-            row.push(mib(total - big));
+            row.push(mib(total - shown));
             row.push(mib(total));
             Ok(row)
         })
         .collect::<Result<_>>()?;
     Ok(Table {
-        title: "Kernel memory of the maps, MiB (fdinfo memlock)".to_string(),
+        title: title.to_string(),
         columns: columns(&cols),
         rows,
     })
