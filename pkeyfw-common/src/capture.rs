@@ -5,7 +5,7 @@
 //! after the filter has judged them once.
 
 use crate::{
-    abi::{QpEntry, counters::Capture},
+    abi::{JoinAction, OnForeignJoin, QpEntry, counters::Capture},
     pkey,
 };
 
@@ -18,6 +18,13 @@ pub const fn joined(qp: Option<QpEntry>, group_pkey: Option<u16>) -> Capture {
         (Some(qp), Some(g)) if pkey::matches(qp.pkey, g) => Capture::Joined,
         _ => Capture::ForeignJoin,
     }
+}
+
+/// Whether the process making outcome `joined` of a join is SIGKILLed
+/// under the live `JOIN_ACTION`: a foreign join, where the policy kills.
+#[inline(always)]
+pub const fn kills(joined: Capture, action: JoinAction) -> bool {
+    matches!(joined, Capture::ForeignJoin) && action == OnForeignJoin::Kill as u8
 }
 
 #[cfg(test)]
@@ -45,5 +52,17 @@ mod tests {
         assert_eq!(joined(full_a, Some(0x8002)), Capture::ForeignJoin);
         assert_eq!(joined(None, Some(0x8001)), Capture::ForeignJoin);
         assert_eq!(joined(None, None), Capture::Joined);
+    }
+
+    #[test]
+    fn only_a_kill_action_kills_and_only_foreign_joins() {
+        let kill = OnForeignJoin::Kill as u8;
+        assert!(kills(Capture::ForeignJoin, kill));
+        assert!(!kills(Capture::Joined, kill));
+        assert!(!kills(Capture::ForeignJoin, OnForeignJoin::Report as u8));
+        assert!(
+            !kills(Capture::ForeignJoin, 0x7f),
+            "an unknown action kills no one"
+        );
     }
 }

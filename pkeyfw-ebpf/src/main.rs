@@ -29,9 +29,9 @@ use pkeyfw_common::{
     Capture, Direction, Frame, Outcome, Stamp, Tables,
     abi::{
         BindSpec, Config, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget, EventKind,
-        GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot, MAX_RULES,
-        PARTITIONS, QPN_MASK, QUARANTINE_WORDS, QpEntry, QpStats, SWITCH_PORTS, SenderLayout,
-        VIOLATION_SLOTS,
+        GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, KERNEL_SLOTS, KernelSlot,
+        MAX_RULES, PARTITIONS, QPN_MASK, QUARANTINE_WORDS, QpEntry, QpStats, SWITCH_PORTS,
+        SenderLayout, VIOLATION_SLOTS,
         counters::{REASON_SLOTS, reason_slot},
         listed_key, port_entry_flags, port_key_index, qp_key, quarantine_bit, violation_key,
     },
@@ -115,6 +115,12 @@ static QUARANTINE: Array<u64, { QUARANTINE_WORDS as usize }> = Array::new();
 /// of them.
 #[btf_map]
 static LISTED: HashMap<u64, u8, { (GENERATIONS * SWITCH_PORTS) as usize }, GROWN> = HashMap::new();
+
+/// What the probes do about a foreign multicast join, per generation:
+/// theirs, declared here as every map of the filter is (the loader pins
+/// them all).
+#[btf_map]
+static JOIN_ACTION: Array<JoinAction, { GENERATIONS as usize }> = Array::new();
 
 /// P_Key and Q_Key violations per partition (`violation_key`), as an IB
 /// port counts them; entries made on first use, updated atomically.

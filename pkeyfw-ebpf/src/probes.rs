@@ -17,7 +17,8 @@
 //!   destroyed QP if a rule bound it, frees its stats slot and forgets its
 //!   Q_Key.
 //! - `pkeyfw_join` / `pkeyfw_joined` report a QP that joins a multicast
-//!   group of another partition (ib_attach_mcast).
+//!   group of another partition (ib_attach_mcast); under `foreign_join =
+//!   "kill"` the entry probe SIGKILLs the joining process.
 #![no_std]
 #![no_main]
 #![feature(asm_experimental_arch)]
@@ -43,9 +44,9 @@ use pkeyfw_common::{
     Capture,
     abi::{
         BindSpec, DEFAULT_QP_CAPACITY, DEVICES, EVENTS_BYTES, Event, EventBudget, EventKind,
-        GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, KERNEL_SLOTS, KernelSlot, MAX_RULES,
-        NO_DEVICE, QPN_MASK, QUARANTINE_WORDS, QpEntry, QpLayout, QpStats, QpType, qp_flags,
-        qp_key, quarantine_bit,
+        GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, KERNEL_SLOTS, KernelSlot,
+        MAX_RULES, NO_DEVICE, QPN_MASK, QUARANTINE_WORDS, QpEntry, QpLayout, QpStats, QpType,
+        qp_flags, qp_key, quarantine_bit,
     },
     capture,
     tenant::{self, Creator},
@@ -67,6 +68,8 @@ const GROWN: usize = BPF_F_NO_PREALLOC as usize;
 /// the filter object; the loader sets the real sizes).
 #[btf_map]
 static ACTIVE: Array<u32, 1> = Array::new();
+#[btf_map]
+static JOIN_ACTION: Array<JoinAction, { GENERATIONS as usize }> = Array::new();
 #[btf_map]
 static QPS: HashMap<u32, QpEntry, { (GENERATIONS * DEFAULT_QP_CAPACITY) as usize }, GROWN> =
     HashMap::new();
@@ -266,13 +269,43 @@ fn join(ctx: &ProbeContext) -> Option<()> {
     let _ = PENDING.remove(&bpf_get_current_pid_tgid());
     let layout = LAYOUT.load();
     let qpn = our_qp(&layout, ctx.arg(0)?)?;
+    let group = read(ctx.arg(1)?, 0)?;
+    let live = Live::now();
+    // Here, at the entry, which no number of joins at once can make miss:
+    // the signal is pending before the verb returns, and the process never
+    // runs again to read what the group receives.
+    if let Some(&action) = JOIN_ACTION.get(live.generation) {
+        let joined = capture::joined(live.bound(qpn), live.group(&group));
+        if capture::kills(joined, action) {
+            // SAFETY: no preconditions; a kernel thread is refused.
+            // (Each line's text is a constant: the log record copies a
+            // string argument, which the verifier cannot bound if chosen.)
+            if unsafe { generated::bpf_send_signal(SIGKILL) } == 0 {
+                count(Capture::Killed);
+                warn!(
+                    &(),
+                    "QP {}: its process joined a multicast group of another partition (foreign_join = \"kill\"): SIGKILL sent",
+                    qpn
+                );
+            } else {
+                warn!(
+                    &(),
+                    "QP {}: a kernel thread joined a multicast group of another partition (foreign_join = \"kill\"): it cannot be signalled",
+                    qpn
+                );
+            }
+        }
+    }
     keep(Pending {
         verb: JOIN,
         qpn,
-        group: read(ctx.arg(1)?, 0)?,
+        group,
         qkey: 0,
     })
 }
+
+/// The signal a foreign join earns under `foreign_join = "kill"`.
+const SIGKILL: u32 = 9;
 
 #[kretprobe]
 pub fn pkeyfw_joined(ctx: RetProbeContext) -> u32 {
@@ -284,18 +317,10 @@ pub fn pkeyfw_joined(ctx: RetProbeContext) -> u32 {
     }
     let live = Live::now();
     let qp = live.bound(p.qpn);
-    let key = GroupKey {
-        generation: live.generation,
-        addr: p.group,
-    };
-    // SAFETY: the value is copied out at once.
-    let Some(group) = unsafe { GROUPS.get(&key) }.map(|g| g.pkey) else {
-        count(capture::joined(qp, None));
-        return 0;
-    };
-    let outcome = capture::joined(qp, Some(group));
+    let group = live.group(&p.group);
+    let outcome = capture::joined(qp, group);
     count(outcome);
-    if outcome == Capture::ForeignJoin {
+    if let (Capture::ForeignJoin, Some(group)) = (outcome, group) {
         report_join(p.qpn, qp.map_or(0, |q| q.pkey), &p.group, group);
     }
     0
@@ -376,6 +401,16 @@ impl Live {
     fn bound(&self, qpn: u32) -> Option<QpEntry> {
         // SAFETY: the value is copied out at once.
         unsafe { QPS.get(&qp_key(self.generation, qpn)) }.copied()
+    }
+
+    /// The P_Key of the live policy's group of GID `addr`, if it lists it.
+    fn group(&self, addr: &[u8; 16]) -> Option<u16> {
+        let key = GroupKey {
+            generation: self.generation,
+            addr: *addr,
+        };
+        // SAFETY: the value is copied out at once.
+        unsafe { GROUPS.get(&key) }.map(|g| g.pkey)
     }
 }
 

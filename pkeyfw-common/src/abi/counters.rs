@@ -151,7 +151,8 @@ crate::named_enum! {
         /// policy does not list.
         Joined = 1 => "joined",
         /// A QP joined a group of a partition it is not in: it receives the
-        /// group's frames. Reported; a probe cannot refuse the verb.
+        /// group's frames. Reported; a probe cannot refuse the verb (see
+        /// [`Killed`](Capture::Killed)).
         ForeignJoin = 2 => "foreign_join",
         /// A QP a `[[bind]]` rule matched was bound as it was created.
         Bound = 3 => "bound",
@@ -161,5 +162,9 @@ crate::named_enum! {
         /// A UD QP whose Q_Key the policy pins set another one: reported,
         /// and its frames are still checked against the policy's.
         QkeyMismatch = 5 => "qkey_mismatch",
+        /// A process set out to join a group of a partition its QP is not
+        /// in, under `foreign_join = "kill"`: SIGKILLed before the verb
+        /// returns, so that it never reads what the group receives.
+        Killed = 6 => "killed",
     }
 }

@@ -37,6 +37,7 @@ pub mod name {
     pub const NEXT_SLOT: &str = "NEXT_SLOT";
     pub const QUARANTINE: &str = "QUARANTINE";
     pub const LISTED: &str = "LISTED";
+    pub const JOIN_ACTION: &str = "JOIN_ACTION";
 }
 
 /// The layout of every map below, as one number: `ABI[0]` holds it, so a
@@ -47,7 +48,7 @@ pub mod name {
 pub const LAYOUT_VERSION: u32 =
     LAYOUT << 24 | (REASON_SLOTS as u32) << 16 | (Stamp::COUNT as u32) << 8 | Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 15;
+const LAYOUT: u32 = 16;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -112,7 +113,7 @@ pub struct MapSpec {
 
 /// Every map of the filter object: the loader takes, pins, opens and sizes
 /// the maps from this table, and refuses an object with a map it lacks.
-pub const MAPS: [MapSpec; 21] = {
+pub const MAPS: [MapSpec; 22] = {
     use MapKind::*;
     use MapSize::*;
     const fn spec(name: &'static str, kind: MapKind, size: MapSize) -> MapSpec {
@@ -140,6 +141,7 @@ pub const MAPS: [MapSpec; 21] = {
         spec(name::NEXT_SLOT, Array, Fixed),
         spec(name::QUARANTINE, Array, Fixed),
         spec(name::LISTED, HashMap, Fixed),
+        spec(name::JOIN_ACTION, Array, Fixed),
     ]
 };
 
@@ -273,6 +275,26 @@ impl UnknownQp {
         }
     }
 }
+
+crate::named_enum! {
+    /// What the probes do when a local QP joins a multicast group of a
+    /// partition it is not in (`[enforcement] foreign_join`).
+    #[derive(Default)]
+    pub enum OnForeignJoin: u8 {
+        /// Count it and report it.
+        #[default]
+        Report = 0 => "report",
+        /// Report it, and SIGKILL the joining process before the verb
+        /// returns (a probe cannot refuse the verb); not in monitor mode.
+        Kill = 1 => "kill",
+    }
+}
+
+/// `JOIN_ACTION[generation]`: an [`OnForeignJoin`] as u8, what the probes
+/// do (a policy in monitor mode reports). A map of its own, not a
+/// [`Config`] field: the XDP program copies `Config` whole, and a larger
+/// copy takes it past Linux 6.1's verifier limit.
+pub type JoinAction = u8;
 
 /// `CONFIG[generation]`: the policy's global settings.
 #[repr(C)]

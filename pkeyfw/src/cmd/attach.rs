@@ -18,7 +18,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use aya::programs::XdpMode as AyaMode;
 use aya_log::EbpfLogger;
-use pkeyfw_common::abi::{Capacity, EventKind, SenderLayout};
+use pkeyfw_common::abi::{Capacity, EventKind, OnForeignJoin, SenderLayout};
 use tokio::{
     io::{Interest, unix::AsyncFd},
     signal::unix::{SignalKind, signal},
@@ -748,8 +748,12 @@ fn start_probes(
     let mut said = None;
     let registered = Probes::start(&pins.dir, binder.ifindex(), log.clone()).and_then(|w| {
         if let Err(why) = &w.readers {
+            let kill = match binder.policy().join_action() {
+                OnForeignJoin::Kill => ", and no joiner is killed (foreign_join = \"kill\" is not in force)",
+                OnForeignJoin::Report => "",
+            };
             said = Some(format!(
-                "pkeyfw: the Q_Keys programs set and multicast joins are not probed ({why}): a UD QP a rule binds with its own Q_Key refuses every frame, joins go unreported"
+                "pkeyfw: the Q_Keys programs set and multicast joins are not probed ({why}): a UD QP a rule binds with its own Q_Key refuses every frame, joins go unreported{kill}"
             ));
         }
         // SAFETY: the ring buffer's fd is owned by the probes, which the

@@ -214,9 +214,10 @@ fn text(policy: &Policy, out: &mut impl Write) -> std::io::Result<()> {
     }
     writeln!(
         out,
-        "enforcement: {}, unknown QPs: {}",
+        "enforcement: {}, unknown QPs: {}, foreign multicast joins: {}",
         if policy.monitor { "monitor" } else { "enforce" },
-        policy.unknown_qp.name()
+        policy.unknown_qp.name(),
+        policy.foreign_join.name()
     )?;
     writeln!(out, "QPs: {}", policy.qps.len())?;
     for (qpn, r) in &policy.qps {

@@ -26,8 +26,8 @@ use pkeyfw_common::{
     Capture, Reason, Stamp, Verdict,
     abi::{
         BindSpec, Config, EventBudget, EventKind, GENERATIONS, GROUP_CAPACITY, GroupEntry,
-        GroupKey, KernelSlot, LAYOUT_VERSION, MAPS, MAX_RULES, MapKind, OTHER_PARTITION,
-        PARTITIONS, PORT_SERIAL_BITS, QPN_MASK, QpEntry, QpStats,
+        GroupKey, JoinAction, KernelSlot, LAYOUT_VERSION, MAPS, MAX_RULES, MapKind,
+        OTHER_PARTITION, PARTITIONS, PORT_SERIAL_BITS, QPN_MASK, QpEntry, QpStats,
         counters::{REASON_SLOTS, reason_slot},
         listed_key, matcher, name, port_entry, port_key_index, qp_flags, qp_key, quarantine_bit,
         violation_key,
@@ -132,6 +132,7 @@ pub struct Maps {
     next_slot: Array<MapData, u64>,
     quarantine: Array<MapData, u64>,
     listed: HashMap<MapData, u64, u8>,
+    join_action: Array<MapData, JoinAction>,
     /// The other maps, held open.
     _rest: Vec<Map>,
 }
@@ -268,6 +269,7 @@ impl Maps {
             next_slot: typed(take(name::NEXT_SLOT), name::NEXT_SLOT)?,
             quarantine: typed(take(name::QUARANTINE), name::QUARANTINE)?,
             listed: typed(take(name::LISTED), name::LISTED)?,
+            join_action: typed(take(name::JOIN_ACTION), name::JOIN_ACTION)?,
             _rest: maps.into_values().collect(),
         })
     }
@@ -832,6 +834,9 @@ impl Maps {
             ..policy.config()
         };
         self.config.set(g, &config, 0).context("writing CONFIG")?;
+        self.join_action
+            .set(g, &(policy.join_action() as JoinAction), 0)
+            .context("writing JOIN_ACTION")?;
         for (key, flags) in policy.port_flags() {
             self.port_keys
                 .set(port_key_index(g, key), &port_entry(serial, flags), 0)

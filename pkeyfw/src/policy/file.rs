@@ -4,7 +4,7 @@
 use std::{collections::BTreeMap, net::IpAddr, ops::Range, path::Path};
 
 use pkeyfw_common::{
-    abi::{QPN_MASK, QpType, UnknownQp},
+    abi::{OnForeignJoin, QPN_MASK, QpType, UnknownQp},
     pkey,
     verdict::MULTICAST_QPN,
 };
@@ -53,6 +53,7 @@ struct RawEnforcement {
     unknown_qp: Option<Spanned<String>>,
     stamp: Option<bool>,
     probe_capacity: Option<Spanned<i64>>,
+    foreign_join: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -302,6 +303,18 @@ pub(super) fn parse(cx: &Ctx, port_guid: Option<u64>) -> Result<Policy, PolicyEr
 
     let binds = bind::rules(cx, &pkeys, &raw.bind)?;
     let mut warnings = table.warnings;
+    let on_join = raw
+        .enforcement
+        .as_ref()
+        .and_then(|e| e.foreign_join.as_ref());
+    let foreign_join = on_join.map_or(Ok(OnForeignJoin::default()), |f| foreign_join(cx, f))?;
+    if let (true, OnForeignJoin::Kill, Some(f)) = (monitor, foreign_join, on_join) {
+        let (line, _) = position(cx.text, f.span().start);
+        warnings.push(format!(
+            "{}:{line}: foreign_join = \"kill\" kills nothing in monitor mode: foreign joins are only reported",
+            cx.path.display()
+        ));
+    }
     if !monitor {
         warnings.extend(binds.iter().filter(|b| b.no_boundary()).map(|b| {
             format!(
@@ -333,6 +346,7 @@ pub(super) fn parse(cx: &Ctx, port_guid: Option<u64>) -> Result<Policy, PolicyEr
             .as_ref()
             .and_then(|e| e.stamp)
             .unwrap_or(false),
+        foreign_join,
         probe_capacity: match raw
             .enforcement
             .as_ref()
@@ -543,6 +557,21 @@ fn enforcement(cx: &Ctx, e: Option<&RawEnforcement>) -> Result<(bool, UnknownQp)
         })?,
     };
     Ok((monitor, unknown_qp))
+}
+
+/// `[enforcement] foreign_join`: what the probes do about a local QP that
+/// joins another partition's multicast group.
+fn foreign_join(cx: &Ctx, f: &Spanned<String>) -> Result<OnForeignJoin, PolicyError> {
+    OnForeignJoin::from_name(f.get_ref()).ok_or_else(|| {
+        cx.err(
+            f.span(),
+            "enforcement.foreign_join",
+            format!(
+                "`{}` is not an action; expected \"report\" or \"kill\"",
+                f.get_ref()
+            ),
+        )
+    })
 }
 
 /// `[enforcement] probe_capacity`: QPs the QP-creation probe may bind at

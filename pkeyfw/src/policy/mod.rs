@@ -13,7 +13,10 @@ use std::{collections::BTreeMap, net::IpAddr, path::Path};
 
 use pkeyfw_common::{
     Tables,
-    abi::{Config, GroupEntry, QpEntry, QpType, UnknownQp, qp_flags, switch_flags, v4_mapped},
+    abi::{
+        Config, GroupEntry, OnForeignJoin, QpEntry, QpType, UnknownQp, qp_flags, switch_flags,
+        v4_mapped,
+    },
     pkey,
 };
 
@@ -46,6 +49,9 @@ pub struct Policy {
     /// Rewrite outgoing frames' P_Key to the sending QP's binding, and
     /// incoming passed frames' back to the default (`[enforcement] stamp`).
     pub stamp: bool,
+    /// What the probes do about a local QP joining another partition's
+    /// multicast group (`[enforcement] foreign_join`).
+    pub foreign_join: OnForeignJoin,
     /// QPs the QP-creation probe may bind at once, when lower than what
     /// the interface's RDMA devices hold (`[enforcement] probe_capacity`;
     /// read at attach, when the tables are made).
@@ -125,6 +131,7 @@ impl Policy {
             groups: BTreeMap::new(),
             binds: Vec::new(),
             stamp: false,
+            foreign_join: OnForeignJoin::default(),
             probe_capacity: None,
             switch: None,
             listed: Vec::new(),
@@ -164,6 +171,16 @@ impl Policy {
             access_pkey: self.switch.and_then(|role| role.access).unwrap_or(0),
             // The loader's, when it writes the port table.
             port_serial: 0,
+        }
+    }
+
+    /// What the probes do about a foreign multicast join: a policy in
+    /// monitor mode only reports.
+    pub fn join_action(&self) -> OnForeignJoin {
+        if self.monitor {
+            OnForeignJoin::Report
+        } else {
+            self.foreign_join
         }
     }
 

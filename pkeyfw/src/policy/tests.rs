@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use pkeyfw_common::abi::{QpType, UnknownQp};
+use pkeyfw_common::abi::{OnForeignJoin, QpType, UnknownQp};
 
 use super::{Policy, PolicyError};
 
@@ -163,6 +163,34 @@ fn enforcement() {
         4,
         "enforcement.unknown_qp",
         "\"default-pkey\", \"drop\" or \"pass\"",
+    );
+    refused(
+        &format!("{PORT}[enforcement]\nforeign_join = \"refuse\"\n"),
+        4,
+        "enforcement.foreign_join",
+        "\"report\" or \"kill\"",
+    );
+}
+
+/// Foreign multicast joins are reported unless the policy says to kill,
+/// which monitor mode never does, and says so.
+#[test]
+fn foreign_joins() {
+    let parse = |text: &str| Policy::parse(Path::new("p.toml"), &format!("{PORT}{text}")).unwrap();
+    let kill = parse("[enforcement]\nforeign_join = \"kill\"\n");
+    assert_eq!(kill.foreign_join, OnForeignJoin::Kill);
+    assert_eq!(kill.join_action(), OnForeignJoin::Kill);
+    assert!(kill.warnings.is_empty(), "{:?}", kill.warnings);
+    assert_eq!(parse("").foreign_join, OnForeignJoin::Report);
+    let monitor = parse("[enforcement]\nmode = \"monitor\"\nforeign_join = \"kill\"\n");
+    assert_eq!(monitor.join_action(), OnForeignJoin::Report);
+    assert!(
+        monitor
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("p.toml:5:") && w.contains("kills nothing in monitor mode")),
+        "{:?}",
+        monitor.warnings
     );
 }
 

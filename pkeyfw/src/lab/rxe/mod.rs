@@ -19,7 +19,7 @@ mod topology;
 use std::{fs, path::Path};
 
 use anyhow::{Result, bail};
-use pkeyfw_common::{Capture, Reason};
+use pkeyfw_common::{Capture, Reason, abi::OnForeignJoin};
 
 use crate::loading::maps::ReasonCounts;
 use serde_json::json;
@@ -148,15 +148,22 @@ fn judge(sc: &Scenario, o: &Observed) -> bool {
 /// tenant's rule, not the entry naming it): the flood of
 /// modifies and the squatted peers took no frame from its owner (every
 /// frame of the bound QPs stamped with their own key, as rxe's socket says
-/// who sends); the join was counted and reported under a junk flood.
+/// who sends); the join was counted and reported under a junk flood (its
+/// process killed where the policy says so).
 fn attack_failed(sc: &Scenario, o: &Observed) -> bool {
     let [server, _] = o.probes.map(|p| move |c: Capture| p[c.index() as usize]);
     match sc.attack {
         None => true,
         Some(Attack::ModifyFlood | Attack::Squat) => o.unbound == 0,
-        // Under a flood that exhausted the refused frames' budget.
+        // Under a flood that exhausted the refused frames' budget; the
+        // joiner SIGKILLed where the policy says so, and only there.
         Some(Attack::ForeignJoin(_)) => {
-            server(Capture::ForeignJoin) > 0 && o.join_reported && o.suppressed > 0
+            let kill = sc.policy().foreign_join == OnForeignJoin::Kill;
+            let killed = o.attacker_signal == Some(libc::SIGKILL) && server(Capture::Killed) > 0;
+            server(Capture::ForeignJoin) > 0
+                && o.join_reported
+                && o.suppressed > 0
+                && kill == killed
         }
         // The program's Q_Key was captured, the other one refused.
         // The table was full for the server's QP only while the filler held

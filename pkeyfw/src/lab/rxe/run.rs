@@ -75,6 +75,9 @@ pub struct Observed {
     /// Whether the server's QP holds the QPN the policy's `[[qp]]` entry
     /// names, which its tenant made come next.
     pub taken: Option<bool>,
+    /// The signal that ended the attacker while the programs ran, if one
+    /// did (a foreign joiner under `foreign_join = "kill"`).
+    pub attacker_signal: Option<i32>,
     /// Frames each end's rxe device took in (`rcvd_pkts`, counted once a
     /// frame passed rxe's header and ICRC checks), and frames each end's
     /// filter passed to it: [server, client].
@@ -125,6 +128,12 @@ impl Proc {
     fn signal(&self, sig: libc::c_int) {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.0.id() as libc::pid_t, sig) };
+    }
+
+    /// The signal that ended it, if one did by now.
+    fn signal_that_ended(&mut self) -> Option<i32> {
+        use std::os::unix::process::ExitStatusExt as _;
+        self.0.try_wait().ok().flatten().and_then(|s| s.signal())
     }
 
     /// Waits up to `limit` for it to exit.
@@ -351,7 +360,8 @@ pub fn scenario(
     } else {
         LINGER
     })?;
-    drop((client, server, attacker));
+    let attacker_signal = attacker.and_then(|mut a| a.signal_that_ended());
+    drop((client, server));
     let rebound = match sc.attack {
         Some(Attack::Fill(_)) => Some(rebinds(server_end)?),
         _ => None,
@@ -432,6 +442,7 @@ pub fn scenario(
         probes,
         rebound,
         taken,
+        attacker_signal,
         join_reported: attach_lines
             .iter()
             .any(|l| l.contains("violation foreign_join")),

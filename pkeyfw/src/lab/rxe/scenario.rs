@@ -139,7 +139,8 @@ pub enum Attack {
     /// QPN the server's QP may get at the server's address: without the
     /// probes' rules, each would take the client's connection from it.
     ModifyFlood,
-    /// On the server's device, joins this group (of another partition).
+    /// On the server's device, joins this group (of another partition),
+    /// then holds it: reported, and killed where the policy says so.
     ForeignJoin(Ipv4Addr),
     /// As a process a rule binds (another partition's, `D`), connects QPs
     /// on the client's device to the server's next QPNs before the server
@@ -566,6 +567,25 @@ pub fn all() -> Vec<Scenario> {
             tenants: [APP; 2],
             pinned: false,
             why: "a join to 0x0002's group is reported under a junk flood",
+        },
+        Scenario {
+            name: "mcast-foreign-join-kill",
+            client_comm: None,
+            program: Program::UdPingpong,
+            rules: concat!(
+                "[enforcement]\nforeign_join = \"kill\"\n",
+                "[[bind]]\ncgroup = \"@CGROUPS@/app\"\npkey = 0xffff\nqkey = 0x11111111\n",
+                "[[group]]\naddr = \"239.1.1.1\"\npkey = 0x8002\nqkey = 0x11111111\n"
+            ),
+            binding: "UD, P_Key 0xffff, Q_Key 0x11111111; foreign joins killed",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[PP_QKEY],
+            attack: Some(Attack::ForeignJoin(Ipv4Addr::new(239, 1, 1, 1))),
+            tenants: [APP; 2],
+            pinned: false,
+            why: "the joiner of 0x0002's group is SIGKILLed and reported",
         },
         Scenario {
             name: "tenant-cgroup-a-b",
