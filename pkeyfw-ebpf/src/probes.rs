@@ -43,10 +43,10 @@ use kernel::read;
 use pkeyfw_common::{
     Capture,
     abi::{
-        BindSpec, DEFAULT_QP_CAPACITY, DEVICES, EVENTS_BYTES, Event, EventBudget, EventKind,
-        GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, KERNEL_SLOTS, KernelSlot,
-        MAX_RULES, NO_DEVICE, QPN_MASK, QUARANTINE_WORDS, QpEntry, QpLayout, QpStats, QpType,
-        qp_flags, qp_key, quarantine_bit,
+        BindSpec, Config, DEFAULT_QP_CAPACITY, DEVICES, EVENTS_BYTES, Event, EventBudget,
+        EventKind, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, KERNEL_SLOTS,
+        KernelSlot, MAX_RULES, NO_DEVICE, QPN_MASK, QUARANTINE_WORDS, QpEntry, QpLayout, QpStats,
+        QpType, qp_flags, qp_key, quarantine_bit,
     },
     capture,
     tenant::{self, Creator},
@@ -70,6 +70,8 @@ const GROWN: usize = BPF_F_NO_PREALLOC as usize;
 static ACTIVE: Array<u32, 1> = Array::new();
 #[btf_map]
 static JOIN_ACTION: Array<JoinAction, { GENERATIONS as usize }> = Array::new();
+#[btf_map]
+static CONFIG: Array<Config, { GENERATIONS as usize }> = Array::new();
 #[btf_map]
 static QPS: HashMap<u32, QpEntry, { (GENERATIONS * DEFAULT_QP_CAPACITY) as usize }, GROWN> =
     HashMap::new();
@@ -268,32 +270,39 @@ pub fn pkeyfw_join(ctx: ProbeContext) -> u32 {
 fn join(ctx: &ProbeContext) -> Option<()> {
     let _ = PENDING.remove(&bpf_get_current_pid_tgid());
     let layout = LAYOUT.load();
-    let qpn = our_qp(&layout, ctx.arg(0)?)?;
+    let qp: *const u8 = ctx.arg(0)?;
+    let qpn = our_qp(&layout, qp)?;
     let group = read(ctx.arg(1)?, 0)?;
     let live = Live::now();
     // Here, at the entry, which no number of joins at once can make miss:
     // the signal is pending before the verb returns, and the process never
-    // runs again to read what the group receives.
-    if let Some(&action) = JOIN_ACTION.get(live.generation) {
-        let joined = capture::joined(live.bound(qpn), live.group(&group));
-        if capture::kills(joined, action) {
-            // SAFETY: no preconditions; a kernel thread is refused.
-            // (Each line's text is a constant: the log record copies a
-            // string argument, which the verifier cannot bound if chosen.)
-            if unsafe { generated::bpf_send_signal(SIGKILL) } == 0 {
-                count(Capture::Killed);
-                warn!(
-                    &(),
-                    "QP {}: its process joined a multicast group of another partition (foreign_join = \"kill\"): SIGKILL sent",
-                    qpn
-                );
-            } else {
-                warn!(
-                    &(),
-                    "QP {}: a kernel thread joined a multicast group of another partition (foreign_join = \"kill\"): it cannot be signalled",
-                    qpn
-                );
-            }
+    // runs again to read what the group receives (a process sharing the
+    // QP's uverbs file keeps it, joined). Only a process's UD QP (the only
+    // kind the verb takes) earns it: a kernel user's join may run in any
+    // process's system call.
+    let action = JOIN_ACTION.get(live.generation).copied().unwrap_or(0);
+    let (_, joined) = live.join(qpn, &group);
+    let users_ud = read::<u32>(qp, layout.qp_type).and_then(transport) == Some(QpType::Ud)
+        && read::<u8>(qp, layout.qp_res + layout.res_user).unwrap_or(0) != 0;
+    if users_ud && capture::kills(joined, action) {
+        // SAFETY: no preconditions.
+        let refused = unsafe { generated::bpf_send_signal(SIGKILL) };
+        // (Each line's text is a constant: the log record copies a string
+        // argument, which the verifier cannot bound if chosen.)
+        if refused == 0 {
+            count(Capture::Killed);
+            warn!(
+                &(),
+                "QP {}: its process joined a multicast group of another partition (foreign_join = \"kill\"): SIGKILL sent",
+                qpn
+            );
+        } else {
+            warn!(
+                &(),
+                "QP {}: its process joined a multicast group of another partition (foreign_join = \"kill\"): SIGKILL refused ({})",
+                qpn,
+                refused
+            );
         }
     }
     keep(Pending {
@@ -316,12 +325,10 @@ pub fn pkeyfw_joined(ctx: RetProbeContext) -> u32 {
         return 0;
     }
     let live = Live::now();
-    let qp = live.bound(p.qpn);
-    let group = live.group(&p.group);
-    let outcome = capture::joined(qp, group);
+    let (pkey, outcome) = live.join(p.qpn, &p.group);
     count(outcome);
-    if let (Capture::ForeignJoin, Some(group)) = (outcome, group) {
-        report_join(p.qpn, qp.map_or(0, |q| q.pkey), &p.group, group);
+    if let (Capture::ForeignJoin, Some(group)) = (outcome, live.group(&p.group)) {
+        report_join(p.qpn, pkey, &p.group, group);
     }
     0
 }
@@ -403,7 +410,29 @@ impl Live {
         unsafe { QPS.get(&qp_key(self.generation, qpn)) }.copied()
     }
 
+    /// Local QP `qpn` joining group `addr`: the P_Key of its binding (0
+    /// if none) — the live generation's, or for a QP the creation probe
+    /// bound while a new generation was being written (which the switch
+    /// settles moments later), the other's — and what the policy makes of
+    /// the join. (Inlined, and no `Option<QpEntry>` returned: a None's
+    /// unwritten payload, copied out, is what the verifier refuses.)
+    #[inline(always)]
+    fn join(&self, qpn: u32, addr: &[u8; 16]) -> (u16, Capture) {
+        // SAFETY: the value is copied out at once.
+        let other = unsafe { QPS.get(&qp_key(self.generation ^ 1, qpn)) }
+            .copied()
+            .filter(|e| e.flags & qp_flags::PROBE != 0);
+        let qp = self.bound(qpn).or(other);
+        let config = CONFIG.get(self.generation).copied().unwrap_or_default();
+        let unbound = capture::unbound(&config, quarantined(qpn));
+        (
+            qp.map_or(0, |q| q.pkey),
+            capture::joined(qp, unbound, self.group(addr)),
+        )
+    }
+
     /// The P_Key of the live policy's group of GID `addr`, if it lists it.
+    #[inline(always)]
     fn group(&self, addr: &[u8; 16]) -> Option<u16> {
         let key = GroupKey {
             generation: self.generation,
@@ -547,6 +576,13 @@ fn bind<C: Creator>(qp: *const u8, qpn: u32, transport: QpType, creator: &C) {
             qpn
         );
     }
+}
+
+/// Whether QPN `qpn` is in quarantine.
+#[inline(always)]
+fn quarantined(qpn: u32) -> bool {
+    let (word, bit) = quarantine_bit(qpn);
+    QUARANTINE.get(word).is_some_and(|w| w & bit != 0)
 }
 
 /// Puts QPN `qpn` in quarantine (`on`) or takes it out: one atomic bit

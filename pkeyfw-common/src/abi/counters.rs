@@ -164,7 +164,8 @@ crate::named_enum! {
         QkeyMismatch = 5 => "qkey_mismatch",
         /// A process set out to join a group of a partition its QP is not
         /// in, under `foreign_join = "kill"`: SIGKILLed before the verb
-        /// returns, so that it never reads what the group receives.
+        /// returns, so that it never reads what the group receives (a
+        /// process sharing the QP's uverbs file keeps it, joined).
         Killed = 6 => "killed",
     }
 }

@@ -51,9 +51,10 @@ struct Args {
     squat_device: Option<String>,
     #[arg(long, default_value_t = 1000)]
     bind_ms: u64,
-    /// Attach a UD QP to this IPv4 multicast group, then wait `--hold-ms`.
+    /// Attach a UD QP to these IPv4 multicast groups, in order (the option
+    /// given once per group), then wait `--hold-ms`.
     #[arg(long)]
-    join: Option<Ipv4Addr>,
+    join: Vec<Ipv4Addr>,
     #[arg(long, default_value_t = 0)]
     hold_ms: u64,
     /// Create this many UD QPs and say how long each `ibv_create_qp` took
@@ -66,7 +67,7 @@ struct Args {
     next_qpn: bool,
     /// Make and destroy UD QPs until this QPN is the next the device hands
     /// out, so that the tenant's next QP gets it (a `[[qp]]` entry's); it
-    /// must lie at least two ahead.
+    /// must lie ahead of the device's next.
     #[arg(long)]
     advance_to: Option<u32>,
 }
@@ -118,20 +119,22 @@ fn run(a: &Args) -> Result<()> {
         }
         println!("claimed QPNs {next:#x}..{:#x} at {peer}", next + n);
     }
-    if let Some(group) = a.join {
+    if !a.join.is_empty() {
         let qp = ctx.qp(QPT_UD)?;
         ctx.to_init(qp, QPT_UD)?;
-        let gid = Gid::v4_mapped(group);
-        // SAFETY: a live QP of this context and a valid GID.
-        let rc = unsafe { (ctx.lib.attach_mcast)(qp, &gid, 0) };
-        if rc != 0 {
-            bail!(
-                "ibv_attach_mcast: {}",
-                std::io::Error::from_raw_os_error(rc)
-            );
+        for &group in &a.join {
+            let gid = Gid::v4_mapped(group);
+            // SAFETY: a live QP of this context and a valid GID.
+            let rc = unsafe { (ctx.lib.attach_mcast)(qp, &gid, 0) };
+            if rc != 0 {
+                bail!(
+                    "ibv_attach_mcast({group}): {}",
+                    std::io::Error::from_raw_os_error(rc)
+                );
+            }
+            // SAFETY: reading a field of a live QP.
+            println!("joined {group} with QP {:#x}", unsafe { (*qp).qp_num });
         }
-        // SAFETY: reading a field of a live QP.
-        println!("joined {group} with QP {:#x}", unsafe { (*qp).qp_num });
     }
     if let Some(n) = a.create {
         let mut total = std::time::Duration::ZERO;
@@ -150,16 +153,18 @@ fn run(a: &Args) -> Result<()> {
         println!("{:#x}", ctx.made_and_destroyed(ctx.cq()?)? + 1);
     }
     if let Some(want) = a.advance_to {
-        let (cq, mut made) = (ctx.cq()?, 0);
+        let (cq, mut made, mut last) = (ctx.cq()?, 0, 0);
         loop {
             let qpn = ctx.made_and_destroyed(cq)?;
             made += 1;
             if qpn + 1 == want {
                 break;
             }
-            if qpn >= want {
-                bail!("QPN {qpn:#x} was handed out, past {want:#x}");
+            // Past it, or wrapped round (it is beyond the device's QPNs).
+            if qpn >= want || qpn < last {
+                bail!("QPN {qpn:#x} was handed out after {last:#x}: {want:#x} will not come next");
             }
+            last = qpn;
         }
         println!("made and destroyed {made} QPs: {want:#x} comes next");
     }

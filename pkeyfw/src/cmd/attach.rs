@@ -745,13 +745,16 @@ fn start_probes(
     if !needed && !Path::new("/sys/module/ib_core").exists() {
         return (None, None);
     }
+    // What goes unenforced with the join probe.
+    let kill = match binder.policy().join_action() {
+        OnForeignJoin::Kill => {
+            ", and no joiner is killed (foreign_join = \"kill\" is not in force)"
+        }
+        OnForeignJoin::Report => "",
+    };
     let mut said = None;
     let registered = Probes::start(&pins.dir, binder.ifindex(), log.clone()).and_then(|w| {
         if let Err(why) = &w.readers {
-            let kill = match binder.policy().join_action() {
-                OnForeignJoin::Kill => ", and no joiner is killed (foreign_join = \"kill\" is not in force)",
-                OnForeignJoin::Report => "",
-            };
             said = Some(format!(
                 "pkeyfw: the Q_Keys programs set and multicast joins are not probed ({why}): a UD QP a rule binds with its own Q_Key refuses every frame, joins go unreported{kill}"
             ));
@@ -767,7 +770,7 @@ fn start_probes(
             None,
             needed.then(|| {
                 format!(
-                    "pkeyfw: QP creation is not probed ({e:#}); a foreground attach finds new QPs every {} ms",
+                    "pkeyfw: QP creation is not probed ({e:#}); a foreground attach finds new QPs every {} ms; joins go unreported{kill}",
                     binder::POLL.as_millis()
                 )
             }),

@@ -123,7 +123,7 @@ fn judge(sc: &Scenario, o: &Observed) -> bool {
     // A foreign Q_Key's datagrams are refused besides the verdict.
     let foreign = matches!(sc.attack, Some(Attack::ForeignQkey(_)));
     // A join is made under a flood of malformed frames.
-    let flooded = matches!(sc.attack, Some(Attack::ForeignJoin(_)));
+    let flooded = matches!(sc.attack, Some(Attack::Join { .. }));
     let refused_at_server = |counts: &ReasonCounts| {
         Reason::ALL.into_iter().all(|r| {
             r == sc.reason
@@ -155,15 +155,18 @@ fn attack_failed(sc: &Scenario, o: &Observed) -> bool {
     match sc.attack {
         None => true,
         Some(Attack::ModifyFlood | Attack::Squat) => o.unbound == 0,
-        // Under a flood that exhausted the refused frames' budget; the
-        // joiner SIGKILLed where the policy says so, and only there.
-        Some(Attack::ForeignJoin(_)) => {
+        // Under a flood that exhausted the refused frames' budget: its own
+        // group's join (first) passed, the foreign one's was reported; the
+        // joiner SIGKILLed for it where the policy says so, and only there.
+        Some(Attack::Join { .. }) => {
             let kill = sc.policy().foreign_join == OnForeignJoin::Kill;
-            let killed = o.attacker_signal == Some(libc::SIGKILL) && server(Capture::Killed) > 0;
-            server(Capture::ForeignJoin) > 0
+            let killed = o.attacker_signal == Some(libc::SIGKILL);
+            server(Capture::Joined) > 0
+                && server(Capture::ForeignJoin) > 0
                 && o.join_reported
                 && o.suppressed > 0
-                && kill == killed
+                && killed == kill
+                && server(Capture::Killed) == u64::from(kill)
         }
         // The program's Q_Key was captured, the other one refused.
         // The table was full for the server's QP only while the filler held

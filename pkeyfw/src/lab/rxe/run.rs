@@ -563,12 +563,13 @@ fn next_qpn(end: &End) -> Result<u32> {
         })
 }
 
-/// Starts `attack` as an unprivileged user (nobody), holding a QP no rule
-/// binds; it runs until dropped. (A foreign Q_Key is sent from here; a
-/// QPN is taken, the `entry`'s, before this returns.)
+/// Starts `attack` as an unprivileged user (nobody): its QPs bound to
+/// another partition (D's) or to none; it runs until dropped. (A foreign
+/// Q_Key is sent from here; a QPN is taken, the `entry`'s, before this
+/// returns.)
 fn attack(attack: Attack, server: &End, client: &End, entry: Option<u32>) -> Result<Option<Proc>> {
     let mut cmd = as_nobody()?;
-    if let Attack::Squat | Attack::TakeQpn = attack {
+    if let Attack::Squat | Attack::TakeQpn | Attack::Join { .. } = attack {
         // In the cgroup a rule binds to another partition.
         super::scenario::SQUATTER.place(&mut cmd)?;
     }
@@ -582,9 +583,11 @@ fn attack(attack: Attack, server: &End, client: &End, entry: Option<u32>) -> Res
                 .arg(server.addr.to_string());
             500
         }
-        Attack::ForeignJoin(group) => {
+        Attack::Join { own, foreign } => {
             cmd.args(["--device", &server.device, "--join"])
-                .arg(group.to_string())
+                .arg(own.to_string())
+                .arg("--join")
+                .arg(foreign.to_string())
                 .args(["--hold-ms", "600000"]);
             // Joined under a flood of junk on the joining CPU: the refused
             // frames spend their own budget, not the join's.

@@ -139,9 +139,11 @@ pub enum Attack {
     /// QPN the server's QP may get at the server's address: without the
     /// probes' rules, each would take the client's connection from it.
     ModifyFlood,
-    /// On the server's device, joins this group (of another partition),
-    /// then holds it: reported, and killed where the policy says so.
-    ForeignJoin(Ipv4Addr),
+    /// As D (a rule binds it to 0x8002), on the server's device, joins a
+    /// group of its own partition, then one of another (0x8001's), then
+    /// holds them: the second is reported, and its process killed where
+    /// the policy says so.
+    Join { own: Ipv4Addr, foreign: Ipv4Addr },
     /// As a process a rule binds (another partition's, `D`), connects QPs
     /// on the client's device to the server's next QPNs before the server
     /// makes its QP: stamping by destination would give the client's
@@ -215,6 +217,16 @@ macro_rules! roles {
 }
 
 const STAMPING: &str = concat!("[enforcement]\nstamp = true\n", roles!());
+
+/// D's rule, and a group of its partition and one of A's: a join to the
+/// second is D's foreign join.
+macro_rules! groups {
+    () => {
+        "[[bind]]\ncgroup = \"@CGROUPS@/d\"\npkey = 0x8002\n\
+         [[group]]\naddr = \"239.1.1.2\"\npkey = 0x8002\nqkey = 0x11111111\n\
+         [[group]]\naddr = \"239.1.1.1\"\npkey = 0x8001\nqkey = 0x11111111\n"
+    };
+}
 
 /// The roles, as the rules above bind them.
 const A: Tenant = in_cgroup("a");
@@ -556,17 +568,20 @@ pub fn all() -> Vec<Scenario> {
             program: Program::UdPingpong,
             rules: concat!(
                 "[[bind]]\ncgroup = \"@CGROUPS@/app\"\npkey = 0xffff\nqkey = 0x11111111\n",
-                "[[group]]\naddr = \"239.1.1.1\"\npkey = 0x8002\nqkey = 0x11111111\n"
+                groups!()
             ),
             binding: "UD, P_Key 0xffff, Q_Key 0x11111111",
             completes: true,
             reason: Reason::Ok,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[PP_QKEY],
-            attack: Some(Attack::ForeignJoin(Ipv4Addr::new(239, 1, 1, 1))),
+            attack: Some(Attack::Join {
+                own: Ipv4Addr::new(239, 1, 1, 2),
+                foreign: Ipv4Addr::new(239, 1, 1, 1),
+            }),
             tenants: [APP; 2],
             pinned: false,
-            why: "a join to 0x0002's group is reported under a junk flood",
+            why: "D's join to 0x0001's group is reported under a junk flood",
         },
         Scenario {
             name: "mcast-foreign-join-kill",
@@ -575,17 +590,20 @@ pub fn all() -> Vec<Scenario> {
             rules: concat!(
                 "[enforcement]\nforeign_join = \"kill\"\n",
                 "[[bind]]\ncgroup = \"@CGROUPS@/app\"\npkey = 0xffff\nqkey = 0x11111111\n",
-                "[[group]]\naddr = \"239.1.1.1\"\npkey = 0x8002\nqkey = 0x11111111\n"
+                groups!()
             ),
             binding: "UD, P_Key 0xffff, Q_Key 0x11111111; foreign joins killed",
             completes: true,
             reason: Reason::Ok,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[PP_QKEY],
-            attack: Some(Attack::ForeignJoin(Ipv4Addr::new(239, 1, 1, 1))),
+            attack: Some(Attack::Join {
+                own: Ipv4Addr::new(239, 1, 1, 2),
+                foreign: Ipv4Addr::new(239, 1, 1, 1),
+            }),
             tenants: [APP; 2],
             pinned: false,
-            why: "the joiner of 0x0002's group is SIGKILLed and reported",
+            why: "D, joining 0x0001's group after its own, is SIGKILLed",
         },
         Scenario {
             name: "tenant-cgroup-a-b",
