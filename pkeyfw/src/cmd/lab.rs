@@ -35,6 +35,7 @@ pub fn run(args: &LabArgs) -> Result<()> {
         },
         Some(LabCommand::Rxe(rxe)) => match lab::rxe::run(
             rxe.only.as_deref(),
+            rxe.shard,
             rxe.captures.as_deref(),
             rxe.json.as_deref(),
         )? {
@@ -72,4 +73,8 @@ pub struct RxeArgs {
     /// Only the scenarios whose name contains this.
     #[arg(long, value_name = "TEXT")]
     pub only: Option<String>,
+    /// Only every OF-th scenario, from the INDEX-th (0-based): one part of
+    /// them, for one of several machines running the rest.
+    #[arg(long, value_name = "INDEX/OF")]
+    pub shard: Option<lab::rxe::Shard>,
 }

@@ -28,22 +28,60 @@ use run::{Exit, Observed};
 use scenario::{Attack, Scenario};
 use topology::Topology;
 
-/// Runs the scenarios whose name contains `only` (all without), capturing
-/// each into `captures`/NAME.*.pcap and writing the results as JSON to
-/// `json` if given; `Ok(true)` when every one went as the rules say.
-pub fn run(only: Option<&str>, captures: Option<&Path>, json: Option<&Path>) -> Result<bool> {
+/// One of `of` parts of the scenarios (`--shard INDEX/OF`): every `of`-th
+/// one, from the `index`-th (0-based), counting the pair's scenarios, then
+/// the switch's; so that several guests can share the scenarios out.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Shard {
+    pub index: usize,
+    pub of: usize,
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Shard, String> {
+        let parsed = s
+            .split_once('/')
+            .and_then(|(i, n)| Some((i.parse().ok()?, n.parse().ok()?)));
+        match parsed {
+            Some((index, of)) if index < of => Ok(Shard { index, of }),
+            _ => Err(format!(
+                "`{s}` is not a shard; expected INDEX/OF with INDEX below OF, e.g. 0/2"
+            )),
+        }
+    }
+}
+
+/// Runs the scenarios whose name contains `only` (all without), of
+/// `shard` if given, capturing each into `captures`/NAME.*.pcap and writing
+/// the results as JSON to `json` if given; `Ok(true)` when every one went
+/// as the rules say.
+pub fn run(
+    only: Option<&str>,
+    shard: Option<Shard>,
+    captures: Option<&Path>,
+    json: Option<&Path>,
+) -> Result<bool> {
     // SAFETY: no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("the soft-RoCE lab creates devices and attaches XDP; run it as root");
     }
-    let chosen = |name: &str| only.is_none_or(|o| name.contains(o));
+    let pairs = scenario::all().len();
+    let chosen = |i: usize, name: &str| {
+        only.is_none_or(|o| name.contains(o)) && shard.is_none_or(|s| i % s.of == s.index)
+    };
     let scenarios: Vec<Scenario> = scenario::all()
         .into_iter()
-        .filter(|s| chosen(s.name))
+        .enumerate()
+        .filter(|(i, s)| chosen(*i, s.name))
+        .map(|(_, s)| s)
         .collect();
     let switched: Vec<switch::Scenario> = switch::all()
         .into_iter()
-        .filter(|s| chosen(s.name))
+        .enumerate()
+        .filter(|(i, s)| chosen(pairs + i, s.name))
+        .map(|(_, s)| s)
         .collect();
     if scenarios.is_empty() && switched.is_empty() {
         bail!("no scenario matches {only:?}");
