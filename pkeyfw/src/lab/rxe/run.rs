@@ -36,9 +36,9 @@ pub const STALL: Duration = Duration::from_secs(8);
 /// How long the server may take to finish after its client.
 pub const LINGER: Duration = Duration::from_secs(3);
 /// How long to wait for a process to get ready (an attach under emulation
-/// takes some 12 s to load and verify its programs; more while other work
-/// shares the host's CPUs).
-const READY: Duration = Duration::from_secs(60);
+/// takes some 12 s to load and verify its programs on one machine, some 40
+/// on a slower one; more while another guest shares the host's CPUs).
+const READY: Duration = Duration::from_secs(180);
 
 /// How a program ended.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
