@@ -218,6 +218,12 @@ macro_rules! roles {
 
 const STAMPING: &str = concat!("[enforcement]\nstamp = true\n", roles!());
 
+/// D joining its own group, then A's: the groups of [`groups!`].
+const D_JOINS: Attack = Attack::Join {
+    own: Ipv4Addr::new(239, 1, 1, 2),
+    foreign: Ipv4Addr::new(239, 1, 1, 1),
+};
+
 /// D's rule, and a group of its partition and one of A's: a join to the
 /// second is D's foreign join.
 macro_rules! groups {
@@ -575,10 +581,7 @@ pub fn all() -> Vec<Scenario> {
             reason: Reason::Ok,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[PP_QKEY],
-            attack: Some(Attack::Join {
-                own: Ipv4Addr::new(239, 1, 1, 2),
-                foreign: Ipv4Addr::new(239, 1, 1, 1),
-            }),
+            attack: Some(D_JOINS),
             tenants: [APP; 2],
             pinned: false,
             why: "D's join to 0x0001's group is reported under a junk flood",
@@ -597,10 +600,7 @@ pub fn all() -> Vec<Scenario> {
             reason: Reason::Ok,
             wire_pkeys: &[0xffff],
             wire_qkeys: &[PP_QKEY],
-            attack: Some(Attack::Join {
-                own: Ipv4Addr::new(239, 1, 1, 2),
-                foreign: Ipv4Addr::new(239, 1, 1, 1),
-            }),
+            attack: Some(D_JOINS),
             tenants: [APP; 2],
             pinned: false,
             why: "D, joining 0x0001's group after its own, is SIGKILLed",
