@@ -67,11 +67,12 @@ pub fn run(
     if unsafe { libc::geteuid() } != 0 {
         bail!("the soft-RoCE lab creates devices and attaches XDP; run it as root");
     }
-    let pairs = scenario::all().len();
+    let all = scenario::all();
+    let pairs = all.len();
     let chosen = |i: usize, name: &str| {
         only.is_none_or(|o| name.contains(o)) && shard.is_none_or(|s| i % s.of == s.index)
     };
-    let scenarios: Vec<Scenario> = scenario::all()
+    let scenarios: Vec<Scenario> = all
         .into_iter()
         .enumerate()
         .filter(|(i, s)| chosen(*i, s.name))
