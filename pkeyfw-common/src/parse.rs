@@ -11,7 +11,7 @@ use network_types::{
     vlan::VlanHdr,
 };
 
-use crate::frame::Frame;
+use crate::frame::{Frame, MAX_OFFSET};
 
 /// EtherTypes, in host order.
 pub mod ethertype {
@@ -209,6 +209,121 @@ pub enum Parsed {
     Roce(Roce),
 }
 
+/// Where a frame's transport headers are, as [`locate`] found them: the
+/// headers below the BTH walked and bounded, the BTH (and a datagram's
+/// DETH) checked to be there and valid. [`Located::read`] then reads them.
+///
+/// The split lets the kernel walk the variable headers (VLAN tags, IPv6
+/// extension headers) in a function of their own, which its verifier
+/// checks once: what the function returns fits one register
+/// ([`pack`](Self::pack)), so the verdict that follows is verified once
+/// too, not once per way through the headers.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Located {
+    NotRoce,
+    Malformed,
+    Roce {
+        /// Offset of the BTH.
+        bth_at: usize,
+        /// Offset of the UDP header; 0 for RoCE v1.
+        udp: usize,
+        addrs: Addrs,
+        /// As [`Roce::len`].
+        len: usize,
+    },
+}
+
+/// [`Located::pack`]'s fields: tag (2 bits), BTH offset, UDP offset,
+/// address family (1) and offset, length (16).
+const OFFSET_BITS: u32 = 13;
+const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
+const _: () = assert!(MAX_OFFSET < 1 << OFFSET_BITS);
+
+impl Located {
+    /// As one u64: what a BPF function returns in a register.
+    #[inline(always)]
+    pub const fn pack(self) -> u64 {
+        match self {
+            Located::NotRoce => 0,
+            Located::Malformed => 1,
+            Located::Roce {
+                bth_at,
+                udp,
+                addrs,
+                len,
+            } => {
+                let (v6, at) = match addrs {
+                    Addrs::V4At(at) => (0, at),
+                    Addrs::V6At(at) => (1, at),
+                };
+                2 | (bth_at as u64 & OFFSET_MASK) << 2
+                    | (udp as u64 & OFFSET_MASK) << (2 + OFFSET_BITS)
+                    | v6 << (2 + 2 * OFFSET_BITS)
+                    | (at as u64 & OFFSET_MASK) << (3 + 2 * OFFSET_BITS)
+                    | (len as u64 & 0xffff) << (3 + 3 * OFFSET_BITS)
+            }
+        }
+    }
+
+    /// The inverse of [`pack`](Self::pack); any other value is malformed.
+    #[inline(always)]
+    pub fn unpack(bits: u64) -> Located {
+        let field = |shift: u32| (bits >> shift & OFFSET_MASK) as usize;
+        match bits & 3 {
+            0 => Located::NotRoce,
+            2 => Located::Roce {
+                bth_at: field(2),
+                udp: field(2 + OFFSET_BITS),
+                addrs: if bits >> (2 + 2 * OFFSET_BITS) & 1 == 0 {
+                    Addrs::V4At(field(3 + 2 * OFFSET_BITS))
+                } else {
+                    Addrs::V6At(field(3 + 2 * OFFSET_BITS))
+                },
+                len: (bits >> (3 + 3 * OFFSET_BITS) & 0xffff) as usize,
+            },
+            _ => Located::Malformed,
+        }
+    }
+
+    /// The transport headers, read where [`locate`] found them.
+    #[inline(always)]
+    pub fn read<F: Frame + ?Sized>(self, frame: &F) -> Parsed {
+        let Located::Roce {
+            bth_at,
+            udp,
+            addrs,
+            len,
+        } = self
+        else {
+            return match self {
+                Located::NotRoce => Parsed::NotRoce,
+                _ => Parsed::Malformed,
+            };
+        };
+        match transport_headers(frame, bth_at) {
+            Some((bth, transport, qkey, src_qp)) => Parsed::Roce(Roce {
+                opcode: bth.opcode,
+                transport,
+                pkey: bth.pkey(),
+                dest_qp: bth.dest_qp(),
+                qkey,
+                src_qp,
+                addrs,
+                bth_at,
+                udp,
+                len,
+            }),
+            None => Parsed::Malformed,
+        }
+    }
+}
+
+/// Classifies a frame that starts with its Ethernet header.
+#[inline(always)]
+pub fn classify<F: Frame + ?Sized>(frame: &F) -> Parsed {
+    locate(frame).read(frame)
+}
+
 /// Early exit from parsing with a final classification.
 macro_rules! header_or {
     ($frame:expr, $ty:ty, $off:expr, $else:expr) => {
@@ -248,45 +363,44 @@ impl<F: Frame + ?Sized> Frame for Within<'_, F> {
     }
 }
 
-/// Classifies a frame that starts with its Ethernet header.
+/// Finds a frame's transport headers (see [`Located`]).
 #[inline(always)]
-pub fn classify<F: Frame + ?Sized>(frame: &F) -> Parsed {
-    let eth = header_or!(frame, EthHdr, 0, Parsed::Malformed);
+pub fn locate<F: Frame + ?Sized>(frame: &F) -> Located {
+    let eth = header_or!(frame, EthHdr, 0, Located::Malformed);
     let mut ether_type = u16::from_be(eth.ether_type);
     let mut off = EthHdr::LEN;
     let mut tags = 0;
     while ether_type == ethertype::VLAN || ether_type == ethertype::QINQ {
         if tags == MAX_VLAN_TAGS {
-            return Parsed::Malformed;
+            return Located::Malformed;
         }
-        let tag = header_or!(frame, VlanHdr, off, Parsed::Malformed);
+        let tag = header_or!(frame, VlanHdr, off, Located::Malformed);
         ether_type = u16::from_be(tag.ether_type);
         off += VlanHdr::LEN;
         tags += 1;
     }
-    // Tags the kernel took into metadata count too. Checked after the loop,
-    // whose fixed bound keeps Linux 6.1's verifier within its budget.
+    // Tags the kernel took into metadata count too.
     if tags + frame.stripped_vlan_tags() > MAX_VLAN_TAGS {
-        return Parsed::Malformed;
+        return Located::Malformed;
     }
     match ether_type {
         ethertype::IPV4 => ipv4(frame, off),
         ethertype::IPV6 => ipv6(frame, off),
         ethertype::ROCE_V1 => roce_v1(frame, off),
-        _ => Parsed::NotRoce,
+        _ => Located::NotRoce,
     }
 }
 
 #[inline(always)]
-fn ipv4<F: Frame + ?Sized>(frame: &F, off: usize) -> Parsed {
-    let ip = header_or!(frame, Ipv4Hdr, off, Parsed::Malformed);
+fn ipv4<F: Frame + ?Sized>(frame: &F, off: usize) -> Located {
+    let ip = header_or!(frame, Ipv4Hdr, off, Located::Malformed);
     let ihl = ip.ihl() as usize;
     let total = ip.tot_len() as usize;
     if ip.version() != 4 || ihl < Ipv4Hdr::LEN || total < ihl {
-        return Parsed::Malformed;
+        return Located::Malformed;
     }
     if ip.frag_offset() != 0 || ip.proto != proto::UDP {
-        return Parsed::NotRoce;
+        return Located::NotRoce;
     }
     // More Fragments: a first fragment, which the kernel would reassemble.
     let first_fragment = ip.frag_flags() & 0b001 != 0;
@@ -298,10 +412,10 @@ fn ipv4<F: Frame + ?Sized>(frame: &F, off: usize) -> Parsed {
 }
 
 #[inline(always)]
-fn ipv6<F: Frame + ?Sized>(frame: &F, off: usize) -> Parsed {
-    let ip = header_or!(frame, Ipv6Hdr, off, Parsed::Malformed);
+fn ipv6<F: Frame + ?Sized>(frame: &F, off: usize) -> Located {
+    let ip = header_or!(frame, Ipv6Hdr, off, Located::Malformed);
     if ip.version() != 6 {
-        return Parsed::Malformed;
+        return Located::Malformed;
     }
     let addrs = Addrs::V6At(off + 8);
     // A jumbogram's payload length is zero: nothing fits, so it is malformed.
@@ -318,16 +432,16 @@ fn ipv6<F: Frame + ?Sized>(frame: &F, off: usize) -> Parsed {
             proto::UDP => return udp(frame, off, fragment, addrs),
             proto::HOP_BY_HOP | proto::ROUTING | proto::DEST_OPTS | proto::AH | proto::FRAGMENT => {
                 if seen == MAX_IPV6_EXT {
-                    return Parsed::Malformed;
+                    return Located::Malformed;
                 }
                 seen += 1;
                 // Next header, length, and (for a fragment header) the offset.
-                let ext = header_or!(frame, [u8; 4], off, Parsed::Malformed);
+                let ext = header_or!(frame, [u8; 4], off, Located::Malformed);
                 let len = match next {
                     proto::FRAGMENT => {
                         if be16([ext[2], ext[3]]) >> 3 != 0 {
                             // Not the first fragment: no UDP header to see.
-                            return Parsed::NotRoce;
+                            return Located::NotRoce;
                         }
                         fragment = true;
                         8
@@ -338,85 +452,79 @@ fn ipv6<F: Frame + ?Sized>(frame: &F, off: usize) -> Parsed {
                 next = ext[0];
                 len
             }
-            _ => return Parsed::NotRoce,
+            _ => return Located::NotRoce,
         };
         off += len;
     }
 }
 
 #[inline(always)]
-fn udp<F: Frame + ?Sized>(frame: &F, off: usize, fragment: bool, addrs: Addrs) -> Parsed {
-    let udp = header_or!(frame, UdpHdr, off, Parsed::Malformed);
+fn udp<F: Frame + ?Sized>(frame: &F, off: usize, fragment: bool, addrs: Addrs) -> Located {
+    let udp = header_or!(frame, UdpHdr, off, Located::Malformed);
     if be16(udp.dst) != ROCE_V2_PORT {
-        return Parsed::NotRoce;
+        return Located::NotRoce;
     }
     let len = udp.len() as usize;
     if fragment || len < UdpHdr::LEN {
         // RoCE is never fragmented; reassembly would happen after XDP.
-        return Parsed::Malformed;
+        return Located::Malformed;
     }
     let datagram = Within {
         frame,
         end: off + len,
     };
-    bth(
-        &datagram,
-        off + UdpHdr::LEN,
-        len - UdpHdr::LEN,
-        addrs,
-        Some(off),
-    )
+    bth(&datagram, off + UdpHdr::LEN, len - UdpHdr::LEN, addrs, off)
 }
 
 #[inline(always)]
-fn roce_v1<F: Frame + ?Sized>(frame: &F, off: usize) -> Parsed {
+fn roce_v1<F: Frame + ?Sized>(frame: &F, off: usize) -> Located {
     // The GRH has the IPv6 header's layout.
-    let grh = header_or!(frame, Ipv6Hdr, off, Parsed::Malformed);
+    let grh = header_or!(frame, Ipv6Hdr, off, Located::Malformed);
     if grh.next_hdr != proto::IBA_BTH {
-        return Parsed::Malformed;
+        return Located::Malformed;
     }
     let len = grh.payload_len() as usize;
     let packet = Within {
         frame,
         end: off + Ipv6Hdr::LEN + len,
     };
-    bth(&packet, off + Ipv6Hdr::LEN, len, Addrs::V6At(off + 8), None)
+    // An Ethernet header always comes first: 0 is never a UDP offset.
+    bth(&packet, off + Ipv6Hdr::LEN, len, Addrs::V6At(off + 8), 0)
 }
 
+/// A BTH at `off` that is there and valid, with its DETH if a datagram's.
 #[inline(always)]
-fn bth<F: Frame + ?Sized>(
+fn bth<F: Frame + ?Sized>(frame: &F, off: usize, len: usize, addrs: Addrs, udp: usize) -> Located {
+    match transport_headers(frame, off) {
+        Some(_) => Located::Roce {
+            bth_at: off,
+            udp,
+            addrs,
+            len,
+        },
+        None => Located::Malformed,
+    }
+}
+
+/// The BTH at `off`, its transport, and for a datagram its DETH's Q_Key
+/// and source QP; None when either is cut short or the BTH is invalid.
+#[inline(always)]
+fn transport_headers<F: Frame + ?Sized>(
     frame: &F,
     off: usize,
-    len: usize,
-    addrs: Addrs,
-    udp_at: Option<usize>,
-) -> Parsed {
-    let bth = header_or!(frame, Bth, off, Parsed::Malformed);
+) -> Option<(Bth, Transport, u32, u32)> {
+    let bth = frame.header::<Bth>(off)?;
     if bth.tver() != 0 {
-        return Parsed::Malformed;
+        return None;
     }
-    let Some(transport) = Transport::of(bth.opcode) else {
-        return Parsed::Malformed;
-    };
+    let transport = Transport::of(bth.opcode)?;
     let (qkey, src_qp) = if transport == Transport::Ud {
-        let deth = header_or!(frame, Deth, off + Bth::LEN, Parsed::Malformed);
+        let deth = frame.header::<Deth>(off + Bth::LEN)?;
         (deth.qkey(), deth.src_qp())
     } else {
         (0, 0)
     };
-    Parsed::Roce(Roce {
-        opcode: bth.opcode,
-        transport,
-        pkey: bth.pkey(),
-        dest_qp: bth.dest_qp(),
-        qkey,
-        src_qp,
-        addrs,
-        bth_at: off,
-        // An Ethernet header always comes first: 0 is never a UDP offset.
-        udp: udp_at.unwrap_or(0),
-        len,
-    })
+    Some((bth, transport, qkey, src_qp))
 }
 
 impl Roce {
@@ -433,5 +541,77 @@ impl Roce {
     #[inline(always)]
     pub fn aggregate<F: Frame + ?Sized>(&self, frame: &F) -> bool {
         frame.gso_size() != 0 || self.len > MAX_ROCE_LEN
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::{Outcome, Reason};
+
+    fn located() -> impl Strategy<Value = Located> {
+        prop_oneof![
+            Just(Located::NotRoce),
+            Just(Located::Malformed),
+            (
+                0..=MAX_OFFSET,
+                0..=MAX_OFFSET,
+                any::<bool>(),
+                0..64usize,
+                any::<u16>()
+            )
+                .prop_map(|(bth_at, udp, v6, at, len)| Located::Roce {
+                    bth_at,
+                    udp,
+                    addrs: if v6 { Addrs::V6At(at) } else { Addrs::V4At(at) },
+                    len: len as usize,
+                }),
+        ]
+    }
+
+    proptest! {
+        /// What the kernel's parse hands the verdict in a register is what
+        /// it found.
+        #[test]
+        fn a_location_survives_its_packing(l in located()) {
+            prop_assert_eq!(Located::unpack(l.pack()), l);
+        }
+
+        /// The verdict handed on in a register, the headers read again.
+        #[test]
+        fn an_outcome_survives_its_packing(
+            reason in 0..Reason::COUNT,
+            allowed: bool,
+            pass: bool,
+            corrupt: bool,
+            slot: Option<u32>,
+            pkey: u16,
+        ) {
+            let roce = Roce {
+                opcode: 0x04,
+                transport: Transport::Rc,
+                pkey,
+                dest_qp: 0x11,
+                qkey: 0,
+                src_qp: 0,
+                addrs: Addrs::V4At(26),
+                bth_at: 42,
+                udp: 34,
+                len: 100,
+            };
+            let outcome = Outcome {
+                reason: Reason::ALL[reason],
+                allowed,
+                pass,
+                corrupt,
+                qp_slot: slot,
+                roce: Some(roce),
+            };
+            // Read again after a rewrite changed its P_Key.
+            let reread = Roce { pkey: !pkey, ..roce };
+            prop_assert_eq!(Outcome::unpack(outcome.pack(), Some(reread)), outcome);
+        }
     }
 }

@@ -127,10 +127,23 @@ pub fn egress<F: Frame + ?Sized, T: Tables>(
     config: &Config,
     origin: impl FnOnce() -> Origin,
 ) -> Option<Action> {
+    egress_parsed(frame, || parse::classify(frame), tables, config, origin)
+}
+
+/// [`egress`], classifying the frame with `parse` (only while the policy
+/// stamps).
+#[inline(always)]
+pub fn egress_parsed<F: Frame + ?Sized, T: Tables>(
+    frame: &F,
+    parse: impl FnOnce() -> Parsed,
+    tables: &T,
+    config: &Config,
+    origin: impl FnOnce() -> Origin,
+) -> Option<Action> {
     if config.stamp == 0 {
         return None;
     }
-    let roce = match parse::classify(frame) {
+    let roce = match parse() {
         // rdma_rxe sends one well-formed packet per skb: anything else
         // could carry packets past what is judged here, and any process
         // may send it (UDP_SEGMENT, a datagram the stack fragments).

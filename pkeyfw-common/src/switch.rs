@@ -114,6 +114,18 @@ pub fn judge<F: Frame + ?Sized, T: Tables>(
     config: &Config,
     direction: Direction,
 ) -> Option<PortAction> {
+    judge_parsed(frame, parse::classify(frame), tables, config, direction)
+}
+
+/// [`judge`] of a frame already classified as `parsed`.
+#[inline(always)]
+pub fn judge_parsed<F: Frame + ?Sized, T: Tables>(
+    frame: &F,
+    parsed: Parsed,
+    tables: &T,
+    config: &Config,
+    direction: Direction,
+) -> Option<PortAction> {
     let access = config.access_pkey;
     // An access port always checks both ways: unchecked, it would stamp
     // or restore whatever came (the policy refuses such a port too).
@@ -132,7 +144,6 @@ pub fn judge<F: Frame + ?Sized, T: Tables>(
     if !checks && access == 0 && iif == 0 {
         return None;
     }
-    let parsed = parse::classify(frame);
     let unlisted = iif != 0 && !matches!(parsed, Parsed::NotRoce) && !tables.listed(iif);
     if !checks && access == 0 && !unlisted {
         return None;

@@ -44,7 +44,18 @@ pub trait Tables {
 /// Judges one frame: classification, then the partition rules, then monitor mode.
 #[inline(always)]
 pub fn judge<F: Frame + ?Sized, T: Tables>(frame: &F, tables: &T, config: &Config) -> Outcome {
-    let (roce, (reason, allowed, qp_slot)) = match parse::classify(frame) {
+    judge_parsed(frame, parse::classify(frame), tables, config)
+}
+
+/// [`judge`] of a frame already classified as `parsed`.
+#[inline(always)]
+pub fn judge_parsed<F: Frame + ?Sized, T: Tables>(
+    frame: &F,
+    parsed: Parsed,
+    tables: &T,
+    config: &Config,
+) -> Outcome {
+    let (roce, (reason, allowed, qp_slot)) = match parsed {
         Parsed::NotRoce => (None, (Reason::NotRoce, true, None)),
         Parsed::Malformed => (None, (Reason::Malformed, false, None)),
         // A super-packet is refused whole: its later segments go unjudged.
@@ -154,7 +165,64 @@ pub struct Outcome {
     pub roce: Option<Roce>,
 }
 
+/// [`Outcome::pack`]'s fields above the QP slot (bits 0-31).
+const HAS_SLOT: u64 = 1 << 32;
+pub const PACKED_ALLOWED: u64 = 1 << 33;
+pub const PACKED_PASS: u64 = 1 << 34;
+const CORRUPT: u64 = 1 << 35;
+const REASON_SHIFT: u32 = 40;
+const PKEY_SHIFT: u32 = 48;
+
 impl Outcome {
+    /// All but the RoCE headers, as one u64: what a BPF function returns in
+    /// a register. Of the headers, which are read again where they are
+    /// needed, it keeps the P_Key, which a rewrite may change meanwhile.
+    #[inline(always)]
+    pub const fn pack(&self) -> u64 {
+        let slot = match self.qp_slot {
+            Some(slot) => slot as u64 | HAS_SLOT,
+            None => 0,
+        };
+        let pkey = match self.roce {
+            Some(roce) => roce.pkey as u64,
+            None => 0,
+        };
+        slot | if self.allowed { PACKED_ALLOWED } else { 0 }
+            | if self.pass { PACKED_PASS } else { 0 }
+            | if self.corrupt { CORRUPT } else { 0 }
+            | (self.reason as u64) << REASON_SHIFT
+            | pkey << PKEY_SHIFT
+    }
+
+    /// The inverse of [`pack`](Self::pack), with the frame's headers read
+    /// again (their P_Key the packed one); an unknown reason is a malformed
+    /// frame's.
+    #[inline(always)]
+    pub const fn unpack(bits: u64, roce: Option<Roce>) -> Outcome {
+        let roce = match roce {
+            Some(mut roce) => {
+                roce.pkey = (bits >> PKEY_SHIFT) as u16;
+                Some(roce)
+            }
+            None => None,
+        };
+        Outcome {
+            reason: match Reason::from_repr((bits >> REASON_SHIFT & 0xff) as u32) {
+                Some(reason) => reason,
+                None => Reason::Malformed,
+            },
+            allowed: bits & PACKED_ALLOWED != 0,
+            pass: bits & PACKED_PASS != 0,
+            corrupt: bits & CORRUPT != 0,
+            qp_slot: if bits & HAS_SLOT != 0 {
+                Some(bits as u32)
+            } else {
+                None
+            },
+            roce,
+        }
+    }
+
     /// What was done with the frame.
     #[inline(always)]
     pub const fn verdict(&self) -> Verdict {

@@ -467,11 +467,12 @@ pub fn pkeyfw_resource_added(ctx: ProbeContext) -> u32 {
     // SAFETY: 16 bytes either way.
     let [c0, c1]: [u64; 2] = unsafe { core::mem::transmute(comm) };
     let [u0, u1]: [u64; 2] = unsafe { core::mem::transmute(UVERBS) };
-    if (c0 | c1) == 0 || ((c0 ^ u0) | (c1 ^ u1)) == 0 {
-        created(&layout, qp, &Task::current(&layout));
+    let kernel = if ((c0 ^ u0) | (c1 ^ u1)) == 0 {
+        [0, 0]
     } else {
-        created(&layout, qp, &KernelUser { comm });
-    }
+        [c0, c1]
+    };
+    created(&layout, qp, kernel);
     0
 }
 
@@ -490,14 +491,16 @@ fn restrack_qp(ctx: &ProbeContext, layout: &QpLayout) -> Option<(*const u8, *con
 const UVERBS: [u8; 16] = *b"ib_uverbs\0\0\0\0\0\0\0";
 
 /// A QP was created: it is bound; userspace is woken to reconcile.
+/// `kernel`: the module name of the kernel user that made it, as two
+/// words; zero for a process's QP.
 #[inline(always)]
-fn created<C: Creator>(layout: &QpLayout, qp: *const u8, creator: &C) {
+fn created(layout: &QpLayout, qp: *const u8, kernel: [u64; 2]) {
     // An error pointer is no QP: reading through it fails.
     if let Some(qpn) = our_qp(layout, qp) {
         match read::<u32>(qp, layout.qp_type) {
             Some(t) => {
                 if let Some(transport) = transport(t) {
-                    bind(qp, qpn, transport, creator);
+                    bind(qp, qpn, transport, kernel);
                 }
             }
             None => error!(
@@ -532,13 +535,13 @@ fn transport(ib_qp_type: u32) -> Option<QpType> {
 /// QP with this number (its destruction unseen) goes. (A reload writes the
 /// idle generation from RDMA netlink and binds what it missed once live.)
 #[inline(always)]
-fn bind<C: Creator>(qp: *const u8, qpn: u32, transport: QpType, creator: &C) {
+fn bind(qp: *const u8, qpn: u32, transport: QpType, kernel: [u64; 2]) {
     let g = Live::now().generation;
     let key = qp_key(g, qpn);
     // SAFETY: the value is copied out at once.
     let old = unsafe { QPS.get(&key) }.copied();
     let entry = old.is_some_and(|e| e.flags & qp_flags::RULE == 0);
-    let i = first_match(g, creator, qpn, transport);
+    let i = pkeyfw_first_match(g, qpn, transport as u32, kernel[0], kernel[1]);
     let rule = if i < MAX_RULES {
         BIND_RULES.get(g * MAX_RULES + i).copied()
     } else {
@@ -613,16 +616,30 @@ fn quarantine(qpn: u32, on: bool) {
     }
 }
 
-/// The index of generation `g`'s first rule that matches, `MAX_RULES` when
-/// none does. A function of its own (a BPF subprogram, so at most five
-/// arguments and a value returned in a register) whose loop the verifier
-/// walks once per call rather than once per way out of it.
+/// The index of generation `g`'s first rule that matches a QP numbered
+/// `qpn` of transport `transport` (a `QpType`) made by the current task
+/// or, where `comm_lo`/`comm_hi` name one, by a kernel user; `MAX_RULES`
+/// when none does. A global function (exported): the verifier checks it
+/// once, and what it returns is a number it knows nothing of, so that the
+/// binding that follows is checked once, not once per rule that could
+/// have matched.
+#[unsafe(no_mangle)]
 #[inline(never)]
-fn first_match<C: Creator>(g: u32, creator: &C, qpn: u32, transport: QpType) -> u32 {
+pub extern "C" fn pkeyfw_first_match(
+    g: u32,
+    qpn: u32,
+    transport: u32,
+    comm_lo: u64,
+    comm_hi: u64,
+) -> u32 {
+    let Some(transport) = QpType::from_repr(transport as u8) else {
+        return MAX_RULES;
+    };
+    let creator = Maker::current(&LAYOUT.load(), [comm_lo, comm_hi]);
     // Unused slots match nothing: no branch on them.
     for i in 0..MAX_RULES {
         match BIND_RULES.get(g * MAX_RULES + i) {
-            Some(rule) if rule.matches(creator, qpn, transport) => return i,
+            Some(rule) if rule.matches(&creator, qpn, transport) => return i,
             Some(_) => {}
             None => break,
         }
@@ -684,8 +701,13 @@ unsafe fn fetch_add(counter: *mut u64) -> u64 {
     value
 }
 
-/// The task that creates a user QP.
-struct Task {
+/// Who made a QP: the current task, or a kernel user of ib_core (a ULP),
+/// by its module's name, for which every task field reads as matching
+/// nothing. Chosen without a branch (by masks), so that the rules are
+/// matched in one verifier state.
+struct Maker {
+    /// All ones for a kernel user, else zero.
+    kernel: u64,
     pid: u32,
     uid: u32,
     gid: u32,
@@ -693,11 +715,13 @@ struct Task {
     comm: [u8; 16],
 }
 
-impl Task {
-    /// Read without a branch on whether each read worked (an unreadable
-    /// field keeps its "matches nothing" value: u32::MAX is no uid or gid),
-    /// so that every creation reaches the rules in one verifier state.
-    fn current(layout: &QpLayout) -> Task {
+impl Maker {
+    /// `kernel`: the kernel user's module name as two words, zero for the
+    /// current task. An unreadable field keeps its "matches nothing" value
+    /// (u32::MAX is no uid or gid).
+    #[inline(always)]
+    fn current(layout: &QpLayout, kernel: [u64; 2]) -> Maker {
+        let mask = (u64::from((kernel[0] | kernel[1]) != 0)).wrapping_neg();
         // SAFETY: no preconditions.
         let task = unsafe { bpf_get_current_task() } as *const u8;
         let cred: *const u8 = read_or(task, layout.task_cred, ptr::null());
@@ -708,12 +732,18 @@ impl Task {
         unsafe {
             generated::bpf_get_current_comm(comm.as_mut_ptr().cast(), comm.len() as u32);
         }
-        Task {
-            pid: (bpf_get_current_pid_tgid() >> 32) as u32,
-            uid: read_or(cred, layout.cred_euid, u32::MAX),
-            gid: read_or(cred, layout.cred_egid, u32::MAX),
-            netns: read_or(net, layout.net_cookie, 0),
-            comm,
+        // SAFETY: 16 bytes either way.
+        let [t0, t1]: [u64; 2] = unsafe { core::mem::transmute(comm) };
+        let words = [(t0 & !mask) | kernel[0], (t1 & !mask) | kernel[1]];
+        let m32 = mask as u32;
+        Maker {
+            kernel: mask,
+            pid: (bpf_get_current_pid_tgid() >> 32) as u32 & !m32,
+            uid: read_or(cred, layout.cred_euid, u32::MAX) | m32,
+            gid: read_or(cred, layout.cred_egid, u32::MAX) | m32,
+            netns: read_or(net, layout.net_cookie, 0) & !mask,
+            // SAFETY: 16 bytes either way.
+            comm: unsafe { core::mem::transmute::<[u64; 2], [u8; 16]>(words) },
         }
     }
 }
@@ -735,9 +765,9 @@ fn read_or<T: Copy>(base: *const u8, offset: u32, or: T) -> T {
     v
 }
 
-impl Creator for Task {
+impl Creator for Maker {
     fn kernel(&self) -> bool {
-        false
+        self.kernel != 0
     }
     fn comm(&self) -> [u8; 16] {
         self.comm
@@ -756,36 +786,7 @@ impl Creator for Task {
     }
     fn cgroup_at(&self, level: u32) -> u64 {
         // SAFETY: no preconditions; 0 when the task is not that deep.
-        unsafe { bpf_get_current_ancestor_cgroup_id(level as i32) }
-    }
-}
-
-/// A kernel user of ib_core, by its module's name.
-struct KernelUser {
-    comm: [u8; 16],
-}
-
-impl Creator for KernelUser {
-    fn kernel(&self) -> bool {
-        true
-    }
-    fn comm(&self) -> [u8; 16] {
-        self.comm
-    }
-    fn pid(&self) -> u32 {
-        0
-    }
-    fn uid(&self) -> u32 {
-        u32::MAX
-    }
-    fn gid(&self) -> u32 {
-        u32::MAX
-    }
-    fn netns(&self) -> u64 {
-        0
-    }
-    fn cgroup_at(&self, _level: u32) -> u64 {
-        0
+        unsafe { bpf_get_current_ancestor_cgroup_id(level as i32) as u64 & !self.kernel }
     }
 }
 

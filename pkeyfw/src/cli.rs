@@ -7,7 +7,9 @@ use clap::{Parser, Subcommand};
 
 #[cfg(feature = "lab")]
 use crate::cmd::lab;
-use crate::cmd::{attach, detach, events, metrics, policy, qps, reload, replay, stats, switch};
+use crate::cmd::{
+    attach, detach, events, kernel, metrics, policy, qps, reload, replay, stats, switch,
+};
 
 /// InfiniBand partition isolation (P_Keys, Q_Keys) for RoCE, enforced in XDP.
 ///
@@ -36,6 +38,7 @@ enum Command {
     Replay(replay::ReplayArgs),
     #[command(subcommand)]
     Switch(switch::SwitchCommand),
+    Kernel(kernel::KernelArgs),
 }
 
 impl Cli {
@@ -54,6 +57,7 @@ impl Cli {
             Command::Policy(command) => policy::run(command),
             Command::Replay(args) => replay::run(args),
             Command::Switch(command) => switch::run(command),
+            Command::Kernel(args) => kernel::run(args),
         }
     }
 }

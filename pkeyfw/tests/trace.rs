@@ -6,12 +6,8 @@ mod common;
 use std::time::Duration;
 
 use aya::programs::loaded_programs;
-use pkeyfw::loading::filter::Filter;
-use pkeyfw_common::{
-    Reason,
-    abi::{Capacity, SenderLayout},
-    judge,
-};
+use pkeyfw::loading::filter::{Filter, Load};
+use pkeyfw_common::{Reason, judge};
 use pkeyfw_testkit::netns::{VethPair, send};
 
 /// The XDP program's size as the kernel runs it (after the verifier's
@@ -31,8 +27,12 @@ fn xlated(filter: &Filter) -> (u32, u32) {
 #[test]
 fn without_trace_the_verifier_removes_the_logging() {
     common::require_root();
-    let off = Filter::load_with(Capacity::of(0), None, false, &SenderLayout::NONE).unwrap();
-    let on = Filter::load_with(Capacity::of(0), None, true, &SenderLayout::NONE).unwrap();
+    let off = Filter::load(0).unwrap();
+    let on = Filter::load_with(&Load {
+        trace: true,
+        ..Load::host(0)
+    })
+    .unwrap();
     let ((off_size, off_walked), (on_size, on_walked)) = (xlated(&off), xlated(&on));
     eprintln!("xlated bytes {off_size} / {on_size}, verified {off_walked} / {on_walked}");
     // The same bytecode, TRACE aside: the kernel must run a program smaller

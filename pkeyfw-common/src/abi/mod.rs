@@ -333,6 +333,33 @@ pub mod switch_flags {
     pub const CORRUPT: u8 = 1 << 3;
 }
 
+/// What the loader chose for the filter's programs at load: the object's
+/// global `SETUP`, read-only data the verifier knows, so that it removes
+/// the code these choices turn off rather than walk it.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub struct Setup {
+    /// [`role`]: a host's port or a switch's (fixed for an attachment: a
+    /// reload cannot change it).
+    pub role: u8,
+    /// Non-zero: XDP over multi-buffer frames (`xdp.frags`), whose
+    /// fragments the XDP helpers reach (Linux 5.18 or later); else the
+    /// linear part is the whole frame and is written directly.
+    pub frags: u8,
+    /// Non-zero: the coarse clock (`bpf_ktime_get_coarse_ns`, Linux 5.11
+    /// or later) times the event budget; else the precise one.
+    pub coarse_clock: u8,
+    pub _pad: u8,
+}
+
+/// [`Setup::role`] values.
+pub mod role {
+    /// A host's port: the partition rules for its own QPs, stamping.
+    pub const HOST: u8 = 0;
+    /// A switch's port (see [`crate::switch`]).
+    pub const SWITCH: u8 = 1;
+}
+
 /// `QPS` value: the receiving QP as the policy binds it.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
@@ -667,6 +694,7 @@ impl EventBudget {
 const _: () = {
     use core::mem::size_of;
     assert!(size_of::<Config>() == 12);
+    assert!(size_of::<Setup>() == 4);
     assert!(size_of::<QpEntry>() == 12);
     assert!(size_of::<GroupKey>() == 20);
     assert!(size_of::<GroupEntry>() == 8);
@@ -685,6 +713,7 @@ mod pod {
     // SAFETY: plain `repr(C)` data with no padding bytes left uninitialised by
     // construction (explicit `_pad` fields), valid for any bit pattern.
     unsafe impl aya::Pod for super::Config {}
+    unsafe impl aya::Pod for super::Setup {}
     unsafe impl aya::Pod for super::QpEntry {}
     unsafe impl aya::Pod for super::GroupKey {}
     unsafe impl aya::Pod for super::QpLayout {}

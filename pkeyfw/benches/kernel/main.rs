@@ -19,12 +19,12 @@ use std::{
 
 use anyhow::{Context as _, Result, bail, ensure};
 use pkeyfw::{
-    loading::filter::Filter,
+    loading::filter::{Filter, Load},
     policy::{Group, Policy, QpRule, SwitchRole},
 };
 use pkeyfw_common::{
     Direction, Reason, Stamp, Verdict,
-    abi::{Capacity, KERNEL_SLOTS, QpType, SenderLayout, UnknownQp},
+    abi::{Capacity, KERNEL_SLOTS, QpType, UnknownQp},
 };
 use pkeyfw_testkit::{
     baseline::Baseline,
@@ -577,12 +577,10 @@ fn probe_memory() -> Result<Value> {
     [KERNEL_SLOTS, RXE_MAX_QP]
         .into_iter()
         .map(|probed| {
-            let filter = Filter::load_with(
-                Capacity { qps: 1, probed },
-                None,
-                false,
-                &SenderLayout::NONE,
-            )?;
+            let filter = Filter::load_with(&Load {
+                capacity: Capacity { qps: 1, probed },
+                ..Load::host(1)
+            })?;
             let memory = filter.maps().memory()?;
             Ok(json!({ "probed": probed, "bytes": by_map(&memory) }))
         })
@@ -718,7 +716,7 @@ fn switch(baseline: &Baseline) -> Result<Value> {
     let port = |pkeys: &[u16], role: SwitchRole| {
         let mut policy = Policy::with_table(pkeys.to_vec());
         policy.switch = Some(role);
-        let mut filter = Filter::load(1)?;
+        let mut filter = Filter::load_for(&policy)?;
         filter.apply(&policy)?;
         Ok::<_, anyhow::Error>(filter)
     };

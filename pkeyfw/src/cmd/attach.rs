@@ -31,7 +31,7 @@ use crate::{
     control::netlink::{self, XdpMode},
     control::probes::{self, Probes},
     control::rdma,
-    loading::filter::{Egress, Filter},
+    loading::filter::{Egress, Filter, Load},
     loading::maps::Maps,
     loading::pins::{self, Aside, Holder, Pins, PolicyEvent, State},
     policy::Policy,
@@ -390,7 +390,13 @@ fn attach(
         qps: policy.qps.len() as u32,
         probed: probe_capacity(devices.as_deref().unwrap_or_default(), &policy),
     };
-    let mut filter = Filter::load_with(capacity, Some(&pins.dir), opts.trace, &sender)?;
+    let mut filter = Filter::load_with(&Load {
+        capacity,
+        switch: policy.switch.is_some(),
+        pin: Some(&pins.dir),
+        trace: opts.trace,
+        sender,
+    })?;
     if let Some((_, maps)) = old {
         match maps {
             Ok(maps) => filter.maps_mut().inherit(maps)?,

@@ -5,6 +5,7 @@
 pub mod attach;
 pub mod detach;
 pub mod events;
+pub mod kernel;
 pub mod metrics;
 // The frames and namespaces it uses are test equipment (pkeyfw-testkit).
 #[cfg(feature = "lab")]

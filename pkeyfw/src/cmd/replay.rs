@@ -94,7 +94,7 @@ pub fn verdict_name(pass: bool) -> &'static str {
 /// writing one line (or JSON object) per frame and then the totals.
 pub fn replay(policy: &Policy, capture: &Path, json: bool, out: &mut impl Write) -> Result<Totals> {
     let frames = capture::read(capture)?;
-    let mut filter = Filter::load(policy.qps.len() as u32)?;
+    let mut filter = Filter::load_for(policy)?;
     filter.apply(policy)?;
     let mut totals = Totals::default();
     let mut cut = 0;

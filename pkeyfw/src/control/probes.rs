@@ -16,6 +16,7 @@
 use std::{
     os::fd::{AsRawFd, RawFd},
     path::Path,
+    time::Instant,
 };
 
 use anyhow::{Context as _, Result, anyhow, bail};
@@ -28,7 +29,11 @@ use aya::{
 use aya_log::EbpfLogger;
 use pkeyfw_common::abi::{DEVICES, MAPS, MapSize, NO_DEVICE, QpLayout, SenderLayout, name};
 
-use crate::{control::rdma, loading::btf::Btf, reporting::kernel_log::KernelLog};
+use crate::{
+    control::rdma,
+    loading::{btf::Btf, cost::Cost},
+    reporting::kernel_log::KernelLog,
+};
 
 /// The probes object built from pkeyfw-ebpf's `pkeyfw-probes`.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pkeyfw-probes"));
@@ -81,35 +86,7 @@ impl Probes {
             bail!("the probes need Linux 6.1 or later, this is {kernel}");
         }
         let mut layout = layout(ifindex);
-        let mut loader = EbpfLoader::new();
-        let mut sizes = std::collections::HashMap::new();
-        for spec in MAPS {
-            let pin = pins.join(spec.name);
-            if spec.size != MapSize::Fixed {
-                let size = MapData::from_pin(&pin)
-                    .and_then(|m| Ok(m.info()?.max_entries()))
-                    .with_context(|| format!("opening {}", pin.display()))?;
-                loader.map_max_entries(spec.name, size);
-                sizes.insert(spec.name, size);
-            }
-            loader.map_pin_path(spec.name, pin);
-        }
-        // The probe's stats slots follow the loader's.
-        if let Ok(l) = &mut layout {
-            l.probe_slots = sizes[name::KSLOTS];
-            l.first_slot = sizes[name::QP_STATS] - l.probe_slots;
-        }
-        let mut ebpf = loader
-            .override_global(
-                "LAYOUT",
-                layout.as_ref().unwrap_or(&QpLayout {
-                    devices: [NO_DEVICE; DEVICES],
-                    ..QpLayout::default()
-                }),
-                true,
-            )
-            .load(OBJECT)
-            .context("loading the RDMA probes")?;
+        let mut ebpf = object(pins, layout.as_mut().ok())?;
         let readers = layout.map_err(|e| format!("{e:#}")).and_then(|_| {
             READERS
                 .iter()
@@ -152,6 +129,88 @@ impl Probes {
     }
 }
 
+/// The probes object, sharing the maps of the filter pinned under `pins`,
+/// reading the kernel's structures as `layout` says (where it is known:
+/// else they read nothing, and find no QP of the attachment).
+fn object(pins: &Path, layout: Option<&mut QpLayout>) -> Result<Ebpf> {
+    let mut loader = EbpfLoader::new();
+    let mut sizes = std::collections::HashMap::new();
+    for spec in MAPS {
+        let pin = pins.join(spec.name);
+        if spec.size != MapSize::Fixed {
+            let size = MapData::from_pin(&pin)
+                .and_then(|m| Ok(m.info()?.max_entries()))
+                .with_context(|| format!("opening {}", pin.display()))?;
+            loader.map_max_entries(spec.name, size);
+            sizes.insert(spec.name, size);
+        }
+        loader.map_pin_path(spec.name, pin);
+    }
+    let unknown = QpLayout {
+        devices: [NO_DEVICE; DEVICES],
+        ..QpLayout::default()
+    };
+    let layout = match layout {
+        Some(l) => {
+            // The probe's stats slots follow the loader's.
+            l.probe_slots = sizes[name::KSLOTS];
+            l.first_slot = sizes[name::QP_STATS] - l.probe_slots;
+            l
+        }
+        None => &unknown,
+    };
+    loader
+        .override_global("LAYOUT", layout, true)
+        .load(OBJECT)
+        .context("loading the RDMA probes")
+}
+
+/// Loads (verifies) every probe for the filter pinned under `pins`,
+/// attaching none, and returns what each cost.
+pub fn costs(pins: &Path) -> Result<Vec<Cost>> {
+    // Where the kernel has no ib_core, offsets as plausible as any: a zero
+    // one would let the verifier drop the code that reads it.
+    let mut layout = Btf::of_module("ib_core")
+        .and_then(|btf| layout_of(&btf, [0].into_iter()))
+        .unwrap_or(QpLayout {
+            qp_device: 8,
+            qp_num: 8,
+            device_index: 8,
+            devices: [0, NO_DEVICE, NO_DEVICE, NO_DEVICE],
+            qp_type: 8,
+            qp_res: 8,
+            res_type: 8,
+            res_user: 8,
+            res_kern_name: 8,
+            attr_qkey: 8,
+            task_cred: 8,
+            task_nsproxy: 8,
+            cred_euid: 8,
+            cred_egid: 8,
+            nsproxy_net: 8,
+            net_cookie: 8,
+            first_slot: 0,
+            probe_slots: 0,
+        });
+    let mut ebpf = object(pins, Some(&mut layout))?;
+    let names: Vec<String> = ebpf.programs().map(|(n, _)| n.to_string()).collect();
+    names
+        .iter()
+        .map(|name| {
+            let program: &mut KProbe = ebpf
+                .program_mut(name)
+                .expect("listed")
+                .try_into()
+                .with_context(|| format!("{name} is no kprobe"))?;
+            let started = Instant::now();
+            program
+                .load()
+                .with_context(|| format!("loading {name} (verifier)"))?;
+            Ok(Cost::of(&program.info()?, name, started.elapsed()))
+        })
+        .collect()
+}
+
 /// Loads program `name` of the object, attaches it to `function` and pins
 /// the link under `pins`.
 fn attach(ebpf: &mut Ebpf, name: &str, function: &str, pins: &Path) -> Result<(), String> {
@@ -180,11 +239,16 @@ fn attach(ebpf: &mut Ebpf, name: &str, function: &str, pins: &Path) -> Result<()
 fn layout(ifindex: u32) -> Result<QpLayout> {
     let btf = Btf::of_module("ib_core")?;
     let devices = rdma::devices_on(ifindex)?;
+    layout_of(&btf, devices.iter().map(|d| d.index))
+}
+
+/// The layout ib_core's BTF gives, for the RDMA devices of these indices.
+fn layout_of(btf: &Btf, devices: impl ExactSizeIterator<Item = u32>) -> Result<QpLayout> {
     Ok(QpLayout {
         qp_device: btf.offset("ib_qp", &["device"])?,
         qp_num: btf.offset("ib_qp", &["qp_num"])?,
         device_index: btf.offset("ib_device", &["index"])?,
-        devices: device_slots(devices.iter().map(|d| d.index))?,
+        devices: device_slots(devices)?,
         qp_type: btf.offset("ib_qp", &["qp_type"])?,
         qp_res: btf.offset("ib_qp", &["res"])?,
         res_type: btf.offset("rdma_restrack_entry", &["type"])?,

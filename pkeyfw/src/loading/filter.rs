@@ -2,7 +2,10 @@
 //! stamper. Loading (optionally pinned), attaching, and running frames
 //! through them with BPF_PROG_TEST_RUN.
 
-use std::{path::Path, time::Duration};
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
@@ -18,18 +21,20 @@ use aya::{
 use aya_log::EbpfLogger;
 use pkeyfw_common::{
     Reason, Verdict,
-    abi::{Capacity, DEFAULT_QP_CAPACITY, MAPS, SenderLayout},
+    abi::{Capacity, DEFAULT_QP_CAPACITY, MAPS, SenderLayout, Setup, role},
 };
 
 use crate::{
     control::netlink::{self, BpfFilter},
-    loading::maps::Maps,
+    loading::{cost::Cost, features::Features, maps::Maps},
     policy::Policy,
     reporting::kernel_log::KernelLog,
 };
 
-/// The program's name in the object.
+/// The XDP program's name in the object, and its pin's.
 pub const PROGRAM: &str = "pkeyfw";
+/// The same program without multi-buffer support, for kernels before 5.18.
+pub const LINEAR_PROGRAM: &str = "pkeyfw_linear";
 /// The TC egress program that stamps outgoing frames' P_Key.
 pub const STAMP_PROGRAM: &str = "pkeyfw_stamp";
 /// The TC ingress filter: `--mode skb`, in the network stack, where it sees
@@ -68,6 +73,10 @@ pub enum Egress {
 /// egress program attached, so a new attachment.
 pub struct Filter {
     ebpf: Ebpf,
+    /// The XDP program loaded: [`PROGRAM`] or [`LINEAR_PROGRAM`].
+    xdp: &'static str,
+    /// How long each program's load took.
+    timings: Vec<(&'static str, Duration)>,
     maps: Maps,
     link: Option<aya::programs::xdp::XdpLinkId>,
     egress: Option<SchedClassifierLinkId>,
@@ -106,48 +115,103 @@ impl Replaced {
     }
 }
 
+/// How a filter is loaded (see [`Filter::load_with`]).
+#[derive(Clone, Debug)]
+pub struct Load<'a> {
+    /// Room in the maps: the policy's QPs are rounded up to a power of
+    /// two, at least [`DEFAULT_QP_CAPACITY`].
+    pub capacity: Capacity,
+    /// A switch's port, not a host's: fixed for the filter's life (a
+    /// reload cannot change it), so that the verifier removes the other
+    /// role's code.
+    pub switch: bool,
+    /// Pins the programs and maps under this directory, so that other
+    /// pkeyfw processes reach them.
+    pub pin: Option<&'a Path>,
+    /// The programs log every judged frame (`attach --trace`, read with
+    /// [`Filter::kernel_log`]). Without it the verifier removes the logging
+    /// code: the programs run as if it were not there.
+    pub trace: bool,
+    /// Where the egress program learns from rdma_rxe which QP sent a frame.
+    pub sender: SenderLayout,
+}
+
+impl Load<'_> {
+    /// A host's port with room for `qps` QPs, unpinned, untraced, that takes
+    /// no outgoing frame for a QP's.
+    pub fn host(qps: u32) -> Load<'static> {
+        Load {
+            capacity: Capacity::of(qps),
+            switch: false,
+            pin: None,
+            trace: false,
+            sender: SenderLayout::NONE,
+        }
+    }
+
+    /// As [`host`](Self::host), in the role and with the room `policy` needs.
+    pub fn of(policy: &Policy) -> Load<'static> {
+        Load {
+            switch: policy.switch.is_some(),
+            ..Load::host(policy.qps.len() as u32)
+        }
+    }
+}
+
 impl Filter {
-    /// Loads the program into the kernel with room for `qp_capacity` QPs per
-    /// policy. Nothing is attached; the policy is empty until [`apply`](Self::apply).
-    /// Given no rdma_rxe device, it takes no outgoing frame for a QP's.
+    /// Loads a host port's programs into the kernel with room for
+    /// `qp_capacity` QPs per policy. Nothing is attached; the policy is
+    /// empty until [`apply`](Self::apply).
     pub fn load(qp_capacity: u32) -> Result<Filter> {
-        Filter::load_with(Capacity::of(qp_capacity), None, false, &SenderLayout::NONE)
+        Filter::load_with(&Load::host(qp_capacity))
+    }
+
+    /// Loads the programs for `policy`'s role, with room for its QPs; the
+    /// policy is not applied.
+    pub fn load_for(policy: &Policy) -> Result<Filter> {
+        Filter::load_with(&Load::of(policy))
     }
 
     /// [`load`](Self::load), pinning the program and its maps under `dir`
     /// so that other pkeyfw processes reach them.
     pub fn load_pinned(qp_capacity: u32, dir: &Path) -> Result<Filter> {
-        Filter::load_with(
-            Capacity::of(qp_capacity),
-            Some(dir),
-            false,
-            &SenderLayout::NONE,
-        )
+        Filter::load_with(&Load {
+            pin: Some(dir),
+            ..Load::host(qp_capacity)
+        })
     }
 
-    /// [`load`](Self::load) or [`load_pinned`](Self::load_pinned), sized
-    /// for `capacity` (the policy's QPs are rounded up to a power of two,
-    /// at least [`DEFAULT_QP_CAPACITY`]); with `trace`, the programs log
-    /// every judged frame (`attach --trace`, read with
-    /// [`kernel_log`](Self::kernel_log)). Without it the verifier removes
-    /// the logging code: the programs run as if it were not there.
-    /// `sender`: where the egress program learns from rdma_rxe which QP
-    /// sent a frame.
-    pub fn load_with(
-        capacity: Capacity,
-        pin: Option<&Path>,
-        trace: bool,
-        sender: &SenderLayout,
-    ) -> Result<Filter> {
+    /// Loads the programs as `how` says, in the form the running kernel
+    /// takes (see [`Features`]).
+    pub fn load_with(how: &Load) -> Result<Filter> {
         let capacity = Capacity {
-            qps: capacity.qps.max(DEFAULT_QP_CAPACITY).next_power_of_two(),
-            probed: capacity.probed.max(1),
+            qps: how
+                .capacity
+                .qps
+                .max(DEFAULT_QP_CAPACITY)
+                .next_power_of_two(),
+            probed: how.capacity.probed.max(1),
         };
         raise_memlock();
-        let trace = u8::from(trace);
+        let features = Features::probe();
+        let setup = Setup {
+            role: if how.switch { role::SWITCH } else { role::HOST },
+            frags: features.xdp_frags.into(),
+            coarse_clock: features.coarse_clock.into(),
+            _pad: 0,
+        };
+        // Without multi-buffer XDP the same program is loaded without
+        // `xdp.frags`, which such a kernel refuses.
+        let xdp = if features.xdp_frags {
+            PROGRAM
+        } else {
+            LINEAR_PROGRAM
+        };
+        let trace = u8::from(how.trace);
         let mut loader = EbpfLoader::new();
         loader.override_global("TRACE", &trace, true);
-        loader.override_global("SENDER", sender, true);
+        loader.override_global("SENDER", &how.sender, true);
+        loader.override_global("SETUP", &setup, true);
         for spec in &MAPS {
             if let Some(n) = capacity.entries(spec.size) {
                 loader.map_max_entries(spec.name, n);
@@ -157,13 +221,15 @@ impl Filter {
             .load(OBJECT)
             .map_err(|e| privileged("loading the XDP object", e.into()))?;
         let program: &mut Xdp = ebpf
-            .program_mut(PROGRAM)
-            .ok_or_else(|| anyhow!("the XDP object has no program {PROGRAM}"))?
+            .program_mut(xdp)
+            .ok_or_else(|| anyhow!("the XDP object has no program {xdp}"))?
             .try_into()?;
+        let started = Instant::now();
         program
             .load()
             .map_err(|e| privileged("loading the XDP program (verifier)", e.into()))?;
-        if let Some(dir) = pin {
+        let mut timings = vec![(xdp, started.elapsed())];
+        if let Some(dir) = how.pin {
             program
                 .pin(dir.join(PROGRAM))
                 .with_context(|| format!("pinning the program under {}", dir.display()))?;
@@ -172,24 +238,30 @@ impl Filter {
             .program_mut(STAMP_PROGRAM)
             .ok_or_else(|| anyhow!("the object has no program {STAMP_PROGRAM}"))?
             .try_into()?;
+        let started = Instant::now();
         stamp
             .load()
             .map_err(|e| privileged("loading the TC egress program (verifier)", e.into()))?;
+        timings.push((STAMP_PROGRAM, started.elapsed()));
         let ingress: &mut SchedClassifier = ebpf
             .program_mut(INGRESS_PROGRAM)
             .ok_or_else(|| anyhow!("the object has no program {INGRESS_PROGRAM}"))?
             .try_into()?;
+        let started = Instant::now();
         ingress
             .load()
             .map_err(|e| privileged("loading the TC ingress program (verifier)", e.into()))?;
-        if let Some(dir) = pin {
+        timings.push((INGRESS_PROGRAM, started.elapsed()));
+        if let Some(dir) = how.pin {
             ingress
                 .pin(dir.join(INGRESS_PROGRAM))
                 .with_context(|| format!("pinning the program under {}", dir.display()))?;
         }
-        let maps = Maps::take(&mut ebpf, pin)?;
+        let maps = Maps::take(&mut ebpf, how.pin)?;
         Ok(Filter {
             ebpf,
+            xdp,
+            timings,
             maps,
             link: None,
             egress: None,
@@ -335,6 +407,21 @@ impl Filter {
         })
     }
 
+    /// What loading each program cost.
+    pub fn costs(&self) -> Result<Vec<Cost>> {
+        self.timings
+            .iter()
+            .map(|&(name, load)| {
+                let info = match self.ebpf.program(name) {
+                    Some(aya::programs::Program::Xdp(p)) => p.info()?,
+                    Some(aya::programs::Program::SchedClassifier(p)) => p.info()?,
+                    _ => bail!("the object has no program {name}"),
+                };
+                Ok(Cost::of(&info, name, load))
+            })
+            .collect()
+    }
+
     /// Whether the filter runs as the TC ingress program (`--mode skb`).
     pub fn is_tc(&self) -> bool {
         self.ingress.is_some()
@@ -347,7 +434,7 @@ impl Filter {
 
     fn program_mut(&mut self) -> &mut Xdp {
         self.ebpf
-            .program_mut(PROGRAM)
+            .program_mut(self.xdp)
             .and_then(|p| p.try_into().ok())
             .expect("loaded at construction")
     }
@@ -455,7 +542,7 @@ impl Filter {
 
     fn program(&self) -> &Xdp {
         self.ebpf
-            .program(PROGRAM)
+            .program(self.xdp)
             .and_then(|p| p.try_into().ok())
             .expect("loaded at construction")
     }

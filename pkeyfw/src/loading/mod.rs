@@ -4,6 +4,8 @@
 
 mod batch;
 pub mod btf;
+pub mod cost;
+pub mod features;
 pub mod filter;
 pub mod maps;
 pub mod pins;

@@ -32,7 +32,7 @@ pub fn require_root() {
 /// A loaded filter with `policy` applied.
 pub fn filter(policy: &Policy) -> Filter {
     require_root();
-    let mut f = Filter::load(policy.qps.len() as u32).expect("load the XDP program");
+    let mut f = Filter::load_for(policy).expect("load the XDP program");
     f.apply(policy).expect("apply the policy");
     f
 }

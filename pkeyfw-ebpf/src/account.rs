@@ -1,0 +1,164 @@
+//! What the programs count and report: frames per reason and verdict,
+//! stamping outcomes, per-QP frames, violations per partition, and events
+//! for refused frames within each CPU's budget.
+
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    btf_maps::PerCpuArray,
+    helpers::{bpf_ktime_get_coarse_ns, bpf_ktime_get_ns},
+};
+use pkeyfw_common::{
+    Direction, Frame, Outcome, Stamp,
+    abi::{
+        Event, EventKind,
+        counters::{REASON_SLOTS, reason_slot},
+        violation_key,
+    },
+    pkey,
+};
+
+use crate::{
+    SETUP,
+    maps::{EVENT_BUDGET, EVENTS, Generation, QP_STATS, STAMPS, VIOLATIONS},
+};
+use pkeyfw_common::Tables as _;
+
+/// Counts a frame's reason and verdict.
+#[inline(always)]
+pub fn reason(counters: &PerCpuArray<u64, REASON_SLOTS>, outcome: &Outcome) {
+    if let Some(count) = counters.get_ptr_mut(reason_slot(outcome.reason, outcome.verdict())) {
+        // SAFETY: a per-CPU slot, written only by this CPU.
+        unsafe { *count += 1 };
+    }
+}
+
+/// Counts a frame against the QP-table entry that judged it.
+#[inline(always)]
+pub fn qp(outcome: &Outcome) {
+    if let Some(slot) = outcome.qp_slot
+        && let Some(stats) = QP_STATS.get_ptr_mut(slot)
+    {
+        // SAFETY: a live array element, shared between CPUs.
+        unsafe {
+            atomic_inc(if outcome.pass {
+                &raw mut (*stats).passed
+            } else {
+                &raw mut (*stats).dropped
+            })
+        };
+    }
+}
+
+/// Counts a stamping outcome.
+#[inline(always)]
+pub fn stamp(outcome: Stamp) {
+    if let Some(count) = STAMPS.get_ptr_mut(outcome.index()) {
+        // SAFETY: a per-CPU slot, written only by this CPU.
+        unsafe { *count += 1 };
+    }
+}
+
+/// Counts a refused frame against its partition and reports it; `port`: the
+/// direction a switch port refused it in.
+#[inline(always)]
+pub fn refused<F: Frame>(
+    frame: &F,
+    live: &Generation,
+    outcome: &Outcome,
+    monitor: bool,
+    port: Option<Direction>,
+) {
+    if let Some(roce) = outcome.roce
+        && let Some(key) = violation_key(
+            outcome.reason,
+            roce.pkey,
+            live.port_flags(pkey::key(roce.pkey)) != 0,
+        )
+    {
+        violation(key);
+    }
+    report(frame, outcome, monitor, port);
+}
+
+/// Counts a violation of one partition, making its counter on first use.
+#[inline(always)]
+fn violation(key: u32) {
+    let count = match VIOLATIONS.get_ptr_mut(&key) {
+        Some(count) => Some(count),
+        None => {
+            // Another CPU may make it first: then this insert fails, harmlessly.
+            let _ = VIOLATIONS.insert(&key, &0, BPF_NOEXIST as u64);
+            VIOLATIONS.get_ptr_mut(&key)
+        }
+    };
+    if let Some(count) = count {
+        // SAFETY: a live map value, shared between CPUs.
+        unsafe { atomic_inc(count) };
+    }
+}
+
+/// Sends an event for a refused frame, within this CPU's budget.
+#[inline(always)]
+fn report<F: Frame>(frame: &F, outcome: &Outcome, monitor: bool, port: Option<Direction>) {
+    let kind = match port {
+        Some(_) => EventKind::SwitchPort,
+        None => EventKind::Frame,
+    };
+    let Some(budget) = EVENT_BUDGET.get_ptr_mut(kind.index()) else {
+        return;
+    };
+    // SAFETY: this CPU's slot; nothing else writes it.
+    let budget = unsafe { &mut *budget };
+    // The coarse clock (tick resolution) is plenty for a ~1 s window and
+    // costs a fraction of bpf_ktime_get_ns on every refused frame; kernels
+    // before 5.11 have only the precise one.
+    // SAFETY: no preconditions.
+    let now = unsafe {
+        if SETUP.load().coarse_clock != 0 {
+            bpf_ktime_get_coarse_ns()
+        } else {
+            bpf_ktime_get_ns()
+        }
+    };
+    if !budget.spend(now) {
+        return;
+    }
+    let mut event = Event {
+        reason: outcome.reason as u8,
+        monitor: monitor.into(),
+        verdict: outcome.verdict() as u8,
+        kind: kind as u8,
+        ..Event::default()
+    };
+    if let Some(direction) = port {
+        event.direction = direction as u8;
+    }
+    if let Some(roce) = outcome.roce {
+        event.src = roce.addrs.read(frame, false).unwrap_or_default();
+        event.dst = roce.addrs.read(frame, true).unwrap_or_default();
+        event.qkey = roce.qkey;
+        event.src_qp = roce.src_qp;
+        event.dest_qp = roce.dest_qp;
+        event.pkey = roce.pkey;
+        event.opcode = roce.opcode;
+    }
+    // A full ring only loses the line; the counters still have the frame.
+    let _ = EVENTS.output(&event, 0);
+}
+
+/// `lock *(u64 *)counter += 1`: a BPF atomic add. core's `AtomicU64` has no
+/// read-modify-write on the BPF target, though the instruction set does.
+///
+/// # Safety
+/// `counter` must point to a live, 8-byte aligned u64 in map memory.
+#[inline(always)]
+unsafe fn atomic_inc(counter: *mut u64) {
+    unsafe {
+        core::arch::asm!(
+            "lock *(u64 *)({counter} + 0) += {one}",
+            counter = in(reg) counter,
+            one = in(reg) 1u64,
+            options(nostack),
+        )
+    };
+}

@@ -1,0 +1,179 @@
+//! The filter object's maps, and the policy generation the verdict reads
+//! through them.
+
+use aya_ebpf::{
+    Global,
+    bindings::BPF_F_NO_PREALLOC,
+    btf_maps::{Array, HashMap, PerCpuArray, RingBuf, Stack},
+    macros::btf_map,
+};
+use pkeyfw_common::{
+    Capture, Stamp, Tables,
+    abi::{
+        BindSpec, Config, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget, EventKind,
+        GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, KERNEL_SLOTS, KernelSlot,
+        MAX_RULES, PARTITIONS, QUARANTINE_WORDS, QpEntry, QpStats, SWITCH_PORTS, SenderLayout,
+        VIOLATION_SLOTS, counters::REASON_SLOTS, listed_key, port_entry_flags, port_key_index,
+        qp_key, quarantine_bit,
+    },
+};
+
+/// The hash maps' flags: entries are allocated as they are made, so that
+/// memory follows what is bound rather than the capacity.
+const GROWN: usize = BPF_F_NO_PREALLOC as usize;
+
+/// `LAYOUT_VERSION`, written by the loader: what a later pkeyfw checks
+/// before it reads these maps through their pins.
+#[btf_map]
+pub static ABI: Array<u32, 1> = Array::new();
+/// The generation of the policy in force (0 or 1).
+#[btf_map]
+pub static ACTIVE: Array<u32, 1> = Array::new();
+/// Per generation: default P_Key, unknown-QP rule, monitor flag.
+#[btf_map]
+pub static CONFIG: Array<Config, { GENERATIONS as usize }> = Array::new();
+/// (generation, QPN) → the receiving QP's type, P_Key, Q_Key, stats slot.
+#[btf_map]
+pub static QPS: HashMap<u32, QpEntry, { (GENERATIONS * DEFAULT_QP_CAPACITY) as usize }, GROWN> =
+    HashMap::new();
+/// (generation, multicast address) → the group's P_Key and Q_Key.
+#[btf_map]
+pub static GROUPS: HashMap<GroupKey, GroupEntry, { GROUP_CAPACITY as usize }, GROWN> =
+    HashMap::new();
+/// (generation, partition) → which memberships the port's P_Key table
+/// holds, under the generation's serial (`port_entry`): QP1 frames and the
+/// violation counters look here.
+#[btf_map]
+pub static PORT_KEYS: Array<u32, { (GENERATIONS * PARTITIONS) as usize }> = Array::new();
+/// Frames per (reason, verdict), per CPU: received (a host port, or a
+/// switch port's inbound check) and forwarded out (a switch port's outbound
+/// check).
+#[btf_map]
+pub static REASONS: PerCpuArray<u64, REASON_SLOTS> = PerCpuArray::new();
+#[btf_map]
+pub static XMIT_REASONS: PerCpuArray<u64, REASON_SLOTS> = PerCpuArray::new();
+/// Frames passed and dropped per QP-table entry (indexed by its slot).
+#[btf_map]
+pub static QP_STATS: Array<QpStats, { (DEFAULT_QP_CAPACITY + KERNEL_SLOTS) as usize }> =
+    Array::new();
+
+/// Frames per stamping outcome, per CPU.
+#[btf_map]
+pub static STAMPS: PerCpuArray<u64, { Stamp::COUNT }> = PerCpuArray::new();
+/// The probes' counters: written by the probes only, declared here so that
+/// they are pinned with the filter.
+#[btf_map]
+pub static CAPTURES: PerCpuArray<u64, { Capture::COUNT }> = PerCpuArray::new();
+/// Where rdma_rxe keeps a frame's sending QP: set by the loader from BTF.
+#[unsafe(no_mangle)]
+pub static SENDER: Global<SenderLayout> = Global::new(SenderLayout::NONE);
+
+/// The `[[bind]]` rules, per generation, that the QP-creation probe
+/// matches; the probe's stats slots (QPN → slot, the freed ones, the
+/// number ever handed out); the
+/// Q_Key each QP's program set: written by the probes and the loader,
+/// declared here so that they are pinned with the filter.
+#[btf_map]
+pub static BIND_RULES: Array<BindSpec, { (GENERATIONS * MAX_RULES) as usize }> = Array::new();
+#[btf_map]
+pub static KSLOTS: HashMap<u32, KernelSlot, { KERNEL_SLOTS as usize }, GROWN> = HashMap::new();
+#[btf_map]
+pub static FREE_SLOTS: Stack<u32, { KERNEL_SLOTS as usize }> = Stack::new();
+#[btf_map]
+pub static NEXT_SLOT: Array<u64, 1> = Array::new();
+#[btf_map]
+pub static QKEYS: HashMap<u32, u32, { KERNEL_SLOTS as usize }, GROWN> = HashMap::new();
+/// One bit per QPN: a QP a `[[bind]]` rule would bind that the QP-creation
+/// probe had no room for. Always has room (2 MiB for every QPN); a frame
+/// to or from such a QP is refused until it is bound or destroyed.
+#[btf_map]
+pub static QUARANTINE: Array<u64, { QUARANTINE_WORDS as usize }> = Array::new();
+
+/// (generation, ifindex) of every port a switch port's policy lists: RoCE
+/// that entered the switch through any other interface leaves through none
+/// of them.
+#[btf_map]
+pub static LISTED: HashMap<u64, u8, { (GENERATIONS * SWITCH_PORTS) as usize }, GROWN> =
+    HashMap::new();
+
+/// What the probes do about a foreign multicast join, per generation:
+/// theirs, declared here as every map of the filter is (the loader pins
+/// them all).
+#[btf_map]
+pub static JOIN_ACTION: Array<JoinAction, { GENERATIONS as usize }> = Array::new();
+
+/// P_Key and Q_Key violations per partition (`violation_key`), as an IB
+/// port counts them; entries made on first use, updated atomically.
+#[btf_map]
+pub static VIOLATIONS: HashMap<u32, u64, { VIOLATION_SLOTS as usize }, GROWN> = HashMap::new();
+/// Refused frames, for the CLI's violation lines.
+#[btf_map]
+pub static EVENTS: RingBuf<Event, { EVENTS_BYTES as usize }> = RingBuf::new();
+/// Per CPU and event kind: events sent in the current window, and those
+/// held back.
+#[btf_map]
+pub static EVENT_BUDGET: PerCpuArray<EventBudget, { EventKind::COUNT }> = PerCpuArray::new();
+
+/// The policy in force: its generation's maps and settings.
+#[inline(always)]
+pub fn policy() -> (Generation, Config) {
+    let generation = match ACTIVE.get(0) {
+        Some(g) => *g & 1,
+        None => 0,
+    };
+    let config = match CONFIG.get(generation) {
+        Some(c) => *c,
+        None => Config::default(),
+    };
+    (
+        Generation {
+            generation,
+            port_serial: config.port_serial,
+        },
+        config,
+    )
+}
+
+/// The maps of one policy generation: what the verdict reads.
+pub struct Generation {
+    pub generation: u32,
+    /// Its `PORT_KEYS` entries' serial.
+    pub port_serial: u32,
+}
+
+impl Tables for Generation {
+    #[inline(always)]
+    fn qp(&self, qpn: u32) -> Option<QpEntry> {
+        // SAFETY: the value is copied out at once.
+        unsafe { QPS.get(&qp_key(self.generation, qpn)).copied() }
+    }
+
+    #[inline(always)]
+    fn group(&self, addr: &[u8; 16]) -> Option<GroupEntry> {
+        let key = GroupKey {
+            generation: self.generation,
+            addr: *addr,
+        };
+        // SAFETY: the value is copied out at once.
+        unsafe { GROUPS.get(&key).copied() }
+    }
+
+    #[inline(always)]
+    fn port_flags(&self, key: u16) -> u8 {
+        PORT_KEYS
+            .get(port_key_index(self.generation, key))
+            .map_or(0, |&entry| port_entry_flags(entry, self.port_serial))
+    }
+
+    #[inline(always)]
+    fn quarantined(&self, qpn: u32) -> bool {
+        let (word, bit) = quarantine_bit(qpn);
+        QUARANTINE.get(word).is_some_and(|w| w & bit != 0)
+    }
+
+    #[inline(always)]
+    fn listed(&self, ifindex: u32) -> bool {
+        // SAFETY: only whether the entry exists is read.
+        unsafe { LISTED.get(&listed_key(self.generation, ifindex)).is_some() }
+    }
+}

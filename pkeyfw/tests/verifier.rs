@@ -1,0 +1,29 @@
+//! The verifier's budget: every program pkeyfw loads, for a host's port and
+//! a switch's, is accepted after at most `VERIFIER_BUDGET` processed
+//! instructions on the running kernel (a tenth of its limit), so that the
+//! programs have room to grow and an attach takes milliseconds.
+
+mod common;
+
+use pkeyfw::loading::cost::{self, VERIFIER_BUDGET};
+
+#[test]
+fn every_program_is_verified_within_the_budget() {
+    common::require_root();
+    for switch in [false, true] {
+        let costs = cost::measure(switch).expect("load every program");
+        // The filter's three programs, and a host port's six probes.
+        assert_eq!(costs.len(), if switch { 3 } else { 9 }, "{costs:?}");
+        for c in &costs {
+            eprintln!("{c:?}");
+            let verified = c
+                .verified
+                .expect("the kernel says what its verifier processed (Linux 5.16+)");
+            assert!(
+                verified <= VERIFIER_BUDGET,
+                "{} (switch: {switch}) took {verified} processed instructions, over {VERIFIER_BUDGET}",
+                c.program
+            );
+        }
+    }
+}
