@@ -194,14 +194,21 @@ pub fn ingress<F: Frame + ?Sized>(
     outcome: &Outcome,
     config: &Config,
 ) -> Option<Result<Plan, Stamp>> {
-    if config.stamp == 0 || !outcome.pass {
+    if !restores(outcome, config) {
         return None;
     }
-    let roce = outcome.roce?;
-    if roce.udp_at().is_none() || roce.pkey == pkey::DEFAULT {
-        return None;
-    }
-    Some(plan(frame, &roce, pkey::DEFAULT))
+    Some(plan(frame, &outcome.roce?, pkey::DEFAULT))
+}
+
+/// Whether an incoming frame is to have its P_Key restored (see
+/// [`ingress`]).
+#[inline(always)]
+pub fn restores(outcome: &Outcome, config: &Config) -> bool {
+    config.stamp != 0
+        && outcome.pass
+        && outcome
+            .roce
+            .is_some_and(|roce| roce.udp_at().is_some() && roce.pkey != pkey::DEFAULT)
 }
 
 /// Locates the rewrite of a RoCE v2 frame's P_Key to `new`.

@@ -17,6 +17,8 @@ pub const SMI_QPN: u32 = 0;
 pub const GSI_QPN: u32 = 1;
 /// The multicast destination QPN.
 pub const MULTICAST_QPN: u32 = 0x00ff_ffff;
+/// No QP-table slot judged the frame.
+const NO_SLOT: u32 = u32::MAX;
 /// The well-known Q_Key of QP1, the GSI (IBA 13.4: privileged Q_Keys have bit 31 set).
 pub const GSI_QKEY: u32 = 0x8001_0000;
 
@@ -55,11 +57,11 @@ pub fn judge_parsed<F: Frame + ?Sized, T: Tables>(
     tables: &T,
     config: &Config,
 ) -> Outcome {
-    let (roce, (reason, allowed, qp_slot)) = match parsed {
-        Parsed::NotRoce => (None, (Reason::NotRoce, true, None)),
-        Parsed::Malformed => (None, (Reason::Malformed, false, None)),
+    let (roce, (reason, allowed, slot)) = match parsed {
+        Parsed::NotRoce => (None, (Reason::NotRoce, true, NO_SLOT)),
+        Parsed::Malformed => (None, (Reason::Malformed, false, NO_SLOT)),
         // A super-packet is refused whole: its later segments go unjudged.
-        Parsed::Roce(roce) if roce.aggregate(frame) => (Some(roce), (Reason::Gso, false, None)),
+        Parsed::Roce(roce) if roce.aggregate(frame) => (Some(roce), (Reason::Gso, false, NO_SLOT)),
         Parsed::Roce(roce) => (Some(roce), decide(frame, &roce, tables, config)),
     };
     Outcome {
@@ -67,26 +69,30 @@ pub fn judge_parsed<F: Frame + ?Sized, T: Tables>(
         allowed,
         pass: allowed || config.monitor != 0,
         corrupt: false,
-        qp_slot,
+        // Made from a number that is defined either way: a `None` built
+        // on some path and not others leaves the kernel's register
+        // undefined, which its verifier refuses to read.
+        qp_slot: (slot != NO_SLOT).then_some(slot),
         roce,
     }
 }
 
-/// Verdict on a RoCE frame: reason, pass, and the QP-table slot that judged it.
+/// Verdict on a RoCE frame: reason, pass, and the QP-table slot that judged
+/// it ([`NO_SLOT`] if none did).
 #[inline(always)]
 fn decide<F: Frame + ?Sized, T: Tables>(
     frame: &F,
     roce: &Roce,
     tables: &T,
     config: &Config,
-) -> (Reason, bool, Option<u32>) {
+) -> (Reason, bool, u32) {
     let ud = roce.transport == Transport::Ud;
     let reason = match roce.dest_qp {
         // QP0, the SMI, checks no P_Key or Q_Key, but takes only SMPs, which
         // are datagrams (IBA 13.5: MADs on UD). RoCE has no SMI at all (rxe
         // drops QP0 frames): anything else to QP0 is refused.
-        SMI_QPN if ud => return (Reason::Smi, true, None),
-        SMI_QPN => return (Reason::OpcodeMismatch, false, None),
+        SMI_QPN if ud => return (Reason::Smi, true, NO_SLOT),
+        SMI_QPN => return (Reason::OpcodeMismatch, false, NO_SLOT),
         // QP1 accepts a P_Key matching any entry of the port's table.
         GSI_QPN => check(
             ud,
@@ -109,16 +115,16 @@ fn decide<F: Frame + ?Sized, T: Tables>(
                     // check; a UD QP that has set none yet accepts no frame.
                     !ud || (qp.flags & qp_flags::UNSET_QKEY == 0 && roce.qkey == qp.qkey),
                 );
-                return (reason, reason == Reason::Ok, Some(qp.slot));
+                return (reason, reason == Reason::Ok, qp.slot);
             }
             // A QP a rule would bind is never let in as one no rule binds:
             // refused whatever the unknown-QP rule (as `drop` refuses it,
             // so the verifier meets a state it has seen).
-            None if tables.quarantined(qpn) => return (Reason::UnknownQp, false, None),
+            None if tables.quarantined(qpn) => return (Reason::UnknownQp, false, NO_SLOT),
             None => return unknown(roce.pkey, config),
         },
     };
-    (reason, reason == Reason::Ok, None)
+    (reason, reason == Reason::Ok, NO_SLOT)
 }
 
 /// The receive checks in IBA order: transport, then P_Key, then Q_Key.
@@ -137,14 +143,14 @@ fn check(transport_ok: bool, pkey_ok: bool, qkey_ok: bool) -> Reason {
 
 /// The policy's rule for a QP or group it does not know.
 #[inline(always)]
-fn unknown(frame_pkey: u16, config: &Config) -> (Reason, bool, Option<u32>) {
+fn unknown(frame_pkey: u16, config: &Config) -> (Reason, bool, u32) {
     match UnknownQp::from_u8(config.unknown_qp) {
         UnknownQp::DefaultPkey if pkey::matches(frame_pkey, config.default_pkey) => {
-            (Reason::UnknownQp, true, None)
+            (Reason::UnknownQp, true, NO_SLOT)
         }
-        UnknownQp::DefaultPkey => (Reason::PkeyViolation, false, None),
-        UnknownQp::Drop => (Reason::UnknownQp, false, None),
-        UnknownQp::Pass => (Reason::UnknownQp, true, None),
+        UnknownQp::DefaultPkey => (Reason::PkeyViolation, false, NO_SLOT),
+        UnknownQp::Drop => (Reason::UnknownQp, false, NO_SLOT),
+        UnknownQp::Pass => (Reason::UnknownQp, true, NO_SLOT),
     }
 }
 
@@ -227,5 +233,50 @@ impl Outcome {
     #[inline(always)]
     pub const fn verdict(&self) -> Verdict {
         Verdict::of(self.allowed, self.pass, self.corrupt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::parse::{Addrs, Transport};
+
+    proptest! {
+        /// The verdict handed on in a register, the headers read again.
+        #[test]
+        fn an_outcome_survives_its_packing(
+            reason in 0..Reason::COUNT,
+            allowed: bool,
+            pass: bool,
+            corrupt: bool,
+            slot: Option<u32>,
+            pkey: u16,
+        ) {
+            let roce = Roce {
+                opcode: 0x04,
+                transport: Transport::Rc,
+                pkey,
+                dest_qp: 0x11,
+                qkey: 0,
+                src_qp: 0,
+                addrs: Addrs::V4At(26),
+                bth_at: 42,
+                udp: 34,
+                len: 100,
+            };
+            let outcome = Outcome {
+                reason: Reason::ALL[reason],
+                allowed,
+                pass,
+                corrupt,
+                qp_slot: slot,
+                roce: Some(roce),
+            };
+            // Read again after a rewrite changed its P_Key.
+            let reread = Roce { pkey: !pkey, ..roce };
+            prop_assert_eq!(Outcome::unpack(outcome.pack(), Some(reread)), outcome);
+        }
     }
 }

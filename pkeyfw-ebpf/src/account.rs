@@ -3,9 +3,8 @@
 //! for refused frames within each CPU's budget.
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
     btf_maps::PerCpuArray,
-    helpers::{bpf_ktime_get_coarse_ns, bpf_ktime_get_ns},
+    helpers::{bpf_jiffies64, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns},
 };
 use pkeyfw_common::{
     Direction, Frame, Outcome, Stamp,
@@ -38,14 +37,14 @@ pub fn qp(outcome: &Outcome) {
     if let Some(slot) = outcome.qp_slot
         && let Some(stats) = QP_STATS.get_ptr_mut(slot)
     {
-        // SAFETY: a live array element, shared between CPUs.
+        // SAFETY: a per-CPU slot, written only by this CPU.
         unsafe {
-            atomic_inc(if outcome.pass {
-                &raw mut (*stats).passed
+            if outcome.pass {
+                (*stats).passed += 1;
             } else {
-                &raw mut (*stats).dropped
-            })
-        };
+                (*stats).dropped += 1;
+            }
+        }
     }
 }
 
@@ -80,19 +79,11 @@ pub fn refused<F: Frame>(
     report(frame, outcome, monitor, port);
 }
 
-/// Counts a violation of one partition, making its counter on first use.
+/// Counts a violation of one partition.
 #[inline(always)]
 fn violation(key: u32) {
-    let count = match VIOLATIONS.get_ptr_mut(&key) {
-        Some(count) => Some(count),
-        None => {
-            // Another CPU may make it first: then this insert fails, harmlessly.
-            let _ = VIOLATIONS.insert(&key, &0, BPF_NOEXIST as u64);
-            VIOLATIONS.get_ptr_mut(&key)
-        }
-    };
-    if let Some(count) = count {
-        // SAFETY: a live map value, shared between CPUs.
+    if let Some(count) = VIOLATIONS.get_ptr_mut(key) {
+        // SAFETY: a live array element, shared between CPUs.
         unsafe { atomic_inc(count) };
     }
 }
@@ -110,17 +101,19 @@ fn report<F: Frame>(frame: &F, outcome: &Outcome, monitor: bool, port: Option<Di
     // SAFETY: this CPU's slot; nothing else writes it.
     let budget = unsafe { &mut *budget };
     // The coarse clock (tick resolution) is plenty for a ~1 s window and
-    // costs a fraction of bpf_ktime_get_ns on every refused frame; kernels
-    // before 5.11 have only the precise one.
+    // costs a fraction of bpf_ktime_get_ns; kernels before 5.11 have only
+    // the precise one. The jiffy count, inlined by the kernel, says when to
+    // read it.
     // SAFETY: no preconditions.
-    let now = unsafe {
+    let clock = || unsafe {
         if SETUP.load().coarse_clock != 0 {
             bpf_ktime_get_coarse_ns()
         } else {
             bpf_ktime_get_ns()
         }
     };
-    if !budget.spend(now) {
+    // SAFETY: no preconditions.
+    if !budget.spend(unsafe { bpf_jiffies64() }, clock) {
         return;
     }
     let mut event = Event {

@@ -38,7 +38,7 @@ use packet::{Packet, Skb, XdpBytes};
 use pkeyfw_common::{
     Direction, Frame, Outcome, Stamp,
     abi::{QPN_MASK, Setup, role},
-    parse::{Located, Parsed},
+    parse::{self, Located, Parsed},
     stamp::{self, Action, Origin, Plan},
     switch,
     verdict::{self, PACKED_ALLOWED, PACKED_PASS},
@@ -70,12 +70,19 @@ pub fn pkeyfw_linear(ctx: XdpContext) -> u32 {
 
 #[inline(always)]
 fn xdp(ctx: *mut xdp_md) -> u32 {
-    let located = pkeyfw_locate_xdp(ctx);
-    let (outcome, port) = if SETUP.load().role == role::SWITCH {
+    let frame = Packet::of(ctx);
+    let (located, outcome, port) = if SETUP.load().role == role::SWITCH {
+        let located = pkeyfw_locate_xdp(ctx);
         let inbound = Direction::Inbound as u32;
-        (pkeyfw_port_xdp(ctx, located, inbound), inbound)
+        (located, pkeyfw_port_xdp(ctx, located, inbound), inbound)
     } else {
-        (pkeyfw_host_xdp(ctx, located), NO_PORT)
+        // The host's path runs inline, with no call on a frame that passes
+        // and needs no restore: calls cost (a return thunk each, on CPUs
+        // the kernel guards against return-stack attacks).
+        let located =
+            parse::locate_plain(&frame).map_or_else(|| pkeyfw_locate_xdp(ctx), Located::pack);
+        let restore = || pkeyfw_restore_xdp(ctx, located);
+        (located, host(&frame, located, restore), NO_PORT)
     };
     if outcome & PACKED_ALLOWED == 0 {
         pkeyfw_refused_xdp(ctx, located, outcome, port);
@@ -97,12 +104,16 @@ fn xdp(ctx: *mut xdp_md) -> u32 {
 #[classifier]
 pub fn pkeyfw_ingress(ctx: TcContext) -> i32 {
     let skb = ctx.as_ptr().cast::<__sk_buff>();
-    let located = pkeyfw_locate_skb(skb);
-    let (outcome, port) = if SETUP.load().role == role::SWITCH {
+    let (located, outcome, port) = if SETUP.load().role == role::SWITCH {
+        let located = pkeyfw_locate_skb(skb);
         let inbound = Direction::Inbound as u32;
-        (pkeyfw_port_skb(skb, located, inbound), inbound)
+        (located, pkeyfw_port_skb(skb, located, inbound), inbound)
     } else {
-        (pkeyfw_host_skb(skb, located), NO_PORT)
+        let frame = Skb(tc(skb));
+        let located =
+            parse::locate_plain(&frame).map_or_else(|| pkeyfw_locate_skb(skb), Located::pack);
+        let restore = || pkeyfw_restore_skb(skb, located);
+        (located, host(&frame, located, restore), NO_PORT)
     };
     if trace::on() {
         trace::emit(&Skb(ctx));
@@ -169,19 +180,19 @@ pub extern "C" fn pkeyfw_locate_skb(ctx: *mut __sk_buff) -> u64 {
     pkeyfw_common::parse::locate(&Skb(tc(ctx))).pack()
 }
 
-/// A host port's verdict on a received frame (`Outcome::pack`), once
-/// counted and its stamped P_Key restored.
+/// Restores the default P_Key (0xFFFF) of a passed stamped frame, which
+/// the local rdma_rxe accepts alone: a `Stamp`, what came of it.
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn pkeyfw_host_xdp(ctx: *mut xdp_md, located: u64) -> u64 {
-    host(&Packet::of(ctx), located, |p| XdpBytes(ctx).rewrite(p))
+pub extern "C" fn pkeyfw_restore_xdp(ctx: *mut xdp_md, located: u64) -> u32 {
+    restore(&Packet::of(ctx), located, |p| XdpBytes(ctx).rewrite(p)) as u32
 }
 
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn pkeyfw_host_skb(ctx: *mut __sk_buff, located: u64) -> u64 {
+pub extern "C" fn pkeyfw_restore_skb(ctx: *mut __sk_buff, located: u64) -> u32 {
     let skb = Skb(tc(ctx));
-    host(&skb, located, |p| skb.rewrite(p))
+    restore(&skb, located, |p| skb.rewrite(p)) as u32
 }
 
 /// A switch port's check of a frame received on it or forwarded out of it
@@ -246,19 +257,16 @@ fn roce<F: Frame>(frame: &F, located: u64) -> Parsed {
     Located::unpack(located).read(frame)
 }
 
-/// Judges a received frame, restores a stamped P_Key and counts it;
-/// returns the verdict (`Outcome::pack`).
+/// Judges a received frame, has its stamped P_Key restored (`restore`,
+/// a `Stamp`) and counts it; returns the verdict (`Outcome::pack`).
 #[inline(always)]
-fn host<F: Frame>(frame: &F, located: u64, rewrite: impl Fn(&Plan) -> Result<(), Stamp>) -> u64 {
+fn host<F: Frame>(frame: &F, located: u64, restore: impl Fn() -> u32) -> u64 {
     let (live, config) = policy();
     let outcome = verdict::judge_parsed(frame, roce(frame, located), &live, &config);
     // After the verdict, which judged the stamped P_Key: the local rxe
     // accepts only 0xFFFF.
-    if let Some(restore) = stamp::ingress(frame, &outcome, &config) {
-        account::stamp(match restore.and_then(|plan| rewrite(&plan)) {
-            Ok(()) => Stamp::Restored,
-            Err(why) => why,
-        });
+    if stamp::restores(&outcome, &config) {
+        account::stamp(Stamp::from_repr(restore()).unwrap_or(Stamp::HelperFailed));
     }
     account::reason(&REASONS, &outcome);
     if trace::on() {
@@ -310,6 +318,22 @@ fn port<F: Frame>(
         trace::frame(&outcome, Some(direction));
     }
     outcome.pack()
+}
+
+/// The restore of a passed stamped frame (see `pkeyfw_restore_xdp`).
+#[inline(always)]
+fn restore<F: Frame>(
+    frame: &F,
+    located: u64,
+    rewrite: impl Fn(&Plan) -> Result<(), Stamp>,
+) -> Stamp {
+    let Parsed::Roce(roce) = roce(frame, located) else {
+        return Stamp::NotRoce;
+    };
+    match stamp::plan(frame, &roce, pkeyfw_common::pkey::DEFAULT).and_then(|plan| rewrite(&plan)) {
+        Ok(()) => Stamp::Restored,
+        Err(why) => why,
+    }
 }
 
 /// Counts and reports a refused frame (see `pkeyfw_refused_xdp`).

@@ -52,10 +52,11 @@ pub static PORT_KEYS: Array<u32, { (GENERATIONS * PARTITIONS) as usize }> = Arra
 pub static REASONS: PerCpuArray<u64, REASON_SLOTS> = PerCpuArray::new();
 #[btf_map]
 pub static XMIT_REASONS: PerCpuArray<u64, REASON_SLOTS> = PerCpuArray::new();
-/// Frames passed and dropped per QP-table entry (indexed by its slot).
+/// Frames passed and dropped per QP-table entry (indexed by its slot), per
+/// CPU.
 #[btf_map]
-pub static QP_STATS: Array<QpStats, { (DEFAULT_QP_CAPACITY + KERNEL_SLOTS) as usize }> =
-    Array::new();
+pub static QP_STATS: PerCpuArray<QpStats, { (DEFAULT_QP_CAPACITY + KERNEL_SLOTS) as usize }> =
+    PerCpuArray::new();
 
 /// Frames per stamping outcome, per CPU.
 #[btf_map]
@@ -103,9 +104,9 @@ pub static LISTED: HashMap<u64, u8, { (GENERATIONS * SWITCH_PORTS) as usize }, G
 pub static JOIN_ACTION: Array<JoinAction, { GENERATIONS as usize }> = Array::new();
 
 /// P_Key and Q_Key violations per partition (`violation_key`), as an IB
-/// port counts them; entries made on first use, updated atomically.
+/// port counts them, updated atomically (refused frames only).
 #[btf_map]
-pub static VIOLATIONS: HashMap<u32, u64, { VIOLATION_SLOTS as usize }, GROWN> = HashMap::new();
+pub static VIOLATIONS: Array<u64, { VIOLATION_SLOTS as usize }> = Array::new();
 /// Refused frames, for the CLI's violation lines.
 #[btf_map]
 pub static EVENTS: RingBuf<Event, { EVENTS_BYTES as usize }> = RingBuf::new();

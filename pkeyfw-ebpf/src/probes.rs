@@ -33,7 +33,7 @@ use aya_ebpf::{
     btf_maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, Stack},
     helpers::{
         bpf_get_current_ancestor_cgroup_id, bpf_get_current_pid_tgid, bpf_get_current_task,
-        bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes, generated,
+        bpf_jiffies64, bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes, generated,
     },
     macros::{btf_map, kprobe, kretprobe},
     programs::{ProbeContext, RetProbeContext},
@@ -80,7 +80,8 @@ static GROUPS: HashMap<GroupKey, GroupEntry, { GROUP_CAPACITY as usize }, GROWN>
 #[btf_map]
 static CAPTURES: PerCpuArray<u64, { Capture::COUNT }> = PerCpuArray::new();
 #[btf_map]
-static QP_STATS: Array<QpStats, { (DEFAULT_QP_CAPACITY + KERNEL_SLOTS) as usize }> = Array::new();
+static QP_STATS: PerCpuArray<QpStats, { (DEFAULT_QP_CAPACITY + KERNEL_SLOTS) as usize }> =
+    PerCpuArray::new();
 #[btf_map]
 static BIND_RULES: Array<BindSpec, { (GENERATIONS * MAX_RULES) as usize }> = Array::new();
 #[btf_map]
@@ -119,6 +120,7 @@ static LAYOUT: Global<QpLayout> = Global::new(QpLayout {
     net_cookie: 0,
     first_slot: 0,
     probe_slots: 0,
+    cpus: 0,
 });
 
 /// What a verb's entry probe keeps for its return probe.
@@ -355,7 +357,7 @@ fn report(event: Event) {
     };
     // SAFETY: this CPU's slot, and no preconditions for the clock
     // (the coarse clock is not offered to probes).
-    if !unsafe { (*budget).spend(bpf_ktime_get_ns()) } {
+    if !unsafe { (*budget).spend(bpf_jiffies64(), || bpf_ktime_get_ns()) } {
         return;
     }
     let _ = EVENTS.output(&event, 0);
@@ -632,19 +634,58 @@ pub extern "C" fn pkeyfw_first_match(
     comm_lo: u64,
     comm_hi: u64,
 ) -> u32 {
-    let Some(transport) = QpType::from_repr(transport as u8) else {
-        return MAX_RULES;
+    let mut matching = Matching {
+        creator: Maker::current(&LAYOUT.load(), [comm_lo, comm_hi]),
+        rules: g * MAX_RULES,
+        qpn,
+        transport,
+        found: MAX_RULES,
     };
-    let creator = Maker::current(&LAYOUT.load(), [comm_lo, comm_hi]);
-    // Unused slots match nothing: no branch on them.
-    for i in 0..MAX_RULES {
-        match BIND_RULES.get(g * MAX_RULES + i) {
-            Some(rule) if rule.matches(&creator, qpn, transport) => return i,
-            Some(_) => {}
-            None => break,
-        }
+    // A loop the kernel runs (`bpf_loop`), whose body the verifier checks
+    // once rather than once per rule.
+    // SAFETY: the callback takes the `Matching` this passes, for the call's
+    // length.
+    unsafe {
+        generated::bpf_loop(
+            MAX_RULES,
+            match_rule as *mut core::ffi::c_void,
+            (&raw mut matching).cast(),
+            0,
+        );
     }
-    MAX_RULES
+    matching.found
+}
+
+/// What `match_rule` compares each rule with, and the first that matched.
+#[repr(C)]
+struct Matching {
+    creator: Maker,
+    /// The generation's first `BIND_RULES` index.
+    rules: u32,
+    qpn: u32,
+    /// A `QpType`.
+    transport: u32,
+    found: u32,
+}
+
+/// `bpf_loop`'s body: rule `i` of the generation; 1 (stop) at the first
+/// that matches, 0 (go on) otherwise. Unused slots match nothing: no
+/// branch on them.
+#[inline(never)]
+extern "C" fn match_rule(i: u64, ctx: *mut core::ffi::c_void) -> i64 {
+    // SAFETY: `ctx` is the `Matching` pkeyfw_first_match passes.
+    let m = unsafe { &mut *ctx.cast::<Matching>() };
+    let Some(transport) = QpType::from_repr(m.transport as u8) else {
+        return 1;
+    };
+    match BIND_RULES.get(m.rules + i as u32) {
+        Some(rule) if rule.matches(&m.creator, m.qpn, transport) => {
+            m.found = i as u32;
+            1
+        }
+        Some(_) => 0,
+        None => 1,
+    }
 }
 
 /// A zeroed `QP_STATS` slot for QP `qp` numbered `qpn`: the one its QPN
@@ -678,8 +719,47 @@ fn stats_slot(qpn: u32, qp: *const u8) -> Option<u32> {
         let _ = FREE_SLOTS.push(&slot, 0);
         return None;
     }
-    let _ = QP_STATS.set(slot, &QpStats::default(), 0);
+    zero_stats(slot);
     Some(slot)
+}
+
+/// Zeroes `QP_STATS[slot]` on every CPU (a per-CPU map's update from a
+/// program writes its own CPU's copy only): a new QP's counts start at zero
+/// wherever its slot's last QP had frames counted. A loop the kernel runs
+/// (`bpf_loop`), whose body the verifier checks once.
+#[inline(always)]
+fn zero_stats(slot: u32) {
+    let mut slot = slot;
+    // SAFETY: the callback takes the u32 this passes, for the call's length.
+    unsafe {
+        generated::bpf_loop(
+            LAYOUT.load().cpus,
+            zero_on_cpu as *mut core::ffi::c_void,
+            (&raw mut slot).cast(),
+            0,
+        );
+    }
+}
+
+/// `bpf_loop`'s body: zeroes CPU `cpu`'s copy of the slot `ctx` names.
+#[inline(never)]
+extern "C" fn zero_on_cpu(cpu: u64, ctx: *mut core::ffi::c_void) -> i64 {
+    // SAFETY: `ctx` is the slot `zero_stats` passes.
+    let slot = unsafe { *ctx.cast::<u32>() };
+    // SAFETY: the map and a key of its size; the kernel checks the CPU.
+    let stats = unsafe {
+        generated::bpf_map_lookup_percpu_elem(
+            ptr::from_ref(&QP_STATS).cast_mut().cast(),
+            (&raw const slot).cast(),
+            cpu as u32,
+        )
+    }
+    .cast::<QpStats>();
+    if !stats.is_null() {
+        // SAFETY: that CPU's live copy of the slot.
+        unsafe { *stats = QpStats::default() };
+    }
+    0
 }
 
 /// `*counter += 1` as one BPF atomic; the old value. (core's atomics have
@@ -705,6 +785,7 @@ unsafe fn fetch_add(counter: *mut u64) -> u64 {
 /// by its module's name, for which every task field reads as matching
 /// nothing. Chosen without a branch (by masks), so that the rules are
 /// matched in one verifier state.
+#[repr(C)]
 struct Maker {
     /// All ones for a kernel user, else zero.
     kernel: u64,

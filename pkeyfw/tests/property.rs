@@ -230,3 +230,38 @@ fn kernel_verdicts_equal_host_verdicts() {
         "reached only {seen:?}"
     );
 }
+
+/// The kernel's inline parse of plain frames (at most one VLAN tag, IPv6
+/// without extension headers) answers as the full walk does wherever it
+/// answers, and answers for every plain frame.
+#[test]
+fn the_plain_parse_agrees_with_the_full_walk() {
+    use pkeyfw_common::parse::{locate, locate_plain};
+    let mut runner = TestRunner::new(Config {
+        cases: 4096,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let answered = std::cell::Cell::new(0);
+    runner
+        .run(&(packet(), frame()), |(p, mutated)| {
+            for f in [p.bytes(), mutated] {
+                if let Some(l) = locate_plain(&f[..]) {
+                    prop_assert_eq!(l, locate(&f[..]), "frame {:02x?}", f);
+                    answered.set(answered.get() + 1);
+                }
+            }
+            let plain = p.vlans.len() <= 1
+                && p.vlans.first().is_none_or(|&t| t == 0x8100)
+                && !matches!(&p.net, Net::V6 { ext, .. } if !ext.is_empty());
+            prop_assert!(
+                !plain || locate_plain(&p.bytes()[..]).is_some(),
+                "a plain frame the inline parse leaves to the walk: {:?}",
+                p
+            );
+            Ok(())
+        })
+        .unwrap();
+    // Enough plain frames came, of 8,192, to say so.
+    assert!(answered.get() > 1024, "answered {} frames", answered.get());
+}

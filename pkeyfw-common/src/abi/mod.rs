@@ -48,7 +48,7 @@ pub mod name {
 pub const LAYOUT_VERSION: u32 =
     LAYOUT << 24 | (REASON_SLOTS as u32) << 16 | (Stamp::COUNT as u32) << 8 | Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 16;
+const LAYOUT: u32 = 17;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -128,12 +128,12 @@ pub const MAPS: [MapSpec; 22] = {
         spec(name::PORT_KEYS, Array, Fixed),
         spec(name::REASONS, PerCpuArray, Fixed),
         spec(name::XMIT_REASONS, PerCpuArray, Fixed),
-        spec(name::QP_STATS, Array, PerSlot(1)),
+        spec(name::QP_STATS, PerCpuArray, PerSlot(1)),
         spec(name::EVENTS, RingBuf, Fixed),
         spec(name::EVENT_BUDGET, PerCpuArray, Fixed),
         spec(name::STAMPS, PerCpuArray, Fixed),
         spec(name::CAPTURES, PerCpuArray, Fixed),
-        spec(name::VIOLATIONS, HashMap, Fixed),
+        spec(name::VIOLATIONS, Array, Fixed),
         spec(name::BIND_RULES, Array, Fixed),
         spec(name::KSLOTS, HashMap, Probed),
         spec(name::FREE_SLOTS, Stack, Probed),
@@ -187,7 +187,7 @@ pub const fn listed_key(generation: u32, ifindex: u32) -> u64 {
     (generation as u64) << 32 | ifindex as u64
 }
 
-/// `VIOLATIONS` key: what an InfiniBand port counts as P_KeyViolations or
+/// `VIOLATIONS` index: what an InfiniBand port counts as P_KeyViolations or
 /// Q_KeyViolations, per partition of the frame's P_Key when the port's
 /// table holds it, else under partition 0 ([`OTHER_PARTITION`]), so that a
 /// sender spraying made-up keys adds one counter, not 32,768 (`None` for
@@ -212,7 +212,8 @@ pub const fn violation_key(reason: Reason, pkey: u16, in_table: bool) -> Option<
 /// (partition 0 is never valid, so no real one shares it).
 pub const OTHER_PARTITION: u16 = 0;
 
-/// Slots of `VIOLATIONS`: both kinds, every partition.
+/// Slots of `VIOLATIONS`: both kinds, every partition (an array, so that
+/// counting one is a few instructions, not a hash lookup).
 pub const VIOLATION_SLOTS: u32 = 2 * PARTITIONS;
 
 /// `PORT_KEYS` index of a partition in a generation.
@@ -442,6 +443,9 @@ pub struct QpLayout {
     /// capacity), and how many it has (`Capacity::probed`).
     pub first_slot: u32,
     pub probe_slots: u32,
+    /// The system's possible CPUs: each has its copy of a per-CPU map's
+    /// values (`QP_STATS`), all of which a new QP's slot starts from zero.
+    pub cpus: u32,
 }
 
 impl QpLayout {
@@ -590,8 +594,9 @@ pub fn comm_bytes(name: &[u8]) -> [u8; 16] {
     out
 }
 
-/// `QP_STATS[slot]`: frames judged by one QP-table entry. Updated atomically
-/// (not per-CPU) so that a million QPs cost 16 bytes each, not 16 per CPU.
+/// `QP_STATS[slot]`, per CPU: frames judged by one QP-table entry. Per
+/// CPU, so that CPUs receiving frames for the same QPs (a multi-queue
+/// NIC's) never contend for a counter: a slot costs 16 bytes per CPU.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub struct QpStats {
@@ -659,6 +664,10 @@ pub const EVENTS_BYTES: u32 = 1 << 16;
 pub const EVENTS_PER_WINDOW: u32 = 64;
 /// The window: 2^30 ns, about a second.
 pub const EVENT_WINDOW_SHIFT: u32 = 30;
+/// How often a CPU reads the clock to see whether the window has passed:
+/// when the jiffy count (read inline, where the clock is a call) shifted by
+/// this changes, every 64 ticks (64 ms to 640 ms as the kernel's HZ goes).
+pub const EVENT_TICK_SHIFT: u32 = 6;
 
 /// `EVENT_BUDGET[kind]`: per CPU, the current window, the events of that
 /// kind sent in it, and every one its budget held back (which `stats`,
@@ -669,16 +678,26 @@ pub struct EventBudget {
     pub window: u64,
     pub sent: u64,
     pub suppressed: u64,
+    /// The jiffy count the clock was last read at (see
+    /// [`EVENT_TICK_SHIFT`]).
+    pub tick: u64,
 }
 
 impl EventBudget {
-    /// Whether one more event may be sent at `now_ns`; counts it if so.
+    /// Whether one more event may be sent, `jiffies` the kernel's tick
+    /// count and `clock` its monotonic clock in ns; counts it if so. The
+    /// clock, a call, is read once per [`EVENT_TICK_SHIFT`] ticks at most:
+    /// a flood of refused frames costs a counter increment each.
     #[inline(always)]
-    pub fn spend(&mut self, now_ns: u64) -> bool {
-        let window = now_ns >> EVENT_WINDOW_SHIFT;
-        if self.window != window {
-            self.window = window;
-            self.sent = 0;
+    pub fn spend(&mut self, jiffies: u64, clock: impl FnOnce() -> u64) -> bool {
+        let tick = jiffies >> EVENT_TICK_SHIFT;
+        if self.tick != tick {
+            self.tick = tick;
+            let window = clock() >> EVENT_WINDOW_SHIFT;
+            if self.window != window {
+                self.window = window;
+                self.sent = 0;
+            }
         }
         if self.sent >= EVENTS_PER_WINDOW as u64 {
             self.suppressed += 1;
@@ -701,8 +720,8 @@ const _: () = {
     assert!(size_of::<QpStats>() == 16);
     assert!(size_of::<KernelSlot>() == 16);
     assert!(size_of::<Event>() == 52);
-    assert!(size_of::<EventBudget>() == 24);
-    assert!(size_of::<QpLayout>() == 68 + 4 * DEVICES);
+    assert!(size_of::<EventBudget>() == 32);
+    assert!(size_of::<QpLayout>() == 72 + 4 * DEVICES);
     assert!(size_of::<SenderLayout>() == 32 + 4 * DEVICES);
     assert!(size_of::<BindSpec>() == 72);
 };
@@ -744,10 +763,12 @@ mod tests {
     fn a_burst_does_not_silence_a_later_window() {
         let mut budget = EventBudget::default();
         for _ in 0..EVENTS_PER_WINDOW {
-            assert!(budget.spend(0));
+            assert!(budget.spend(0, || 0));
         }
-        assert!(!budget.spend(0));
-        assert!(budget.spend(5 << EVENT_WINDOW_SHIFT));
-        assert_eq!(budget.suppressed, 1);
+        assert!(!budget.spend(0, || 0));
+        // Within the same ticks the clock is not read again.
+        assert!(!budget.spend(1, || panic!("the clock read within a tick")));
+        assert!(budget.spend(5 << EVENT_TICK_SHIFT, || 5 << EVENT_WINDOW_SHIFT));
+        assert_eq!(budget.suppressed, 2);
     }
 }

@@ -155,6 +155,10 @@ fn object(pins: &Path, layout: Option<&mut QpLayout>) -> Result<Ebpf> {
             // The probe's stats slots follow the loader's.
             l.probe_slots = sizes[name::KSLOTS];
             l.first_slot = sizes[name::QP_STATS] - l.probe_slots;
+            l.cpus = aya::util::nr_cpus()
+                .map_err(|(_, e)| e)
+                .context("counting the possible CPUs")?
+                .get();
             l
         }
         None => &unknown,
@@ -191,6 +195,7 @@ pub fn costs(pins: &Path) -> Result<Vec<Cost>> {
             net_cookie: 8,
             first_slot: 0,
             probe_slots: 0,
+            cpus: 0,
         });
     let mut ebpf = object(pins, Some(&mut layout))?;
     let names: Vec<String> = ebpf.programs().map(|(n, _)| n.to_string()).collect();
@@ -263,6 +268,7 @@ fn layout_of(btf: &Btf, devices: impl ExactSizeIterator<Item = u32>) -> Result<Q
         net_cookie: btf.offset("net", &["net_cookie"])?,
         first_slot: 0,
         probe_slots: 0,
+        cpus: 0,
     })
 }
 

@@ -65,6 +65,29 @@ pub fn update<K: Pod, V: Pod>(map: &MapData, entries: &[(K, V)]) -> Result<(), F
     Ok(())
 }
 
+/// Zeroes entries `keys` of per-CPU map `map`, on every CPU, a chunk per
+/// call: a per-CPU value is one `V`, 8-byte aligned, per possible CPU.
+pub fn zero_per_cpu<V>(map: &MapData, keys: &[u32]) -> std::io::Result<()> {
+    let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?.get() as usize;
+    let stride = size_of::<V>().next_multiple_of(8) * cpus;
+    let fd = map.fd().as_fd().as_raw_fd();
+    for chunk in keys.chunks(CHUNK) {
+        let values = vec![0u8; stride * chunk.len()];
+        let mut attr = BatchAttr {
+            keys: chunk.as_ptr() as u64,
+            values: values.as_ptr() as u64,
+            count: chunk.len() as u32,
+            map_fd: fd as u32,
+            ..BatchAttr::default()
+        };
+        // SAFETY: `attr` points at `count` u32 keys and `count` per-CPU
+        // values (one `V`, rounded up to 8 bytes, per possible CPU), which
+        // outlive the call.
+        unsafe { call(BPF_MAP_UPDATE_BATCH, &mut attr) }?;
+    }
+    Ok(())
+}
+
 /// Every value of array `map`, in index order, a chunk per call.
 pub fn array_values<V: Pod + Default>(map: &MapData) -> std::io::Result<Vec<V>> {
     Ok(entries::<u32, V>(map)?

@@ -119,12 +119,12 @@ pub struct Maps {
     port_keys: Array<MapData, u32>,
     reasons: PerCpuArray<MapData, u64>,
     xmit_reasons: PerCpuArray<MapData, u64>,
-    qp_stats: Array<MapData, QpStats>,
+    qp_stats: PerCpuArray<MapData, QpStats>,
     events: RingBuf<MapData>,
     event_budget: PerCpuArray<MapData, EventBudget>,
     stamps: PerCpuArray<MapData, u64>,
     captures: PerCpuArray<MapData, u64>,
-    violations: HashMap<MapData, u32, u64>,
+    violations: Array<MapData, u64>,
     bind_rules: Array<MapData, BindSpec>,
     qkeys: HashMap<MapData, u32, u32>,
     kslots: HashMap<MapData, u32, KernelSlot>,
@@ -362,8 +362,9 @@ impl Maps {
     /// counted any, in key order.
     pub fn violations(&self) -> Result<Vec<(Reason, u16, u64)>> {
         let mut out = Vec::new();
-        for item in self.violations.iter() {
-            let (key, count) = item.context("reading VIOLATIONS")?;
+        let counts: Vec<u64> =
+            batch::array_values(self.violations.map()).context("reading VIOLATIONS")?;
+        for (key, count) in (0u32..).zip(counts).filter(|&(_, n)| n != 0) {
             let partition = (key & 0x7fff) as u16;
             let reason = [Reason::PkeyViolation, Reason::QkeyViolation]
                 .into_iter()
@@ -394,16 +395,19 @@ impl Maps {
         let mut out = held
             .qps
             .into_iter()
-            .map(|(qpn, entry)| {
-                let stats = self
-                    .qp_stats
-                    .get(&entry.slot, 0)
-                    .context("reading QP_STATS")?;
-                Ok((qpn, stats))
-            })
+            .map(|(qpn, entry)| Ok((qpn, self.qp_stats_of(entry.slot)?)))
             .collect::<Result<Vec<_>>>()?;
         out.sort_unstable_by_key(|&(qpn, _)| qpn);
         Ok(out)
+    }
+
+    /// The frames counted against stats slot `slot`, summed over CPUs.
+    fn qp_stats_of(&self, slot: u32) -> Result<QpStats> {
+        let per_cpu = self.qp_stats.get(&slot, 0).context("reading QP_STATS")?;
+        Ok(per_cpu.iter().fold(QpStats::default(), |sum, s| QpStats {
+            passed: sum.passed + s.passed,
+            dropped: sum.dropped + s.dropped,
+        }))
     }
 
     /// QPs the QP-creation probe had no room to bind, quarantined now (a
@@ -523,9 +527,10 @@ impl Maps {
             self.kslots
                 .insert(&qpn, &KernelSlot { slot, ..k }, 0)
                 .context("writing KSLOTS")?;
+            // Each CPU's count, to the same CPU's.
             let stats = old.qp_stats.get(&k.slot, 0).context("reading QP_STATS")?;
             self.qp_stats
-                .set(slot, &stats, 0)
+                .set(slot, stats, 0)
                 .context("writing QP_STATS")?;
             if let Some(e) = entry.filter(|e| e.flags & qp_flags::PROBE != 0) {
                 self.put(to, &[(qpn, QpEntry { slot, ..e })])?;
@@ -731,8 +736,7 @@ impl Maps {
             Some(e) => e.slot,
             None => {
                 let slot = self.free_slots(g)?.pop().context("no free QP stats slot")?;
-                self.qp_stats
-                    .set(slot, &QpStats::default(), 0)
+                batch::zero_per_cpu::<QpStats>(self.qp_stats.map(), &[slot])
                     .context("resetting QP_STATS")?;
                 slot
             }
@@ -851,7 +855,7 @@ impl Maps {
                 Some(&slot) => slot,
                 None => {
                     let slot = free.next().context("no free QP stats slot")?;
-                    zeroed.push((slot, QpStats::default()));
+                    zeroed.push(slot);
                     slots.insert(qpn, slot);
                     slot
                 }
@@ -859,8 +863,8 @@ impl Maps {
             let rule = self.with_qkey(qpn, rule);
             qps.push((qp_key(g, qpn), Policy::qp_entry(&rule, slot)));
         }
-        batch::update(self.qp_stats.map(), &zeroed)
-            .map_err(|f| anyhow!(f.error).context("resetting QP_STATS"))?;
+        batch::zero_per_cpu::<QpStats>(self.qp_stats.map(), &zeroed)
+            .context("resetting QP_STATS")?;
         batch::update(self.qps.map(), &qps).map_err(|f| {
             anyhow!(f.error).context(match f.index.and_then(|i| qps.get(i)) {
                 Some((key, _)) => format!("writing QPS entry {:#x}", key & QPN_MASK),
