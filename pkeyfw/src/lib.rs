@@ -5,6 +5,7 @@
 //! - [`loading`]: the programs and maps in the kernel, and their pins;
 //! - [`control`]: what keeps a running filter in step with the host's QPs;
 //! - [`reporting`]: how frames, counters and violations read to a person;
+//! - [`attachment`]: an attachment's life, from start to detach, on them;
 //! - [`capture`]: frames read from pcap and pcapng captures;
 //! - [`cmd`]: the commands built on them, each with its arguments;
 //! - [`cli`]: the command line that names them;
@@ -15,6 +16,7 @@
 //! fixtures, the soft-RoCE lab's attacker) is the pkeyfw-testkit crate;
 //! `lab` uses it.
 
+pub mod attachment;
 pub mod capture;
 pub mod cli;
 pub mod cmd;

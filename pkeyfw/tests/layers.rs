@@ -511,3 +511,25 @@ fn the_lab_is_on_top() {
         "the lab's command does not call it; the reader is broken"
     );
 }
+
+/// Each module of pkeyfw's library layers (`loading`, `policy`, `control`,
+/// `reporting`, `attachment`) with its submodules: the object's programs
+/// beneath the filter and its pins, a policy file's reading context beneath
+/// the file's and the rules' parsers. A layer's own module (`policy`, its
+/// types) and its children import each other, as Rust's modules do.
+#[test]
+fn the_library_layers_have_no_circle() {
+    let krate = Crate::read(&src("pkeyfw"));
+    let layers = ["loading", "policy", "control", "reporting", "attachment"];
+    let mut edges = graph(&krate, |m| {
+        layers
+            .contains(&m.first()?.as_str())
+            .then(|| m[..m.len().min(2)].join("::"))
+    });
+    edges.retain(|(a, b), _| {
+        let parent =
+            |child: &str, of: &str| child.strip_prefix(of).is_some_and(|r| r.starts_with("::"));
+        !parent(a, b) && !parent(b, a)
+    });
+    assert_no_circle("pkeyfw's library modules", edges);
+}

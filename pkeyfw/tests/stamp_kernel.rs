@@ -406,7 +406,7 @@ fn a_replacing_filter_deletes_the_clsact_stamper_it_replaces() {
             pkeyfw::control::netlink::bpf_filters(
                 index,
                 0xffff_fff3, // clsact egress
-                pkeyfw::loading::filter::STAMP_PROGRAM,
+                pkeyfw::loading::programs::STAMP_PROGRAM,
             )
             .unwrap()
         };

@@ -5,8 +5,9 @@
 
 use anyhow::{Result, bail};
 
-use super::{NetnsArg, cli_iface};
+use super::NetnsArg;
 use crate::loading::pins::{self, Holder, Pins, State};
+use crate::reporting::describe::cli_iface;
 
 /// Remove an attachment and its pins: a pinned one (`attach --pin`) or
 /// one whose foreground process is gone.

@@ -32,7 +32,8 @@ use tokio::{
     sync::mpsc,
 };
 
-use super::{NetnsArg, cli_iface};
+use super::NetnsArg;
+use crate::reporting::describe::cli_iface;
 use crate::{
     cmd::stats,
     loading::{

@@ -19,10 +19,7 @@ pub mod switch;
 
 use anyhow::{Context as _, Result};
 
-use crate::{
-    control::{netlink, netns::Netns},
-    policy::{guid_from_mac, parse_guid},
-};
+use crate::{control::netns::Netns, policy::parse_guid};
 
 /// `--netns`: the network namespace a command does its interface work in.
 #[derive(clap::Args)]
@@ -78,19 +75,5 @@ pub fn port_guid(guid: Option<&str>, iface: Option<&str>) -> Result<Option<u64>>
             format!("--port-guid {g}: expected 64 bits such as 0x0002c90300a1b2c3")
         });
     }
-    iface.map(iface_guid).transpose()
-}
-
-/// The EUI-64 port GUID of an interface in this network namespace.
-pub fn iface_guid(iface: &str) -> Result<u64> {
-    let mac = netlink::mac_address(netlink::if_index(iface)?)?;
-    Ok(guid_from_mac(mac))
-}
-
-/// How to name an interface on pkeyfw's command line: `[--netns NS] IFACE`.
-pub fn cli_iface(iface: &str, netns: Option<&str>) -> String {
-    match netns {
-        Some(ns) => format!("--netns {ns} {iface}"),
-        None => iface.to_string(),
-    }
+    iface.map(crate::policy::iface_guid).transpose()
 }

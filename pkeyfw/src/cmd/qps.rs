@@ -79,7 +79,7 @@ pub fn run(args: &QpsArgs) -> Result<()> {
     };
     let policy = match path {
         Some(path) => {
-            let policy = Policy::load_port(&path, iface, Some(super::iface_guid(iface)?))?;
+            let policy = Policy::load_port(&path, iface, Some(crate::policy::iface_guid(iface)?))?;
             let (effective, bindings) = policy.with_discovered(&qps);
             Some((path, effective, bindings))
         }

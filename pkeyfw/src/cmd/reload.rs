@@ -13,6 +13,7 @@ use std::{
 use anyhow::{Result, bail};
 
 use super::NetnsArg;
+use crate::reporting::describe::cli_iface;
 use crate::{
     control::binder::Binder,
     control::netlink,
@@ -108,14 +109,14 @@ pub(crate) fn target(iface: &str, policy: Option<&Path>, netns: Option<&str>) ->
     let State::Live { holder, .. } = pins.state()? else {
         bail!(
             "{iface} is not attached any more; `pkeyfw detach {}` removes what is left",
-            super::cli_iface(iface, netns)
+            cli_iface(iface, netns)
         );
     };
     let path: PathBuf = match policy {
         Some(p) => p.to_path_buf(),
         None => pins.remembered_policy()?,
     };
-    let policy = match Policy::load_port(&path, iface, Some(super::iface_guid(iface)?)) {
+    let policy = match Policy::load_port(&path, iface, Some(crate::policy::iface_guid(iface)?)) {
         Ok(p) => p,
         Err(e) => {
             pins.note_policy(PolicyEvent::Refused);

@@ -6,7 +6,8 @@ use std::{io::Write, time::Duration};
 use anyhow::{Result, bail};
 use serde_json::json;
 
-use super::{NetnsArg, cli_iface};
+use super::NetnsArg;
+use crate::reporting::describe::cli_iface;
 use crate::{
     control::netlink::XdpMode,
     control::netns::{self, NetnsId},

@@ -12,10 +12,10 @@ use anyhow::{Context as _, Result, bail};
 
 use super::{
     NetnsArg,
-    attach::{self, AttachArgs, Mode},
+    attach::{self, AttachArgs},
     detach::{self, DetachArgs},
 };
-use crate::{control::bridge, loading::pins::Pins, policy::SwitchPolicy};
+use crate::{attachment::Mode, control::bridge, loading::pins::Pins, policy::SwitchPolicy};
 
 /// Enforce partitions at the ports of a switch (a bridge or router).
 ///

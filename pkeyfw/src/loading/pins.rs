@@ -24,7 +24,7 @@ use aya::programs::{ProgramInfo, SchedClassifier, TcAttachType, links::PinnedLin
 use crate::{
     control::netlink::{self, XdpMode},
     control::netns::{self, NetnsId},
-    loading::filter::{INGRESS_PROGRAM, PROGRAM, STAMP_PROGRAM},
+    loading::programs::{INGRESS_PROGRAM, PROGRAM, STAMP_PROGRAM},
 };
 
 /// bpffs mount point.

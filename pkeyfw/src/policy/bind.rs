@@ -21,8 +21,8 @@ use toml::Spanned;
 
 use super::{
     Policy, PolicyError, QpRule,
+    ctx::{Ctx, MIN_QPN},
     error::position,
-    file::{Ctx, MIN_QPN},
     identity::{self, Cgroup, Netns},
 };
 use crate::control::rdma::Qp;

@@ -3,6 +3,7 @@
 //! before anything touches the kernel.
 
 mod bind;
+mod ctx;
 mod error;
 mod file;
 pub mod identity;
@@ -94,7 +95,7 @@ impl Policy {
     /// Reads and validates a policy file for a port whose GUID, unless the
     /// file names one, is `port_guid` (needed with `partitions`).
     pub fn load_for(path: &Path, port_guid: Option<u64>) -> Result<Policy, PolicyError> {
-        file::parse(&file::Source::read(path)?.ctx(), port_guid)
+        file::parse(&ctx::Source::read(path)?.ctx(), port_guid)
     }
 
     /// The policy of port `iface`: a host policy file, or the port's part of
@@ -104,7 +105,7 @@ impl Policy {
         iface: &str,
         port_guid: Option<u64>,
     ) -> Result<Policy, PolicyError> {
-        let source = file::Source::read(path)?;
+        let source = ctx::Source::read(path)?;
         match SwitchPolicy::from_source(&source)? {
             Some(switch) => switch.port(iface, path),
             None => file::parse(&source.ctx(), port_guid),
@@ -114,7 +115,7 @@ impl Policy {
     /// Parses and validates policy text; `path` names it in errors.
     pub fn parse(path: &Path, text: &str) -> Result<Policy, PolicyError> {
         let dir = path.parent().unwrap_or(Path::new(""));
-        file::parse(&file::Ctx { path, text, dir }, None)
+        file::parse(&ctx::Ctx { path, text, dir }, None)
     }
 
     /// A policy with this P_Key table and nothing else: enforce, the
@@ -204,6 +205,13 @@ impl Policy {
             flags: rule.flags | if unset { qp_flags::UNSET_QKEY } else { 0 },
         }
     }
+}
+
+/// The EUI-64 port GUID of an interface in this network namespace.
+pub fn iface_guid(iface: &str) -> anyhow::Result<u64> {
+    use crate::control::netlink;
+    let mac = netlink::mac_address(netlink::if_index(iface)?)?;
+    Ok(guid_from_mac(mac))
 }
 
 /// The port GUID RoCE derives from a MAC (the GID's interface ID, EUI-64):

@@ -27,7 +27,8 @@ use toml::Spanned;
 
 use super::{
     Policy, PolicyError,
-    file::{self, Ctx, PortTable, Source},
+    ctx::{self, Ctx, Source},
+    file::{self, PortTable},
 };
 
 /// What a port of a switch does (`Config::switch`, `access_pkey`).
@@ -331,7 +332,7 @@ fn access_key(cx: &Ctx, v: &Spanned<i64>, pkeys: &[u16], field: &str) -> Result<
     if !pkeys.contains(&key) {
         return refuse(format!(
             "{key:#06x} is not in the port's table {}; expected one of its keys",
-            file::hex_list(pkeys)
+            ctx::hex_list(pkeys)
         ));
     }
     Ok(key)

@@ -390,7 +390,7 @@ fn a_configmap_swap_never_mixes_the_policy_and_its_partitions() {
         }
         let _ = std::fs::remove_file(root.join("..data"));
         symlink("..v1", root.join("..data")).unwrap();
-        let source = super::file::Source::read(&root.join("policy.toml")).unwrap();
+        let source = super::ctx::Source::read(&root.join("policy.toml")).unwrap();
         // The kubelet swaps: a new link, renamed over `..data`.
         symlink("..v2", root.join("..new")).unwrap();
         std::fs::rename(root.join("..new"), root.join("..data")).unwrap();

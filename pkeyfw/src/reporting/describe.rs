@@ -180,6 +180,14 @@ pub fn verdicts_json(counts: &ReasonCounts) -> Value {
     Value::Object(reasons)
 }
 
+/// How to name an interface on pkeyfw's command line: `[--netns NS] IFACE`.
+pub fn cli_iface(iface: &str, netns: Option<&str>) -> String {
+    match netns {
+        Some(ns) => format!("--netns {ns} {iface}"),
+        None => iface.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// A process named with an escape sequence (clear the screen, go home)

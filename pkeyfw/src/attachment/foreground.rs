@@ -1,0 +1,329 @@
+//! A foreground attachment's life: signals (detach, leave enforcing,
+//! reload), the policy file followed, QPs bound as the probes or RDMA
+//! netlink show them, refused frames and verbs' events printed within a
+//! rate, the probes' and `--trace`'s kernel logs read.
+
+use std::{
+    os::fd::{AsRawFd, RawFd},
+    path::Path,
+    time::Duration,
+};
+
+use anyhow::Result;
+use aya_log::EbpfLogger;
+use pkeyfw_common::abi::{EventKind, OnForeignJoin};
+use tokio::{
+    io::{Interest, unix::AsyncFd},
+    signal::unix::{SignalKind, signal},
+};
+
+use super::{Attachment, Options, summary};
+use crate::{
+    control::{
+        binder::{self, Binder},
+        probes::Probes,
+    },
+    loading::pins::{Pins, PolicyEvent},
+    policy::Policy,
+    reporting::{
+        events,
+        kernel_log::{self, KernelLog},
+    },
+};
+
+/// Whether an event reports a refused frame (rate-limited), not a verb.
+fn is_frame(kind: u8) -> bool {
+    kind == EventKind::Frame as u8 || kind == EventKind::SwitchPort as u8
+}
+
+impl Attachment {
+    /// Frames refused so far, both ways (a switch port refuses outbound too).
+    fn refused_so_far(&self) -> Result<u64> {
+        let maps = self.filter.maps();
+        Ok(maps.reasons()?.refused() + maps.xmit_reasons()?.refused())
+    }
+
+    /// Re-reads the policy file the attachment runs (which `pkeyfw reload
+    /// --policy` may have changed) and applies it with the QPs that exist.
+    fn reload(&mut self) -> Result<(std::path::PathBuf, Vec<String>)> {
+        let Attachment {
+            filter,
+            binder,
+            pins,
+        } = self;
+        let result = remembered(pins).and_then(|(policy, path)| {
+            filter.maps().same_role(&policy)?;
+            let bound = binder.replace(policy, filter.maps_mut())?;
+            Ok((path, bound))
+        });
+        pins.note_policy(match result {
+            Ok(_) => PolicyEvent::Reloaded,
+            Err(_) => PolicyEvent::Refused,
+        });
+        result
+    }
+
+    /// `--watch`: applies the policy file if what it says differs from the
+    /// policy in force; a file that does not load is reported once per
+    /// error (`refused`), and the running policy stays.
+    fn follow_file(&mut self, refused: &mut Option<String>) {
+        let Attachment {
+            filter,
+            binder,
+            pins,
+        } = self;
+        let iface = &pins.iface;
+        let result = match remembered(pins) {
+            Ok((policy, _)) if &policy == binder.policy() => {
+                *refused = None;
+                return;
+            }
+            Ok((policy, path)) => binder
+                .replace(policy, filter.maps_mut())
+                .map(|bound| (path, bound)),
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok((path, bound)) => {
+                pins.note_policy(PolicyEvent::Reloaded);
+                *refused = None;
+                println!(
+                    "pkeyfw: {} changed, reloaded {iface}: {}",
+                    path.display(),
+                    summary(binder.policy(), &path)
+                );
+                bound.iter().for_each(|line| println!("{line}"));
+            }
+            Err(e) => {
+                let e = format!("{e:#}");
+                if refused.as_ref() != Some(&e) {
+                    // Counted once, as it is said once.
+                    pins.note_policy(PolicyEvent::Refused);
+                    println!(
+                        "pkeyfw: the policy file changed but is refused, the running policy stays: {e}"
+                    );
+                    *refused = Some(e);
+                }
+            }
+        }
+    }
+
+    /// Brings the QP bindings up to date, printing what changed; a failed
+    /// read is reported once and retried at the next poll.
+    fn resync(&mut self, last_error: &mut Option<String>) {
+        match self.binder.sync(self.filter.maps_mut()) {
+            Ok(bound) => {
+                *last_error = None;
+                bound.iter().for_each(|line| println!("{line}"));
+            }
+            Err(e) => {
+                let e = format!("{e:#}");
+                if last_error.as_ref() != Some(&e) {
+                    println!("pkeyfw: cannot read the QPs, retrying: {e}");
+                    *last_error = Some(e);
+                }
+            }
+        }
+    }
+}
+
+/// The policy file the attachment runs, loaded for its port, and its path.
+fn remembered(pins: &Pins) -> Result<(Policy, std::path::PathBuf)> {
+    let path = pins.remembered_policy()?;
+    let policy = Policy::load_port(
+        &path,
+        &pins.iface,
+        Some(crate::policy::iface_guid(&pins.iface)?),
+    )?;
+    Ok((policy, path))
+}
+
+/// How often `--watch` reads the policy: a parse of a small file, and
+/// simpler than inotify across the symlink swaps ConfigMaps make.
+const WATCH: Duration = Duration::from_secs(1);
+
+/// The ring buffer's descriptor, for readiness only.
+struct Fd(RawFd);
+
+impl AsRawFd for Fd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+/// The signals a foreground attachment answers.
+pub(super) struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    /// SIGQUIT: exit and leave the filter enforcing, for a restart or an
+    /// upgrade (the next attach takes it over).
+    quit: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    pub(super) fn new() -> Result<Signals> {
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+            quit: signal(SignalKind::quit())?,
+            hangup: signal(SignalKind::hangup())?,
+        })
+    }
+}
+
+/// How a foreground attachment ends.
+pub(super) enum Exit {
+    /// SIGINT, SIGTERM: remove the filter.
+    Detach,
+    /// SIGQUIT: leave it enforcing.
+    KeepEnforcing,
+}
+
+/// Prints violations (rate-limited) and keeps the QP bindings in step until
+/// SIGINT or SIGTERM (detach) or SIGQUIT (exit, enforcing on); SIGHUP
+/// reloads the policy file.
+pub(super) async fn foreground(
+    att: &mut Attachment,
+    opts: &Options,
+    mut signals: Signals,
+    mut probes: Option<AsyncFd<Probes>>,
+    kernel_log: &KernelLog,
+) -> Result<Exit> {
+    // The event ring has one reader: this process, unless `pkeyfw events`
+    // reads it already.
+    let reader = att.pins.events_reader()?;
+    if reader.is_none() {
+        println!(
+            "pkeyfw: `pkeyfw events` reads this attachment's violations; they are not printed here"
+        );
+    }
+    let fd = Fd(att.filter.maps_mut().events().as_raw_fd());
+    // SAFETY: the ring buffer's fd stays open, owned by `filter`, until
+    // after this future (and `ready` with it) is gone.
+    let ready = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)?;
+    let mut second = tokio::time::interval(Duration::from_secs(1));
+    let mut limiter = events::Limiter::new(opts.log_rate);
+    let mut poll = tokio::time::interval(binder::POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut poll_error = None;
+    let mut last = att.refused_so_far()?;
+    let mut follow = tokio::time::interval(WATCH);
+    follow.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut refused = None;
+    let exit = loop {
+        tokio::select! {
+            guard = ready.readable(), if reader.is_some() => {
+                let mut guard = guard?;
+                while let Some(item) = att.filter.maps_mut().events().next() {
+                    // A verb's event (a join, a Q_Key) is one call, rare,
+                    // and budgeted in the kernel: always shown; refused
+                    // frames by the limiter.
+                    if let Some(e) = events::decode(&item)
+                        && (!is_frame(e.kind) || limiter.allow())
+                    {
+                        println!("{}", events::line(&e));
+                    }
+                }
+                guard.clear_ready();
+            }
+            _ = second.tick() => {
+                kernel_log.tick();
+                let now = att.refused_so_far()?;
+                if let Some(hidden) = limiter.tick(now - last) {
+                    println!("… and {hidden} more refused frames in the last second");
+                }
+                last = now;
+            }
+            created = qp_created(&mut probes) => {
+                created?;
+                att.resync(&mut poll_error);
+            }
+            _ = poll.tick(), if att.binder.active() => att.resync(&mut poll_error),
+            _ = follow.tick(), if opts.watch => att.follow_file(&mut refused),
+            _ = signals.hangup.recv() => match att.reload() {
+                Ok((path, bound)) => {
+                    println!("pkeyfw: reloaded {}: {}", opts.iface, summary(att.binder.policy(), &path));
+                    bound.iter().for_each(|line| println!("{line}"));
+                }
+                Err(e) => println!("pkeyfw: reload refused, the running policy stays: {e:#}"),
+            },
+            _ = signals.interrupt.recv() => break Exit::Detach,
+            _ = signals.terminate.recv() => break Exit::Detach,
+            _ = signals.quit.recv() => break Exit::KeepEnforcing,
+        }
+    };
+    kernel_log.finish();
+    Ok(exit)
+}
+
+/// The RDMA probes, pinned with the filter: wherever ib_core is loaded (a
+/// later reload may bring rules), and where the policy needs them (it
+/// binds, stamps, or lists groups whose joins are watched) with a word on
+/// what could not start. Started before "attached" is said, so that
+/// nothing the verbs do from then on is missed. Needs the runtime's context.
+pub(super) fn start_probes(
+    binder: &Binder,
+    pins: &Pins,
+    log: &KernelLog,
+) -> (Option<AsyncFd<Probes>>, Option<String>) {
+    // A switch port sees other hosts' frames: its own QPs are not its
+    // business.
+    if binder.policy().switch.is_some() {
+        return (None, None);
+    }
+    let needed = binder.active() || !binder.policy().groups.is_empty();
+    if !needed && !Path::new("/sys/module/ib_core").exists() {
+        return (None, None);
+    }
+    // What goes unenforced with the join probe.
+    let kill = match binder.policy().join_action() {
+        OnForeignJoin::Kill => {
+            ", and no joiner is killed (foreign_join = \"kill\" is not in force)"
+        }
+        OnForeignJoin::Report => "",
+    };
+    let mut said = None;
+    let registered = Probes::start(&pins.dir, binder.ifindex(), log.clone()).and_then(|w| {
+        if let Err(why) = &w.readers {
+            said = Some(format!(
+                "pkeyfw: the Q_Keys programs set and multicast joins are not probed ({why}): a UD QP a rule binds with its own Q_Key refuses every frame, joins go unreported{kill}"
+            ));
+        }
+        // SAFETY: the ring buffer's fd is owned by the probes, which the
+        // AsyncFd owns; it closes only when the AsyncFd is dropped.
+        unsafe { AsyncFd::register_with_interest(w, Interest::READABLE) }
+            .map_err(|e| e.into_parts().1.into())
+    });
+    match registered {
+        Ok(w) => (Some(w), said.filter(|_| needed)),
+        Err(e) => (
+            None,
+            needed.then(|| {
+                format!(
+                    "pkeyfw: QP creation is not probed ({e:#}): a foreground attach finds new QPs every {} ms; the Q_Keys programs set are not captured (a UD QP bound without the policy's qkey refuses every datagram); joins go unreported{kill}",
+                    binder::POLL.as_millis()
+                )
+            }),
+        ),
+    }
+}
+
+/// Waits for the QP-creation probe's wake-up (forever without a probe).
+async fn qp_created(probes: &mut Option<AsyncFd<Probes>>) -> Result<()> {
+    let Some(probes) = probes else {
+        return std::future::pending().await;
+    };
+    let mut guard = probes.readable_mut().await?;
+    guard.get_inner_mut().drain();
+    guard.clear_ready();
+    Ok(())
+}
+
+/// Starts printing a kernel log ring, or says why it cannot.
+pub(super) fn follow_or_warn(log: Result<EbpfLogger<KernelLog>>, what: &str) {
+    if let Err(e) = log.and_then(kernel_log::follow) {
+        eprintln!("pkeyfw: warning: {what} is not read: {e:#}");
+    }
+}
