@@ -3,10 +3,19 @@
 use anyhow::{Context as _, anyhow};
 
 fn main() -> anyhow::Result<()> {
-    // Pinned in .cargo/config.toml; `cargo xtask setup` installs it.
-    println!("cargo::rerun-if-env-changed=PKEYFW_EBPF_TOOLCHAIN");
-    let toolchain = std::env::var("PKEYFW_EBPF_TOOLCHAIN")
-        .context("PKEYFW_EBPF_TOOLCHAIN is not set (see .cargo/config.toml)")?;
+    // Pinned in pkeyfw-ebpf/rust-toolchain.toml; `cargo xtask setup`
+    // installs it.
+    let pin = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../pkeyfw-ebpf/rust-toolchain.toml"
+    );
+    println!("cargo::rerun-if-changed={pin}");
+    let text = std::fs::read_to_string(pin).with_context(|| format!("reading {pin}"))?;
+    let toolchain = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("channel = "))
+        .map(|c| c.trim_matches('"').to_string())
+        .with_context(|| format!("{pin} names no channel"))?;
     let metadata = cargo_metadata::MetadataCommand::new()
         .no_deps()
         .exec()

@@ -141,18 +141,34 @@ pub fn output(cmd: &mut Command) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// `cargo +<pinned stable> ARGS` in the workspace root.
+/// `cargo ARGS` in the workspace root, with the toolchain
+/// rust-toolchain.toml pins.
 pub fn cargo(args: &[&str]) -> Result<()> {
     run(cargo_cmd(args)?.current_dir(root()))
 }
 
 pub fn cargo_cmd(args: &[&str]) -> Result<Command> {
     let mut cmd = Command::new("cargo");
-    cmd.arg(format!("+{}", pinned("PKEYFW_TOOLCHAIN")?))
-        .args(args);
-    // The outer `cargo xtask` may have chosen another toolchain for us.
+    cmd.args(args);
+    // The outer `cargo` may have been given another toolchain (`cargo
+    // +TOOLCHAIN xtask`): the workspace's pin decides.
     cmd.env_remove("RUSTUP_TOOLCHAIN");
     Ok(cmd)
+}
+
+/// The channel the rust-toolchain.toml in `dir` (relative to the
+/// workspace root) pins.
+pub fn toolchain(dir: &str) -> Result<String> {
+    let path = root().join(dir).join("rust-toolchain.toml");
+    let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let file: toml::Table = text
+        .parse()
+        .with_context(|| format!("parsing {}", path.display()))?;
+    file.get("toolchain")
+        .and_then(|t| t.get("channel"))
+        .and_then(|c| c.as_str())
+        .map(str::to_string)
+        .with_context(|| format!("{} names no toolchain.channel", path.display()))
 }
 
 fn show(cmd: &Command) -> String {

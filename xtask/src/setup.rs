@@ -1,6 +1,8 @@
-//! `cargo xtask setup`: the pinned host toolchain, the eBPF nightly with
-//! rust-src, and bpf-linker built against that nightly's own libLLVM.
-//! Each step checks first, so a set-up machine is done in well under a second.
+//! `cargo xtask setup`: the pinned toolchains (rust-toolchain.toml's, which
+//! rustup may have installed already to run this, and the eBPF crate's
+//! nightly with rust-src) and bpf-linker built against that nightly's own
+//! libLLVM. Each step checks first, so a set-up machine is done in well
+//! under a second.
 
 use std::{fs, path::PathBuf, process::Command};
 
@@ -9,13 +11,12 @@ use anyhow::{Context as _, Result, bail};
 use crate::cmd::{self, output, pinned};
 
 pub fn run() -> Result<()> {
-    let stable = pinned("PKEYFW_TOOLCHAIN")?;
-    let nightly = pinned("PKEYFW_EBPF_TOOLCHAIN")?;
+    let stable = cmd::toolchain(".")?;
+    let nightly = cmd::toolchain("pkeyfw-ebpf")?;
     let linker = pinned("PKEYFW_BPF_LINKER")?;
 
     ensure_toolchain(&stable, &["clippy", "rustfmt"])?;
     ensure_toolchain(&nightly, &["rust-src"])?;
-    ensure_override(&stable)?;
     ensure_bpf_linker(&nightly, &linker)
 }
 
@@ -48,30 +49,6 @@ fn ensure_toolchain(name: &str, components: &[&str]) -> Result<()> {
         cmd.args(["--component", c]);
     }
     cmd::run(&mut cmd).with_context(|| format!("installing toolchain {name}"))
-}
-
-/// Makes a plain `cargo build` in the workspace use the pinned toolchain
-/// (this rustup does not install toolchains on demand, so the pin cannot live
-/// in a rust-toolchain.toml that a fresh machine would trip over).
-fn ensure_override(stable: &str) -> Result<()> {
-    let root = cmd::root();
-    let current = output(Command::new("rustup").args(["override", "list"])).unwrap_or_default();
-    let want = root.display().to_string();
-    let pinned_here = current.lines().any(|l| {
-        let mut words = l.split_whitespace();
-        words.next() == Some(want.as_str())
-            && words
-                .next()
-                .is_some_and(|t| t == stable || t.starts_with(&format!("{stable}-")))
-    });
-    if pinned_here {
-        return Ok(());
-    }
-    cmd::run(
-        Command::new("rustup")
-            .args(["override", "set", stable, "--path"])
-            .arg(&root),
-    )
 }
 
 fn ensure_bpf_linker(nightly: &str, version: &str) -> Result<()> {
@@ -111,7 +88,7 @@ fn ensure_bpf_linker(nightly: &str, version: &str) -> Result<()> {
     std::os::unix::fs::symlink(&soname, &link)?;
 
     let mut cmd = Command::new("cargo");
-    cmd.arg(format!("+{}", pinned("PKEYFW_TOOLCHAIN")?))
+    cmd.arg(format!("+{}", cmd::toolchain(".")?))
         .args([
             "install",
             "bpf-linker",
