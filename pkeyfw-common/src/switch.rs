@@ -203,7 +203,7 @@ pub fn judge_parsed<F: Frame + ?Sized, T: Tables>(
             allowed,
             pass: allowed || monitor || corrupt,
             corrupt,
-            qp_slot: None,
+            qp_slot: crate::verdict::NO_SLOT,
             roce,
         },
         rewrite,

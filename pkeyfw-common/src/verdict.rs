@@ -17,8 +17,9 @@ pub const SMI_QPN: u32 = 0;
 pub const GSI_QPN: u32 = 1;
 /// The multicast destination QPN.
 pub const MULTICAST_QPN: u32 = 0x00ff_ffff;
-/// No QP-table slot judged the frame.
-const NO_SLOT: u32 = u32::MAX;
+/// No QP-table slot judged the frame ([`Outcome::qp_slot`]): no map holds
+/// that many.
+pub const NO_SLOT: u32 = u32::MAX;
 /// The well-known Q_Key of QP1, the GSI (IBA 13.4: privileged Q_Keys have bit 31 set).
 pub const GSI_QKEY: u32 = 0x8001_0000;
 
@@ -69,10 +70,7 @@ pub fn judge_parsed<F: Frame + ?Sized, T: Tables>(
         allowed,
         pass: allowed || config.monitor != 0,
         corrupt: false,
-        // Made from a number that is defined either way: a `None` built
-        // on some path and not others leaves the kernel's register
-        // undefined, which its verifier refuses to read.
-        qp_slot: (slot != NO_SLOT).then_some(slot),
+        qp_slot: slot,
         roce,
     }
 }
@@ -165,8 +163,11 @@ pub struct Outcome {
     /// Refused, and to be passed with its ICRC broken (a switch port's
     /// `corrupt`); `pass` is then true.
     pub corrupt: bool,
-    /// Counter slot of the QP-table entry that judged the frame, if any.
-    pub qp_slot: Option<u32>,
+    /// Counter slot of the QP-table entry that judged the frame, or
+    /// [`NO_SLOT`]. (A number, not an `Option`: a `None` made on some paths
+    /// leaves the kernel's register undefined, which its verifier refuses
+    /// to read.)
+    pub qp_slot: u32,
     /// The RoCE headers, when the frame is RoCE.
     pub roce: Option<Roce>,
 }
@@ -176,6 +177,10 @@ const HAS_SLOT: u64 = 1 << 32;
 pub const PACKED_ALLOWED: u64 = 1 << 33;
 pub const PACKED_PASS: u64 = 1 << 34;
 const CORRUPT: u64 = 1 << 35;
+/// Not the outcome's: free for a stage to tell the program that called it
+/// to restore the frame's P_Key (see `stamp::restores`); [`Outcome::unpack`]
+/// ignores it.
+pub const PACKED_RESTORE: u64 = 1 << 36;
 const REASON_SHIFT: u32 = 40;
 const PKEY_SHIFT: u32 = 48;
 
@@ -185,9 +190,10 @@ impl Outcome {
     /// needed, it keeps the P_Key, which a rewrite may change meanwhile.
     #[inline(always)]
     pub const fn pack(&self) -> u64 {
-        let slot = match self.qp_slot {
-            Some(slot) => slot as u64 | HAS_SLOT,
-            None => 0,
+        let slot = if self.qp_slot == NO_SLOT {
+            0
+        } else {
+            self.qp_slot as u64 | HAS_SLOT
         };
         let pkey = match self.roce {
             Some(roce) => roce.pkey as u64,
@@ -221,12 +227,18 @@ impl Outcome {
             pass: bits & PACKED_PASS != 0,
             corrupt: bits & CORRUPT != 0,
             qp_slot: if bits & HAS_SLOT != 0 {
-                Some(bits as u32)
+                bits as u32
             } else {
-                None
+                NO_SLOT
             },
             roce,
         }
+    }
+
+    /// The P_Key a packed outcome ([`pack`](Self::pack)) keeps.
+    #[inline(always)]
+    pub const fn packed_pkey(bits: u64) -> u16 {
+        (bits >> PKEY_SHIFT) as u16
     }
 
     /// What was done with the frame.
@@ -251,7 +263,7 @@ mod tests {
             allowed: bool,
             pass: bool,
             corrupt: bool,
-            slot: Option<u32>,
+            slot in prop_oneof![Just(NO_SLOT), 0..NO_SLOT],
             pkey: u16,
         ) {
             let roce = Roce {

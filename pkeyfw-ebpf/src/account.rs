@@ -13,6 +13,7 @@ use pkeyfw_common::{
         counters::{REASON_SLOTS, reason_slot},
         violation_key,
     },
+    parse::Roce,
     pkey,
 };
 
@@ -34,9 +35,8 @@ pub fn reason(counters: &PerCpuArray<u64, REASON_SLOTS>, outcome: &Outcome) {
 /// Counts a frame against the QP-table entry that judged it.
 #[inline(always)]
 pub fn qp(outcome: &Outcome) {
-    if let Some(slot) = outcome.qp_slot
-        && let Some(stats) = QP_STATS.get_ptr_mut(slot)
-    {
+    // NO_SLOT is no slot of the map: then there is none.
+    if let Some(stats) = QP_STATS.get_ptr_mut(outcome.qp_slot) {
         // SAFETY: a per-CPU slot, written only by this CPU.
         unsafe {
             if outcome.pass {
@@ -57,17 +57,27 @@ pub fn stamp(outcome: Stamp) {
     }
 }
 
-/// Counts a refused frame against its partition and reports it; `port`: the
-/// direction a switch port refused it in.
+/// Counts what came of a restore (a `Stamp`, as a restore stage returns it).
+#[inline(always)]
+pub fn restored(outcome: u32) {
+    stamp(Stamp::from_repr(outcome).unwrap_or(Stamp::HelperFailed));
+}
+
+/// Counts a refused frame against its partition and reports it; `roce`:
+/// its RoCE headers, if it has them (passed apart from the outcome, whose
+/// `roce` this leaves alone: an `Option<Roce>` that is `None` on some
+/// paths leaves stack the compiler never wrote, which kernels before 6.4
+/// refuse to read); `port`: the direction a switch port refused it in.
 #[inline(always)]
 pub fn refused<F: Frame>(
     frame: &F,
     live: &Generation,
     outcome: &Outcome,
+    roce: Option<&Roce>,
     monitor: bool,
     port: Option<Direction>,
 ) {
-    if let Some(roce) = outcome.roce
+    if let Some(roce) = roce
         && let Some(key) = violation_key(
             outcome.reason,
             roce.pkey,
@@ -76,7 +86,7 @@ pub fn refused<F: Frame>(
     {
         violation(key);
     }
-    report(frame, outcome, monitor, port);
+    report(frame, outcome, roce, monitor, port);
 }
 
 /// Counts a violation of one partition.
@@ -90,7 +100,13 @@ fn violation(key: u32) {
 
 /// Sends an event for a refused frame, within this CPU's budget.
 #[inline(always)]
-fn report<F: Frame>(frame: &F, outcome: &Outcome, monitor: bool, port: Option<Direction>) {
+fn report<F: Frame>(
+    frame: &F,
+    outcome: &Outcome,
+    roce: Option<&Roce>,
+    monitor: bool,
+    port: Option<Direction>,
+) {
     let kind = match port {
         Some(_) => EventKind::SwitchPort,
         None => EventKind::Frame,
@@ -126,7 +142,7 @@ fn report<F: Frame>(frame: &F, outcome: &Outcome, monitor: bool, port: Option<Di
     if let Some(direction) = port {
         event.direction = direction as u8;
     }
-    if let Some(roce) = outcome.roce {
+    if let Some(roce) = roce {
         event.src = roce.addrs.read(frame, false).unwrap_or_default();
         event.dst = roce.addrs.read(frame, true).unwrap_or_default();
         event.qkey = roce.qkey;

@@ -41,7 +41,7 @@ use pkeyfw_common::{
     parse::{self, Located, Parsed},
     stamp::{self, Action, Origin, Plan},
     switch,
-    verdict::{self, PACKED_ALLOWED, PACKED_PASS},
+    verdict::{self, PACKED_ALLOWED, PACKED_PASS, PACKED_RESTORE},
 };
 
 /// What the loader chose at load (see `Setup`).
@@ -81,8 +81,11 @@ fn xdp(ctx: *mut xdp_md) -> u32 {
         // the kernel guards against return-stack attacks).
         let located =
             parse::locate_plain(&frame).map_or_else(|| pkeyfw_locate_xdp(ctx), Located::pack);
-        let restore = || pkeyfw_restore_xdp(ctx, located);
-        (located, host(&frame, located, restore), NO_PORT)
+        let outcome = host(&frame, located);
+        if outcome & PACKED_RESTORE != 0 {
+            account::restored(pkeyfw_restore_xdp(ctx, located));
+        }
+        (located, outcome, NO_PORT)
     };
     if outcome & PACKED_ALLOWED == 0 {
         pkeyfw_refused_xdp(ctx, located, outcome, port);
@@ -109,11 +112,17 @@ pub fn pkeyfw_ingress(ctx: TcContext) -> i32 {
         let inbound = Direction::Inbound as u32;
         (located, pkeyfw_port_skb(skb, located, inbound), inbound)
     } else {
+        // The verdict a stage of its own: the skb helpers' buffers would
+        // take this frame's stack, and its calls', past the 512 bytes a
+        // chain of calls may have (Linux 5.10 counts every chain).
         let frame = Skb(tc(skb));
         let located =
             parse::locate_plain(&frame).map_or_else(|| pkeyfw_locate_skb(skb), Located::pack);
-        let restore = || pkeyfw_restore_skb(skb, located);
-        (located, host(&frame, located, restore), NO_PORT)
+        let outcome = pkeyfw_host_skb(skb, located);
+        if outcome & PACKED_RESTORE != 0 {
+            account::restored(pkeyfw_restore_skb(skb, located));
+        }
+        (located, outcome, NO_PORT)
     };
     if trace::on() {
         trace::emit(&Skb(ctx));
@@ -178,6 +187,14 @@ pub extern "C" fn pkeyfw_locate_xdp(ctx: *mut xdp_md) -> u64 {
 #[inline(never)]
 pub extern "C" fn pkeyfw_locate_skb(ctx: *mut __sk_buff) -> u64 {
     pkeyfw_common::parse::locate(&Skb(tc(ctx))).pack()
+}
+
+/// A host port's verdict on a received frame (`Outcome::pack`, with
+/// `PACKED_RESTORE` where its stamped P_Key is to be restored), counted.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn pkeyfw_host_skb(ctx: *mut __sk_buff, located: u64) -> u64 {
+    host(&Skb(tc(ctx)), located)
 }
 
 /// Restores the default P_Key (0xFFFF) of a passed stamped frame, which
@@ -257,23 +274,25 @@ fn roce<F: Frame>(frame: &F, located: u64) -> Parsed {
     Located::unpack(located).read(frame)
 }
 
-/// Judges a received frame, has its stamped P_Key restored (`restore`,
-/// a `Stamp`) and counts it; returns the verdict (`Outcome::pack`).
+/// Judges a received frame and counts it; returns the verdict
+/// (`Outcome::pack`), with `PACKED_RESTORE` where the frame's stamped
+/// P_Key is to be restored: after the verdict, which judged the stamped
+/// P_Key, since the local rxe accepts only 0xFFFF.
 #[inline(always)]
-fn host<F: Frame>(frame: &F, located: u64, restore: impl Fn() -> u32) -> u64 {
+fn host<F: Frame>(frame: &F, located: u64) -> u64 {
     let (live, config) = policy();
     let outcome = verdict::judge_parsed(frame, roce(frame, located), &live, &config);
-    // After the verdict, which judged the stamped P_Key: the local rxe
-    // accepts only 0xFFFF.
-    if stamp::restores(&outcome, &config) {
-        account::stamp(Stamp::from_repr(restore()).unwrap_or(Stamp::HelperFailed));
-    }
     account::reason(&REASONS, &outcome);
     if trace::on() {
         trace::frame(&outcome, None);
     }
     account::qp(&outcome);
-    outcome.pack()
+    let restore = if stamp::restores(&outcome, &config) {
+        PACKED_RESTORE
+    } else {
+        0
+    };
+    outcome.pack() | restore
 }
 
 /// A switch port's check of a frame in `direction` (see `switch`):
@@ -340,20 +359,25 @@ fn restore<F: Frame>(
 #[inline(always)]
 fn refused<F: Frame>(frame: &F, located: u64, outcome: u64, port: u32) {
     let (live, _) = policy();
-    let roce = match roce(frame, located) {
-        Parsed::Roce(roce) => Some(roce),
-        _ => None,
-    };
-    let outcome = Outcome::unpack(outcome, roce);
     let port = match port {
         NO_PORT => None,
         0 => Some(Direction::Inbound),
         _ => Some(Direction::Outbound),
     };
+    // The P_Key it came with, which a rewrite may have changed since.
+    let pkey = Outcome::packed_pkey(outcome);
+    let outcome = Outcome::unpack(outcome, None);
     // Refused and passed all the same: monitored (a corrupted frame is
     // passed to be refused further on).
     let monitor = outcome.pass && !outcome.corrupt;
-    account::refused(frame, &live, &outcome, monitor, port);
+    // Each case its own call: no `Option<Roce>` (see `account::refused`).
+    match roce(frame, located) {
+        Parsed::Roce(mut roce) => {
+            roce.pkey = pkey;
+            account::refused(frame, &live, &outcome, Some(&roce), monitor, port)
+        }
+        _ => account::refused(frame, &live, &outcome, None, monitor, port),
+    }
 }
 
 /// A host port's stamping of an outgoing frame; a TC action.
@@ -397,6 +421,13 @@ fn origin(ctx: &TcContext) -> Origin {
 /// socket, which must be this one, and the QP's device, which must be one
 /// of this interface's rxe devices: then the QP's number. Kernel reads, each
 /// of which may fail (a null or stale pointer): then no QP sent the frame.
+///
+/// Kernels carrying "RDMA/rxe: Let destroy qp succeed with stuck packet"
+/// (and not its 2025 follow-up, which put the QP back) keep the QP's pool
+/// index in the user data instead, which is its QPN: a number no kernel
+/// pointer is, and none a process can set on its socket. BTF cannot tell
+/// the two apart (the field is a pointer either way), so each frame's value
+/// does; for an index the socket and device cannot be checked.
 #[inline(always)]
 fn sender(ctx: &TcContext) -> Option<u32> {
     let l = SENDER.load();
@@ -406,7 +437,14 @@ fn sender(ctx: &TcContext) -> Option<u32> {
     // The context is the kernel's `struct sk_buff`.
     let skb = ctx.as_ptr() as *const u8;
     let sk: *const u8 = kernel::read(skb, l.skb_sk)?;
-    let qp: *const u8 = kernel::read(sk, l.sk_user_data)?;
+    let user: u64 = kernel::read(sk, l.sk_user_data)?;
+    if user == 0 {
+        return None;
+    }
+    if user <= u64::from(QPN_MASK) {
+        return Some(user as u32);
+    }
+    let qp = user as *const u8;
     let socket: *const u8 = kernel::read(qp, l.rxe_sk)?;
     if kernel::read::<*const u8>(socket, l.socket_sk)? != sk {
         return None;

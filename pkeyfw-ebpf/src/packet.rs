@@ -41,7 +41,7 @@ impl Frame for Packet {
         if off > MAX_OFFSET {
             return None;
         }
-        let at = self.start + off;
+        let at = self.start + bounded(off);
         if at + size_of::<T>() > self.end {
             return None;
         }
@@ -68,7 +68,7 @@ impl Packet {
         if off > MAX_OFFSET {
             return Err(Stamp::HelperFailed);
         }
-        let at = self.start + off;
+        let at = self.start + bounded(off);
         if at + N > self.end {
             return Err(Stamp::HelperFailed);
         }
@@ -76,6 +76,22 @@ impl Packet {
         unsafe { core::ptr::write_unaligned(at as *mut [u8; N], bytes) };
         Ok(())
     }
+}
+
+/// `off`, checked to be at most [`MAX_OFFSET`], masked in the register the
+/// packet pointer is made from: a no-op for the values that pass, and a
+/// bound the verifier sees there. Kernels before 5.11 carry a bound learnt
+/// on one register to no copy of it (LLVM may compare one and add the
+/// other), and refuse the access.
+#[inline(always)]
+fn bounded(off: usize) -> usize {
+    const _: () = assert!(MAX_OFFSET < 8192);
+    let mut off = off;
+    // SAFETY: arithmetic on a register.
+    unsafe {
+        core::arch::asm!("{off} &= 8191", off = inout(reg) off, options(pure, nomem, nostack));
+    }
+    off
 }
 
 /// Copies a `T` out of packet memory at `at` in the widest loads that fit

@@ -543,9 +543,12 @@ fn bind(qp: *const u8, qpn: u32, transport: QpType, kernel: [u64; 2]) {
     // SAFETY: the value is copied out at once.
     let old = unsafe { QPS.get(&key) }.copied();
     let entry = old.is_some_and(|e| e.flags & qp_flags::RULE == 0);
-    let i = pkeyfw_first_match(g, qpn, transport as u32, kernel[0], kernel[1]);
+    let i = first_match(g, qpn, transport, kernel);
+    // The rule where the map keeps it, not a copy: this frame, the rule
+    // match's and its loop body's stack together must stay within 512
+    // bytes (Linux 6.1 counts every chain of calls).
     let rule = if i < MAX_RULES {
-        BIND_RULES.get(g * MAX_RULES + i).copied()
+        BIND_RULES.get(g * MAX_RULES + i)
     } else {
         None
     };
@@ -619,30 +622,22 @@ fn quarantine(qpn: u32, on: bool) {
 }
 
 /// The index of generation `g`'s first rule that matches a QP numbered
-/// `qpn` of transport `transport` (a `QpType`) made by the current task
-/// or, where `comm_lo`/`comm_hi` name one, by a kernel user; `MAX_RULES`
-/// when none does. A global function (exported): the verifier checks it
-/// once, and what it returns is a number it knows nothing of, so that the
-/// binding that follows is checked once, not once per rule that could
-/// have matched.
-#[unsafe(no_mangle)]
-#[inline(never)]
-pub extern "C" fn pkeyfw_first_match(
-    g: u32,
-    qpn: u32,
-    transport: u32,
-    comm_lo: u64,
-    comm_hi: u64,
-) -> u32 {
+/// `qpn` of transport `transport` made by the current task or, where
+/// `kernel` names one (its module's name as two words), by a kernel user;
+/// `MAX_RULES` when none does. A loop the kernel runs (`bpf_loop`), whose
+/// body the verifier checks once rather than once per rule; and what the
+/// body writes is a number the verifier knows nothing of, so that the
+/// binding that follows is checked once, not once per rule that could have
+/// matched.
+#[inline(always)]
+fn first_match(g: u32, qpn: u32, transport: QpType, kernel: [u64; 2]) -> u32 {
     let mut matching = Matching {
-        creator: Maker::current(&LAYOUT.load(), [comm_lo, comm_hi]),
+        creator: Maker::current(&LAYOUT.load(), kernel),
         rules: g * MAX_RULES,
         qpn,
-        transport,
+        transport: transport as u32,
         found: MAX_RULES,
     };
-    // A loop the kernel runs (`bpf_loop`), whose body the verifier checks
-    // once rather than once per rule.
     // SAFETY: the callback takes the `Matching` this passes, for the call's
     // length.
     unsafe {
@@ -673,7 +668,7 @@ struct Matching {
 /// branch on them.
 #[inline(never)]
 extern "C" fn match_rule(i: u64, ctx: *mut core::ffi::c_void) -> i64 {
-    // SAFETY: `ctx` is the `Matching` pkeyfw_first_match passes.
+    // SAFETY: `ctx` is the `Matching` first_match passes.
     let m = unsafe { &mut *ctx.cast::<Matching>() };
     let Some(transport) = QpType::from_repr(m.transport as u8) else {
         return 1;

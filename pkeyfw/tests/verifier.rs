@@ -5,7 +5,7 @@
 
 mod common;
 
-use pkeyfw::loading::cost::{self, VERIFIER_BUDGET};
+use pkeyfw::{attachment::cost, loading::cost::VERIFIER_BUDGET};
 
 #[test]
 fn every_program_is_verified_within_the_budget() {

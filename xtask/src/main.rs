@@ -7,9 +7,11 @@
 mod bench;
 mod cmd;
 mod guest;
+mod kernels;
 mod package;
 mod rxe_lab;
 mod setup;
+mod table;
 mod test;
 
 use anyhow::Result;
@@ -51,7 +53,12 @@ enum Task {
     /// Boot the soft-RoCE guest to run one shell script, with the release
     /// `pkeyfw` beside it in /share (for exploring; root).
     #[command(hide = true)]
-    Guest { script: std::path::PathBuf },
+    Guest {
+        script: std::path::PathBuf,
+        /// The guest's Linux: 5.10, 6.1, 6.12 or 7.3.
+        #[arg(long, default_value = "6.1")]
+        kernel: String,
+    },
     /// Set up, then run every test of the project (needs root).
     Test,
     /// Set up, then benchmark the XDP program in the kernel (needs root).
@@ -62,6 +69,18 @@ enum Task {
     },
     /// Rewrite the figures in docs/benchmarks.md from docs/bench.json.
     BenchReadme,
+    /// Set up, build, then run the kernel matrix in the guest: on each
+    /// kernel (5.10, 6.1, 6.12, 7.3, or those named) what it offers and
+    /// what each program costs it, the README's lab and the soft-RoCE
+    /// scenarios that define the product (root).
+    Kernels {
+        /// Only these kernels.
+        names: Vec<String>,
+        /// Also write what each kernel offered and cost to FILE, as JSON
+        /// (docs/kernels.json, which docs/kernels.md renders).
+        #[arg(long, value_name = "FILE")]
+        json: Option<std::path::PathBuf>,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -86,12 +105,13 @@ fn main() -> std::process::ExitCode {
             .and_then(|()| build())
             .and_then(|()| rxe_lab::run(&args))
             .and_then(rxe_lab::Outcome::ok),
-        Task::Guest { script } => setup::run()
+        Task::Guest { script, kernel } => setup::run()
             .and_then(|()| build())
-            .and_then(|()| rxe_lab::explore(&script)),
+            .and_then(|()| rxe_lab::explore(&script, guest::Kernel::named(&kernel)?)),
         Task::Test => setup::run().and_then(|()| test::run()),
         Task::Bench { json } => setup::run().and_then(|()| bench::run(json.as_deref())),
         Task::BenchReadme => bench::page(),
+        Task::Kernels { names, json } => setup::run().and_then(|()| kernels::task(&names, json)),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -10,7 +10,7 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::{
     cmd,
-    guest::{Guest, Init},
+    guest::{Guest, Init, Kernel},
 };
 
 mod systemd;
@@ -37,7 +37,7 @@ pub fn share(script: &str) -> Result<PathBuf> {
 }
 
 /// [`share`], in target/`name`.
-fn share_in(name: &str, script: &str) -> Result<PathBuf> {
+pub fn share_in(name: &str, script: &str) -> Result<PathBuf> {
     cmd::cargo(&[
         "build",
         "--release",
@@ -61,16 +61,16 @@ fn share_in(name: &str, script: &str) -> Result<PathBuf> {
 }
 
 /// `cargo xtask guest SCRIPT`.
-pub fn explore(script: &Path) -> Result<()> {
+pub fn explore(script: &Path, kernel: Kernel) -> Result<()> {
     let text =
         fs::read_to_string(script).with_context(|| format!("reading {}", script.display()))?;
-    self::script(&text)
+    self::script(&text, kernel)
 }
 
-/// Runs `text` as the guest's script, with the release CLI and the attacker
-/// beside it.
-pub fn script(text: &str) -> Result<()> {
-    let guest = Guest::ensure()?;
+/// Runs `text` as the guest's script on `kernel`, with the release CLI and
+/// the attacker beside it.
+pub fn script(text: &str, kernel: Kernel) -> Result<()> {
+    let guest = Guest::ensure(kernel)?;
     let share = share(text)?;
     let code = guest.run(&share, TIMEOUT, Init::Shell)?;
     println!(
@@ -133,7 +133,7 @@ pub fn run(args: &[String]) -> Result<Outcome> {
 /// their captures: all of them shared out among [`GUESTS`] guests side by
 /// side, or those `--only` names in one.
 fn lab(args: &[String]) -> Result<Outcome> {
-    let guest = Guest::ensure()?;
+    let guest = Guest::ensure(crate::guest::PRIMARY)?;
     let extra: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
     let guests = if args.iter().any(|a| a == "--only") {
         1
@@ -172,14 +172,29 @@ fn lab(args: &[String]) -> Result<Outcome> {
         if code != 0 {
             bail!("the guest script in {} failed ({code})", share.display());
         }
-        let text = fs::read_to_string(share.join("results.json"))
-            .context("a guest wrote no results.json (see its output above)")?;
-        let results: serde_json::Value = serde_json::from_str(&text)?;
-        let list = results["scenarios"]
-            .as_array()
-            .context("results.json has no scenarios")?;
-        scenarios.extend(list.iter().map(|s| (share, s.clone())));
+        scenarios.extend(results(share)?);
     }
+    Ok(judge(&scenarios, "rxe-lab"))
+}
+
+/// The scenarios `pkeyfw lab rxe` ran in the guest whose share is `share`
+/// (its results.json), each with that share.
+pub fn results(share: &Path) -> Result<Vec<(PathBuf, serde_json::Value)>> {
+    let text = fs::read_to_string(share.join("results.json"))
+        .context("a guest wrote no results.json (see its output above)")?;
+    let results: serde_json::Value = serde_json::from_str(&text)?;
+    let list = results["scenarios"]
+        .as_array()
+        .context("results.json has no scenarios")?;
+    Ok(list
+        .iter()
+        .map(|s| (share.to_path_buf(), s.clone()))
+        .collect())
+}
+
+/// Each scenario's outcome in the guest and the host's reading of its
+/// captures, a test line each (`test PREFIX::NAME`).
+pub fn judge(scenarios: &[(PathBuf, serde_json::Value)], prefix: &str) -> Outcome {
     println!(
         "\nOn the wire (tshark: both ends' outgoing frames; in switch-*, the bridge's as it \
          forwards them): P_Keys and Q_Keys of every RoCE frame"
@@ -189,11 +204,20 @@ fn lab(args: &[String]) -> Result<Outcome> {
         let name = s["name"].as_str().unwrap_or("?");
         let captures: Vec<PathBuf> = s["captures"]
             .as_array()
-            .context("a scenario has no captures")?
-            .iter()
-            .filter_map(|c| c.as_str().map(|c| share.join(c)))
-            .collect();
-        let wire = wire::decode(&captures)?;
+            .map(|c| {
+                c.iter()
+                    .filter_map(|c| c.as_str().map(|c| share.join(c)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let wire = match wire::decode(&captures) {
+            Ok(wire) => wire,
+            Err(e) => {
+                println!("test {prefix}::{name} ... FAILED: the captures: {e:#}");
+                failed += 1;
+                continue;
+            }
+        };
         let want_pkeys = numbers(&s["wire"]["pkeys"]);
         let want_qkeys = numbers(&s["wire"]["qkeys"]);
         let wire_ok = wire.pkeys == want_pkeys && wire.qkeys == want_qkeys && wire.frames > 0;
@@ -216,12 +240,12 @@ fn lab(args: &[String]) -> Result<Outcome> {
         if ok {
             passed += 1;
         } else {
-            println!("test rxe-lab::{name} ... FAILED");
+            println!("test {prefix}::{name} ... FAILED");
             failed += 1;
         }
     }
-    println!("\nrxe-lab: {passed} passed, {failed} failed");
-    Ok(Outcome { passed, failed })
+    println!("\n{prefix}: {passed} passed, {failed} failed");
+    Outcome { passed, failed }
 }
 
 fn numbers(v: &serde_json::Value) -> Vec<u64> {

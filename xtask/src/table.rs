@@ -1,5 +1,5 @@
-//! A table printed twice: aligned for the terminal, in markdown for
-//! docs/benchmarks.md.
+//! A table printed twice: aligned for the terminal, in markdown for the
+//! pages under docs/ that show figures (benchmarks.md, kernels.md).
 
 pub struct Table {
     pub title: String,

@@ -1,7 +1,8 @@
 //! `cargo xtask test`: formatting, lints, every test of the workspace, the
 //! kernel ones included (they load the real XDP program, hence root), the
-//! Debian package's checks, and the soft-RoCE scenarios in the guest (the
-//! package's unit under systemd among them), each counted as a test.
+//! Debian package's checks, the soft-RoCE scenarios in the guest (the
+//! package's unit under systemd among them), and the kernel matrix (each
+//! kernel the guest boots), each counted as a test.
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -53,6 +54,16 @@ pub fn run() -> Result<()> {
         }
         Err(e) => {
             println!("test rxe-lab ... FAILED: {e:#}");
+            failed += 1;
+        }
+    }
+    match crate::kernels::run(&crate::guest::KERNELS, None) {
+        Ok(k) => {
+            passed += k.passed;
+            failed += k.failed;
+        }
+        Err(e) => {
+            println!("test kernels ... FAILED: {e:#}");
             failed += 1;
         }
     }

@@ -10,6 +10,7 @@
 //! the real receive path (`live`). Needs root.
 
 mod live;
+mod loading;
 
 use std::{
     collections::BTreeMap,
@@ -74,7 +75,11 @@ fn main() -> Result<()> {
             "live" => live()?,
             "binding" => binding()?,
             "probe_memory" => probe_memory()?,
-            other => bail!("--only takes per_path, live, binding or probe_memory, not {other:?}"),
+            "verifier" => loading::verifier()?,
+            "attach" => loading::attach()?,
+            other => bail!(
+                "--only takes per_path, live, binding, probe_memory, verifier or attach, not {other:?}"
+            ),
         };
         let text = serde_json::to_string_pretty(&doc)? + "\n";
         return std::fs::write(&path, text).with_context(|| format!("writing {path}"));
@@ -103,6 +108,9 @@ fn main() -> Result<()> {
     let binding = binding()?;
     progress.set_message("bench: live frames");
     let live = live()?;
+    progress.set_message("bench: verifier and attach");
+    let verifier = loading::verifier()?;
+    let attach = loading::attach()?;
     progress.finish_and_clear();
     let document = json!({
         "machine": machine()?,
@@ -116,6 +124,8 @@ fn main() -> Result<()> {
         "switch": switch,
         "binding": binding,
         "live": live,
+        "verifier": verifier,
+        "attach": attach,
     });
     let text = serde_json::to_string_pretty(&document)? + "\n";
     match json_path() {

@@ -3,9 +3,12 @@
 
 use anyhow::{Result, bail};
 
-use crate::loading::{
-    cost::{self, Cost, VERIFIER_BUDGET},
-    features::Features,
+use crate::{
+    attachment::cost,
+    loading::{
+        cost::{Cost, VERIFIER_BUDGET},
+        features::Features,
+    },
 };
 
 /// Show what this kernel lets pkeyfw do: the features each program form

@@ -70,7 +70,8 @@ pub struct RxeArgs {
     /// Write the results as JSON.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Only the scenarios whose name contains this.
+    /// Only the scenarios whose name contains this, or one of its
+    /// comma-separated parts.
     #[arg(long, value_name = "TEXT")]
     pub only: Option<String>,
     /// Only every OF-th scenario, from the INDEX-th (0-based): one part of

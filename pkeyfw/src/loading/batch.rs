@@ -1,7 +1,9 @@
 //! Batched map writes and reads (`BPF_MAP_UPDATE_BATCH`,
-//! `BPF_MAP_LOOKUP_BATCH`, Linux 5.6+): one system call per chunk of
-//! entries where aya makes one per entry, which is most of the time a
-//! policy of a million QPs takes to apply.
+//! `BPF_MAP_LOOKUP_BATCH`): one system call per chunk of entries where aya
+//! makes one per entry, which is most of the time a policy of a million
+//! QPs takes to apply. Where the kernel has no batch command for a map
+//! (hash maps have them from Linux 5.6, arrays from 5.9, per-CPU arrays
+//! later), one call per entry.
 
 use std::os::fd::{AsFd as _, AsRawFd as _};
 
@@ -10,6 +12,13 @@ use aya::{Pod, maps::MapData};
 /// `enum bpf_cmd`'s BPF_MAP_LOOKUP_BATCH and BPF_MAP_UPDATE_BATCH.
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
+/// `enum bpf_cmd`'s per-entry commands.
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
+/// The kernel's ENOTSUPP (524), which a batch command on a map without
+/// one returns, besides EOPNOTSUPP and EINVAL.
+const ENOTSUPP: i32 = 524;
 /// Entries per system call: bounds the copy the kernel makes of them.
 const CHUNK: usize = 1 << 14;
 
@@ -39,28 +48,25 @@ pub struct Failed {
 /// failure the entries before `index` are written, the rest not (with no
 /// index, an unknown number of them).
 pub fn update<K: Pod, V: Pod>(map: &MapData, entries: &[(K, V)]) -> Result<(), Failed> {
-    let fd = map.fd().as_fd().as_raw_fd();
+    let fd = map.fd().as_fd().as_raw_fd() as u32;
     for (n, chunk) in entries.chunks(CHUNK).enumerate() {
         let (keys, values): (Vec<K>, Vec<V>) = chunk.iter().copied().unzip();
-        let mut attr = BatchAttr {
-            keys: keys.as_ptr() as u64,
-            values: values.as_ptr() as u64,
-            count: chunk.len() as u32,
-            map_fd: fd as u32,
-            ..BatchAttr::default()
-        };
-        // SAFETY: `attr` points at `keys` and `values`, which outlive the
-        // call and hold `count` plain keys and values of the map's sizes
-        // (aya checked them when it typed the map).
-        if let Err(error) = unsafe { call(BPF_MAP_UPDATE_BATCH, &mut attr) } {
-            // The kernel reports how many it wrote, unless it refused the
-            // call before the first (then `count` is left as it was).
-            let written = attr.count as usize;
-            return Err(Failed {
-                index: (written < chunk.len()).then_some(n * CHUNK + written),
-                error,
-            });
+        // SAFETY: `keys` and `values` hold `len` plain keys and values of
+        // the map's sizes (aya checked them when it typed the map).
+        unsafe {
+            write(
+                fd,
+                keys.as_ptr().cast(),
+                size_of::<K>(),
+                values.as_ptr().cast(),
+                size_of::<V>(),
+                chunk.len(),
+            )
         }
+        .map_err(|(written, error)| Failed {
+            index: written.map(|w| n * CHUNK + w),
+            error,
+        })?;
     }
     Ok(())
 }
@@ -70,22 +76,83 @@ pub fn update<K: Pod, V: Pod>(map: &MapData, entries: &[(K, V)]) -> Result<(), F
 pub fn zero_per_cpu<V>(map: &MapData, keys: &[u32]) -> std::io::Result<()> {
     let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?.get() as usize;
     let stride = size_of::<V>().next_multiple_of(8) * cpus;
-    let fd = map.fd().as_fd().as_raw_fd();
+    let fd = map.fd().as_fd().as_raw_fd() as u32;
     for chunk in keys.chunks(CHUNK) {
         let values = vec![0u8; stride * chunk.len()];
-        let mut attr = BatchAttr {
-            keys: chunk.as_ptr() as u64,
-            values: values.as_ptr() as u64,
-            count: chunk.len() as u32,
-            map_fd: fd as u32,
-            ..BatchAttr::default()
-        };
-        // SAFETY: `attr` points at `count` u32 keys and `count` per-CPU
-        // values (one `V`, rounded up to 8 bytes, per possible CPU), which
-        // outlive the call.
-        unsafe { call(BPF_MAP_UPDATE_BATCH, &mut attr) }?;
+        // SAFETY: `count` u32 keys and `count` per-CPU values (one `V`,
+        // rounded up to 8 bytes, per possible CPU).
+        unsafe {
+            write(
+                fd,
+                chunk.as_ptr().cast(),
+                4,
+                values.as_ptr(),
+                stride,
+                chunk.len(),
+            )
+        }
+        .map_err(|(_, e)| e)?;
     }
     Ok(())
+}
+
+/// Writes `count` entries, keys of `key_size` bytes at `keys` and values of
+/// `value_size` at `values`: one batch call, or one call per entry where
+/// the kernel has no batch command for the map. On failure, how many were
+/// written, where that is known.
+///
+/// # Safety
+/// `keys` and `values` must hold `count` keys and values of those sizes,
+/// the map's.
+unsafe fn write(
+    fd: u32,
+    keys: *const u8,
+    key_size: usize,
+    values: *const u8,
+    value_size: usize,
+    count: usize,
+) -> Result<(), (Option<usize>, std::io::Error)> {
+    let mut attr = BatchAttr {
+        keys: keys as u64,
+        values: values as u64,
+        count: count as u32,
+        map_fd: fd,
+        ..BatchAttr::default()
+    };
+    // SAFETY: `attr` points at `count` keys and values, as the caller
+    // vouches.
+    match unsafe { call(BPF_MAP_UPDATE_BATCH, &mut attr) } {
+        Ok(()) => Ok(()),
+        // No batch command for this map: it refused before the first.
+        Err(e) if unsupported(&e) && attr.count as usize == count => {
+            for i in 0..count {
+                let mut one = ElemAttr {
+                    map_fd: fd,
+                    // SAFETY: entry `i` of the buffers.
+                    key: unsafe { keys.add(i * key_size) } as u64,
+                    value: unsafe { values.add(i * value_size) } as u64,
+                    ..ElemAttr::default()
+                };
+                // SAFETY: one key and one value of the map's sizes.
+                unsafe { elem(BPF_MAP_UPDATE_ELEM, &mut one) }.map_err(|e| (Some(i), e))?;
+            }
+            Ok(())
+        }
+        // The kernel reports how many it wrote, unless it refused the
+        // call before the first (then `count` is left as it was).
+        Err(e) => {
+            let written = attr.count as usize;
+            Err(((written < count).then_some(written), e))
+        }
+    }
+}
+
+/// Whether a batch command failed for want of one for the map.
+fn unsupported(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(ENOTSUPP | libc::EOPNOTSUPP | libc::EINVAL)
+    )
 }
 
 /// Every value of array `map`, in index order, a chunk per call.
@@ -121,6 +188,9 @@ pub fn entries<K: Pod + Default, V: Pod + Default>(map: &MapData) -> std::io::Re
         // map's sizes (`K` and `V`, as typed by the caller) and at the batch
         // positions, all live over the call.
         let result = unsafe { call(BPF_MAP_LOOKUP_BATCH, &mut attr) };
+        if first && result.as_ref().is_err_and(unsupported) {
+            return each(fd as u32);
+        }
         let n = attr.count as usize;
         out.extend(keys.into_iter().zip(values).take(n));
         match result {
@@ -130,6 +200,76 @@ pub fn entries<K: Pod + Default, V: Pod + Default>(map: &MapData) -> std::io::Re
             Ok(()) => (at, first) = (next, false),
         }
     }
+}
+
+/// Every entry of the map `fd`, two calls each (the next key, its value),
+/// in the kernel's order: where it has no batch command for the map.
+fn each<K: Pod + Default, V: Pod + Default>(fd: u32) -> std::io::Result<Vec<(K, V)>> {
+    let mut out = Vec::new();
+    let mut key: Option<K> = None;
+    loop {
+        let mut next = K::default();
+        let mut attr = ElemAttr {
+            map_fd: fd,
+            key: key.as_ref().map_or(0, |k| k as *const K as u64),
+            value: &raw mut next as u64,
+            ..ElemAttr::default()
+        };
+        // SAFETY: a key (or none: the first) and room for the next.
+        match unsafe { elem(BPF_MAP_GET_NEXT_KEY, &mut attr) } {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(out),
+            Err(e) => return Err(e),
+            Ok(()) => {}
+        }
+        let mut value = V::default();
+        let mut attr = ElemAttr {
+            map_fd: fd,
+            key: &raw const next as u64,
+            value: &raw mut value as u64,
+            ..ElemAttr::default()
+        };
+        // SAFETY: a key and room for its value, of the map's sizes.
+        match unsafe { elem(BPF_MAP_LOOKUP_ELEM, &mut attr) } {
+            // Deleted meanwhile.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => return Err(e),
+            Ok(()) => out.push((next, value)),
+        }
+        key = Some(next);
+    }
+}
+
+/// `union bpf_attr` as the per-entry commands read it.
+#[repr(C)]
+#[derive(Default)]
+struct ElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    /// The value, or for BPF_MAP_GET_NEXT_KEY the next key.
+    value: u64,
+    flags: u64,
+}
+
+/// Runs per-entry command `cmd` with `attr`.
+///
+/// # Safety
+/// `attr`'s pointers must hold a key and a value (or next key) of the
+/// map's sizes for the whole call.
+unsafe fn elem(cmd: libc::c_long, attr: &mut ElemAttr) -> std::io::Result<()> {
+    // SAFETY: as the caller vouches.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr as *mut ElemAttr,
+            size_of::<ElemAttr>(),
+        )
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Runs batch command `cmd` with `attr`.

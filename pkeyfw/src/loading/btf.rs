@@ -54,6 +54,12 @@ impl Btf {
         let mut base = Vec::new();
         for name in files {
             let path = Path::new("/sys/kernel/btf").join(name);
+            if *name != "vmlinux" && !path.exists() && Path::new("/sys/module").join(name).exists()
+            {
+                bail!(
+                    "the kernel has no BTF for module {name} (module BTF needs Linux 5.11 built with CONFIG_DEBUG_INFO_BTF_MODULES)"
+                );
+            }
             let data =
                 std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
             let strings = parse(&data, &base, &mut types)

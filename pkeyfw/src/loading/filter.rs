@@ -26,20 +26,15 @@ use pkeyfw_common::{
 
 use crate::{
     control::netlink::{self, BpfFilter},
-    loading::{cost::Cost, features::Features, maps::Maps},
+    loading::{
+        cost::Cost,
+        features::Features,
+        maps::Maps,
+        programs::{INGRESS_PROGRAM, LINEAR_PROGRAM, PROGRAM, STAMP_PROGRAM},
+    },
     policy::Policy,
     reporting::kernel_log::KernelLog,
 };
-
-/// The XDP program's name in the object, and its pin's.
-pub const PROGRAM: &str = "pkeyfw";
-/// The same program without multi-buffer support, for kernels before 5.18.
-pub const LINEAR_PROGRAM: &str = "pkeyfw_linear";
-/// The TC egress program that stamps outgoing frames' P_Key.
-pub const STAMP_PROGRAM: &str = "pkeyfw_stamp";
-/// The TC ingress filter: `--mode skb`, in the network stack, where it sees
-/// GSO/GRO super-packets whole (generic XDP would judge their first segment).
-pub const INGRESS_PROGRAM: &str = "pkeyfw_ingress";
 
 /// The XDP object built from pkeyfw-ebpf.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pkeyfw"));

@@ -1,6 +1,8 @@
 //! The programs and maps in the kernel: loading and attaching them
-//! ([`filter`]), their typed maps ([`maps`], written in batches: `batch`), where they are pinned
-//! ([`pins`]), and the kernel structure layouts the probes read ([`btf`]).
+//! ([`filter`], the object's [`programs`]), their typed maps ([`maps`],
+//! written in batches: `batch`), where they are pinned ([`pins`]), the
+//! kernel structure layouts the probes read ([`btf`]), what the kernel
+//! offers ([`features`]) and what loading costs it ([`cost`]).
 
 mod batch;
 pub mod btf;
@@ -9,3 +11,4 @@ pub mod features;
 pub mod filter;
 pub mod maps;
 pub mod pins;
+pub mod programs;

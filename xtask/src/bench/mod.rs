@@ -7,7 +7,6 @@
 
 mod page;
 mod render;
-mod table;
 
 use std::path::Path;
 
@@ -54,5 +53,5 @@ pub fn run(json: Option<&Path>) -> Result<()> {
         "QP creation in the soft-RoCE guest (Linux 6.1, qemu): median of 3 runs of 300 ibv_create_qp"
     );
     cmd::cargo(&["build", "--release", "--package", "pkeyfw"])?;
-    rxe_lab::script(include_str!("qp_create.sh"))
+    rxe_lab::script(include_str!("qp_create.sh"), crate::guest::PRIMARY)
 }

@@ -5,7 +5,7 @@
 use anyhow::{Context as _, Result};
 use serde_json::Value;
 
-use super::table::Table;
+use crate::table::Table;
 
 /// The maps the memory table shows one by one; the others are summed.
 const BIG_MAPS: &[&str] = &["QPS", "QP_STATS"];
@@ -47,6 +47,8 @@ pub fn tables(doc: &Value) -> Result<Vec<Table>> {
              no RDMA device; 1,048,560: an rdma_rxe device's max_qp), one QP in the policy, \
              none bound, MiB (fdinfo memlock)",
         )?,
+        verifier(&doc["verifier"])?,
+        attach(&doc["attach"])?,
         load(&doc["load"])?,
         partitions(&doc["partitions"])?,
         stamping(&doc["stamping"])?,
@@ -220,6 +222,51 @@ fn load(v: &Value) -> Result<Table> {
         title: "Wall-clock time to load a filter and apply a policy into it".to_string(),
         columns: columns(&["QPs", "load", "apply", "apply per QP"]),
         rows,
+    })
+}
+
+/// Each program the kernel loads: its instructions, those the verifier
+/// processed to accept it (within the budget), the load's wall clock.
+fn verifier(v: &Value) -> Result<Table> {
+    let rows = v["programs"]
+        .as_array()
+        .context("verifier: no programs")?
+        .iter()
+        .map(|p| {
+            Ok(vec![
+                format!(
+                    "{} ({} port)",
+                    p["program"].as_str().unwrap_or("?"),
+                    p["role"].as_str().unwrap_or("?")
+                ),
+                thousands(int(p, "insns")?),
+                p["verified"].as_u64().map_or("—".to_string(), thousands),
+                format!("{:.1} ms", num(p, "load_ms")?),
+            ])
+        })
+        .collect::<Result<_>>()?;
+    Ok(Table {
+        title: format!(
+            "Each program: its instructions, those the verifier processed (the budget: {}), and its load",
+            thousands(int(v, "budget")?)
+        ),
+        columns: columns(&["program", "instructions", "processed", "load"]),
+        rows,
+    })
+}
+
+/// A whole `pkeyfw attach --pin`, as an operator or a service starts one.
+fn attach(v: &Value) -> Result<Table> {
+    Ok(Table {
+        title: format!(
+            "`pkeyfw attach --pin` of a stamping host port with a [[bind]] rule on a veth, wall clock (median of {})",
+            int(v, "runs")?
+        ),
+        columns: columns(&["attach", "ms"]),
+        rows: vec![vec![
+            "every program loaded, the policy applied, the links pinned".to_string(),
+            format!("{:.0}", num(v, "median_ms")?),
+        ]],
     })
 }
 

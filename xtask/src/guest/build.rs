@@ -1,10 +1,12 @@
 //! Building the guest from Debian's packages: the release the host runs (so
-//! the host-built `pkeyfw` runs in it unchanged), its stock kernel with only
-//! the modules soft-RoCE needs, and a debootstrap minbase root with the RDMA
-//! userland and systemd, packed whole as a zstd initramfs (no disk, no disk
-//! driver). It boots either way: /init, a shell script, runs the host's
-//! script without an init system; or systemd runs it from a unit (for the
-//! scenario that tests pkeyfw's own unit).
+//! the host-built `pkeyfw` runs in it unchanged), one of Debian's stock
+//! kernels (see [`Kernel`]) with only the modules soft-RoCE needs, and a
+//! debootstrap minbase root with the RDMA userland and systemd, packed
+//! whole as a zstd initramfs (no disk, no disk driver). The root is built
+//! once and kept; each kernel adds its modules to a copy. It boots either
+//! way: /init, a shell script, runs the host's script without an init
+//! system; or systemd runs it from a unit (for the scenario that tests
+//! pkeyfw's own unit).
 
 use std::{
     fs,
@@ -37,8 +39,10 @@ pub const PACKAGES: &[&str] = &[
 /// Modules /init loads, in order: the 9p share over virtio, veth, the
 /// bridge (switch mode's switch), the clsact qdisc and the BPF classifier
 /// (6.1 has no tcx, so the stamping program attaches through them), and
-/// rdma_rxe with the CRC-32 implementations it asks for by name and the
-/// rdma_cm user interface. Their dependencies come along (modprobe).
+/// rdma_rxe with the CRC-32 implementations it asks for by name (kernels
+/// from 6.14 have them in the kernel's CRC library instead) and the rdma_cm
+/// user interface. Their dependencies come along (modprobe); one a kernel
+/// does not have is left out.
 pub const MODULES: &[&str] = &[
     "virtio_pci",
     "9pnet_virtio",
@@ -111,22 +115,121 @@ fn apt(args: &[&str]) -> Result<()> {
     )
 }
 
+/// A Debian kernel the guest boots: the current one of a suite, as its
+/// `linux-image-amd64` names it, from Debian's archive through a sources
+/// list of the build's own (the machine's are never changed).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Kernel {
+    /// Its Linux version, as the project names it ("6.1").
+    pub name: &'static str,
+    /// Its suites, as `deb` lines say them (archive, suite).
+    suites: &'static [(&'static str, &'static str)],
+}
+
+const DEBIAN: &str = "http://deb.debian.org/debian";
+const SECURITY: &str = "http://deb.debian.org/debian-security";
+
+/// The kernels the guest boots: Debian 11's, 12's (the host's release, and
+/// the one every scenario runs on), 13's, and trixie-backports' 7.x.
+pub const KERNELS: [Kernel; 4] = [
+    Kernel {
+        name: "5.10",
+        suites: &[(DEBIAN, "bullseye"), (SECURITY, "bullseye-security")],
+    },
+    PRIMARY,
+    Kernel {
+        name: "6.12",
+        suites: &[(DEBIAN, "trixie"), (SECURITY, "trixie-security")],
+    },
+    Kernel {
+        name: "7.3",
+        suites: &[(DEBIAN, "trixie-backports")],
+    },
+];
+
+/// The kernel of the host's release (Debian 12), on which every scenario
+/// runs.
+pub const PRIMARY: Kernel = Kernel {
+    name: "6.1",
+    suites: &[(DEBIAN, "bookworm"), (SECURITY, "bookworm-security")],
+};
+
+impl Kernel {
+    /// The kernel named `name` ("5.10", "6.1", "6.12", "7.3").
+    pub fn named(name: &str) -> Result<Kernel> {
+        KERNELS
+            .into_iter()
+            .find(|k| k.name == name)
+            .with_context(|| {
+                let names: Vec<&str> = KERNELS.iter().map(|k| k.name).collect();
+                format!("no guest kernel {name}; there are {}", names.join(", "))
+            })
+    }
+
+    /// The sources list naming its suites (`PKEYFW_DEBIAN_MIRROR` for
+    /// Debian's main archive).
+    fn sources(&self) -> String {
+        let mirror = mirror();
+        self.suites
+            .iter()
+            .map(|(archive, suite)| {
+                let archive: &str = if *archive == DEBIAN { &mirror } else { archive };
+                format!("deb {archive} {suite} main\n")
+            })
+            .collect()
+    }
+}
+
+/// Debian's main archive, or the mirror `PKEYFW_DEBIAN_MIRROR` names.
+fn mirror() -> String {
+    std::env::var("PKEYFW_DEBIAN_MIRROR").unwrap_or_else(|_| DEBIAN.to_string())
+}
+
 /// The steps [`build`] shows progress by.
 const STEPS: u64 = 4;
 
-/// Builds the guest into `out` (vmlinuz + initrd.zst); `work` is scratch.
-pub fn build(release: &str, work: &Path, out: &Path) -> Result<()> {
+/// Builds the guest with `kernel` into `out` (vmlinuz + initrd.zst), from
+/// the root kept in `root` (built there first if missing); `work` is
+/// scratch.
+pub fn build(release: &str, kernel: Kernel, root: &Path, work: &Path, out: &Path) -> Result<()> {
     let _ = fs::remove_dir_all(work);
     fs::create_dir_all(work)?;
     let progress = cmd::Progress::start(
-        "building the guest",
+        &format!("building the guest (Linux {})", kernel.name),
         STEPS,
         &work.with_file_name("build.log"),
     );
     progress.step("debootstrap: the Debian userland");
-    let root = work.join("root");
-    let mirror = std::env::var("PKEYFW_DEBIAN_MIRROR")
-        .unwrap_or_else(|_| "http://deb.debian.org/debian".to_string());
+    if !root.join("init").exists() {
+        userland(release, root)?;
+    }
+    progress.step("the kernel packages");
+    let (version, unpacked) = download(kernel, work)?;
+    progress.step("the modules");
+    let tree = work.join("root");
+    cmd::run(Command::new("cp").arg("-a").arg(root).arg(&tree))?;
+    install_modules(&unpacked, &tree, &version)?;
+
+    progress.step("packing the initramfs");
+    fs::create_dir_all(out)?;
+    // In /boot, or (from Linux 7.0's packages) beside the modules.
+    let vmlinuz = [
+        unpacked.join(format!("boot/vmlinuz-{version}")),
+        unpacked.join(format!("lib/modules/{version}/vmlinuz")),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+    .with_context(|| format!("no vmlinuz in Linux {version}'s packages"))?;
+    fs::copy(vmlinuz, out.join("vmlinuz"))?;
+    pack(&tree, &out.join("initrd.zst"))?;
+    let _ = fs::remove_dir_all(work);
+    Ok(())
+}
+
+/// Builds the userland every kernel's guest shares into `root`:
+/// debootstrap, the two boots, slimmed.
+fn userland(release: &str, root: &Path) -> Result<()> {
+    let _ = fs::remove_dir_all(root);
     cmd::run(
         Command::new("debootstrap")
             .args([
@@ -134,56 +237,84 @@ pub fn build(release: &str, work: &Path, out: &Path) -> Result<()> {
                 &format!("--include={}", PACKAGES.join(",")),
             ])
             .arg(release)
-            .arg(&root)
-            .arg(&mirror),
+            .arg(root)
+            .arg(mirror()),
     )
     .context("debootstrap of the guest userland")?;
-
-    progress.step("the kernel package");
-    let (version, kernel) = kernel(work)?;
-    progress.step("the modules");
-    install_modules(&kernel, &root, &version)?;
+    systemd_boot(root)?;
+    slim(root)?;
+    // Written last: its presence says the root is whole.
     let init = include_str!("init.sh").replace("@MODULES@", &MODULES.join(" "));
     let init_path = root.join("init");
     fs::write(&init_path, init)?;
-    chmod_x(&init_path)?;
-    systemd_boot(&root)?;
-    slim(&root)?;
-
-    progress.step("packing the initramfs");
-    fs::create_dir_all(out)?;
-    fs::copy(
-        kernel.join(format!("boot/vmlinuz-{version}")),
-        out.join("vmlinuz"),
-    )?;
-    pack(&root, &out.join("initrd.zst"))?;
-    let _ = fs::remove_dir_all(work);
-    Ok(())
+    chmod_x(&init_path)
 }
 
-/// Downloads and unpacks the release's current kernel package (the one
-/// linux-image-amd64 depends on); returns its version and where it is.
-fn kernel(work: &Path) -> Result<(String, PathBuf)> {
-    let depends = output(Command::new("apt-cache").args(["depends", "linux-image-amd64"]))
-        .context("apt-cache depends linux-image-amd64")?;
-    let package = depends
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Depends: "))
-        .filter(|p| p.starts_with("linux-image-"))
-        .context("linux-image-amd64 depends on no linux-image package")?
-        .to_string();
-    let version = package.trim_start_matches("linux-image-").to_string();
-    cmd::run(
-        Command::new("apt-get")
-            .args(["download", &package])
-            .current_dir(work),
-    )?;
-    let deb = fs::read_dir(work)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.extension().is_some_and(|x| x == "deb"))
-        .context("apt-get download left no .deb")?;
+/// Downloads `kernel`'s current packages from Debian's archive, with apt
+/// reading the kernel's own sources list (and lists and cache under
+/// `work`), and unpacks them: the image, and from Linux 7.0 the binary,
+/// modules and base packages it depends on. Returns the kernel's version
+/// and where it is unpacked.
+fn download(kernel: Kernel, work: &Path) -> Result<(String, PathBuf)> {
+    let apt_dir = work.join("apt");
+    for dir in ["lists/partial", "cache/archives/partial"] {
+        fs::create_dir_all(apt_dir.join(dir))?;
+    }
+    let sources = apt_dir.join("sources.list");
+    fs::write(&sources, kernel.sources())?;
+    let options = [
+        format!("-oDir::Etc::sourcelist={}", sources.display()),
+        "-oDir::Etc::sourceparts=-".to_string(),
+        format!("-oDir::State::Lists={}", apt_dir.join("lists").display()),
+        format!("-oDir::Cache={}", apt_dir.join("cache").display()),
+        "-oAPT::Get::List-Cleanup=0".to_string(),
+        "-oDebug::NoLocking=1".to_string(),
+    ];
+    let apt = |tool: &str| {
+        let mut c = Command::new(tool);
+        c.args(&options).current_dir(work);
+        c
+    };
+    // The packages `package` depends on whose names start with `prefix`.
+    let depends_on = |package: &str, prefix: &str| -> Result<Vec<String>> {
+        let depends = output(apt("apt-cache").args(["depends", package]))
+            .with_context(|| format!("apt-cache depends {package}"))?;
+        Ok(depends
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("Depends: "))
+            .filter(|p| p.starts_with(prefix))
+            .map(str::to_string)
+            .collect())
+    };
+    cmd::run(apt("apt-get").args(["update", "-qq"]))
+        .with_context(|| format!("apt-get update for Linux {}", kernel.name))?;
+    let image = depends_on("linux-image-amd64", "linux-image-")?
+        .into_iter()
+        .next()
+        .context("linux-image-amd64 depends on no linux-image package")?;
+    let version = image.trim_start_matches("linux-image-").to_string();
+    let mut packages = vec![image.clone()];
+    for part in ["linux-binary-", "linux-modules-", "linux-base-"] {
+        packages.extend(
+            depends_on(&image, part)?
+                .into_iter()
+                .filter(|p| p.ends_with(&version)),
+        );
+    }
+    cmd::run(apt("apt-get").arg("download").args(&packages))?;
     let dir = work.join("kernel");
-    cmd::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&dir))?;
+    for deb in fs::read_dir(work)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "deb"))
+    {
+        cmd::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&dir))?;
+    }
+    // Packages from usrmerge on put the modules under /usr.
+    let usr = dir.join("usr/lib/modules");
+    if usr.exists() && !dir.join("lib/modules").exists() {
+        fs::create_dir_all(dir.join("lib"))?;
+        fs::rename(&usr, dir.join("lib/modules"))?;
+    }
     Ok((version, dir))
 }
 
@@ -203,14 +334,17 @@ fn install_modules(kernel: &Path, root: &Path, version: &str) -> Result<()> {
     chroot(root, &["depmod", "-a", version])?;
     let mut keep = Vec::new();
     for m in MODULES {
-        let shown = output(Command::new("chroot").arg(root).args([
+        // One this kernel has built in, or not at all, is left out.
+        let Some(shown) = output(Command::new("chroot").arg(root).args([
             "modprobe",
             "--set-version",
             version,
             "--show-depends",
             m,
-        ]))
-        .with_context(|| format!("the guest kernel {version} has no module {m}"))?;
+        ])) else {
+            eprintln!("xtask: Linux {version} has no module {m}");
+            continue;
+        };
         for line in shown.lines() {
             if let Some(path) = line.strip_prefix("insmod ") {
                 keep.push(path.split_whitespace().next().unwrap_or("").to_string());

@@ -16,7 +16,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-pub use build::{ensure_host_tools, ensure_tools};
+pub use build::{KERNELS, Kernel, PRIMARY, ensure_host_tools, ensure_tools};
 
 /// What runs as PID 1.
 #[derive(Copy, Clone, PartialEq, Eq)]
@@ -33,23 +33,28 @@ pub struct Guest {
 }
 
 impl Guest {
-    /// The cached guest for this recipe, built first if missing (about a
-    /// minute, most of it debootstrap).
-    pub fn ensure() -> Result<Guest> {
+    /// The cached guest booting `kernel` for this recipe, built first if
+    /// missing (about a minute for the first, most of it debootstrap; the
+    /// userland is kept for the others).
+    pub fn ensure(kernel: Kernel) -> Result<Guest> {
         ensure_host_tools()?;
         let release = build::host_release()?;
         let base = crate::cmd::root().join("target/rxe-guest");
-        let dir = base.join(format!("{release}-{:016x}", recipe_hash(&release)));
+        let hash = recipe_hash(&release);
+        let dir = base.join(format!("{release}-{}-{hash:016x}", kernel.name));
         let guest = Guest { dir };
         if guest.kernel().exists() && guest.initrd().exists() {
             return Ok(guest);
         }
         eprintln!(
-            "xtask: building the soft-RoCE guest (Debian {release}) into {}",
+            "xtask: building the soft-RoCE guest (Debian {release}, Linux {}) into {}",
+            kernel.name,
             guest.dir.display()
         );
         let started = Instant::now();
-        build::build(&release, &base.join("work"), &guest.dir)
+        let root = base.join(format!("{release}-root-{hash:016x}"));
+        let work = base.join(format!("work-{}", kernel.name));
+        build::build(&release, kernel, &root, &work, &guest.dir)
             .context("building the soft-RoCE guest")?;
         eprintln!(
             "xtask: guest built in {:.0} s",

@@ -34,7 +34,7 @@ const CHECKS: &[&str] = &[
 
 pub fn run() -> Result<Outcome> {
     let package = crate::package::run()?;
-    let guest = Guest::ensure()?;
+    let guest = Guest::ensure(crate::guest::PRIMARY)?;
     let share = super::share(include_str!("systemd.sh"))?;
     fs::copy(&package.deb, share.join("pkeyfw.deb")).context("copying the package")?;
     let code = guest.run(&share, TIMEOUT, Init::Systemd)?;

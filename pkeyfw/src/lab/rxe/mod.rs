@@ -53,7 +53,8 @@ impl std::str::FromStr for Shard {
     }
 }
 
-/// Runs the scenarios whose name contains `only` (all without), of
+/// Runs the scenarios whose name contains `only`, or one of its
+/// comma-separated parts (all without), of
 /// `shard` if given, capturing each into `captures`/NAME.*.pcap and writing
 /// the results as JSON to `json` if given; `Ok(true)` when every one went
 /// as the rules say.
@@ -70,7 +71,8 @@ pub fn run(
     let all = scenario::all();
     let pairs = all.len();
     let chosen = |i: usize, name: &str| {
-        only.is_none_or(|o| name.contains(o)) && shard.is_none_or(|s| i % s.of == s.index)
+        only.is_none_or(|o| o.split(',').any(|part| name.contains(part)))
+            && shard.is_none_or(|s| i % s.of == s.index)
     };
     let scenarios: Vec<Scenario> = all
         .into_iter()

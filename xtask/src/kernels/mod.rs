@@ -1,0 +1,285 @@
+//! The kernel matrix: pkeyfw on every kernel the guest boots
+//! ([`KERNELS`]). On each, what the kernel offers and what each program
+//! costs it (`pkeyfw kernel --programs --json`: every program within the
+//! verifier's budget where the kernel says what it processed), the
+//! README's lab (`pkeyfw lab`), and the soft-RoCE scenarios that define
+//! the product ([`CORE`]); the primary kernel runs every scenario besides,
+//! in `rxe_lab`. What each kernel offered and cost is kept as JSON, from
+//! which docs/kernels.md's tables are rendered.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result, bail};
+use serde_json::{Value, json};
+
+use crate::{
+    guest::{Guest, Init, KERNELS, Kernel, PRIMARY},
+    rxe_lab::{self, Outcome},
+};
+
+mod page;
+
+/// The scenarios that define the product: a stamped pair across
+/// partitions (UD and RC), binding at creation by cgroup, a pinned
+/// attachment replaced across a restart, and quarantine.
+pub const CORE: &str = "stamp-ud-a-b,stamp-rc-b-c,tenant-cgroup-a-b,stamp-rc-restart,fill-table";
+
+/// What a kernel without the RDMA-core probes and rdma_rxe's BTF can do
+/// (5.10): judge unstamped pairs by partition and Q_Key (the policy's:
+/// the Q_Key a program sets is not captured), their QPs bound by cgroup as
+/// a foreground attach finds them.
+pub const UNSTAMPED: &str = "rc-default-partition,rc-other-partition,ud-qkey-match,ud-qkey-other";
+
+/// The scenarios for `kernel`.
+fn scenarios(kernel: Kernel) -> &'static str {
+    if kernel.name == "5.10" {
+        UNSTAMPED
+    } else {
+        CORE
+    }
+}
+
+/// What `attach` must say where the kernel (its `pkeyfw kernel --json`
+/// features) lacks what a scenario would use: the feature, and the line.
+const SAYS: [(&str, &str); 2] = [
+    (
+        "RDMA-core probes (Linux 6.1)",
+        "QP creation is not probed (the probes need Linux 6.1 or later",
+    ),
+    (
+        "rdma_rxe's BTF (CONFIG_DEBUG_INFO_BTF_MODULES)",
+        "rdma_rxe's QPs cannot be told apart (the kernel has no BTF for module rdma_rxe",
+    ),
+];
+
+/// Instructions the verifier may process for one program (as
+/// `pkeyfw::loading::cost::VERIFIER_BUDGET`).
+const VERIFIER_BUDGET: u64 = 100_000;
+
+/// A guest's whole run, boot and emulation included.
+const TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// Guests side by side: one host CPU each, mostly.
+const GUESTS: usize = 2;
+
+/// What a guest's script runs: the kernel's features and the programs'
+/// costs, the README's lab, and (but on the primary kernel, which runs
+/// them all elsewhere) the core scenarios.
+fn script(kernel: Kernel) -> String {
+    let run = if kernel == PRIMARY {
+        String::new()
+    } else {
+        format!(
+            "./pkeyfw lab rxe --captures captures --json results.json --only {} 2>&1 | tee rxe.txt\n\
+             echo \"pkeyfw lab rxe exited $?\"\n",
+            scenarios(kernel)
+        )
+    };
+    // A stamped pair run for what attach says alone, where the kernel
+    // cannot stamp (its outcome is not the scenario's, which stamps).
+    let says = if scenarios(kernel) == UNSTAMPED {
+        "./pkeyfw lab rxe --only stamp-rc-b-c > says.txt 2>&1\n"
+    } else {
+        ""
+    };
+    format!(
+        "uname -r\n\
+         {says}\
+         ./pkeyfw kernel --programs --json > kernel.json 2> kernel.err\n\
+         echo $? > kernel.status\n\
+         ./pkeyfw lab > lab.txt 2>&1\n\
+         echo $? > lab.status\n\
+         tail -3 lab.txt\n\
+         {run}"
+    )
+}
+
+/// Runs the matrix on `kernels`, two guests at a time; with `json`, writes
+/// what each kernel offered and cost there.
+pub fn run(kernels: &[Kernel], json: Option<&Path>) -> Result<Outcome> {
+    let guests = kernels
+        .iter()
+        .map(|&k| Ok((k, Guest::ensure(k)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut ran = Vec::new();
+    for round in guests.chunks(GUESTS) {
+        let shares = round
+            .iter()
+            .map(|(k, _)| rxe_lab::share_in(&format!("kernel-{}", k.name), &script(*k)))
+            .collect::<Result<Vec<_>>>()?;
+        let codes: Vec<Result<i32>> = std::thread::scope(|s| {
+            let runs: Vec<_> = round
+                .iter()
+                .zip(&shares)
+                .map(|((_, guest), share)| s.spawn(move || guest.run(share, TIMEOUT, Init::Shell)))
+                .collect();
+            runs.into_iter()
+                .map(|r| r.join().expect("a guest's thread panicked"))
+                .collect()
+        });
+        for (((kernel, _), share), code) in round.iter().zip(shares).zip(codes) {
+            ran.push((*kernel, share, code));
+        }
+    }
+    let (mut passed, mut failed) = (0, 0);
+    let mut rows = Vec::new();
+    for (kernel, share, code) in ran {
+        let prefix = format!("kernel-{}", kernel.name);
+        let checked = code.and_then(|code| check(kernel, &share, code, &prefix));
+        match checked {
+            Ok((outcome, row)) => {
+                passed += outcome.passed;
+                failed += outcome.failed;
+                rows.push(row);
+            }
+            Err(e) => {
+                println!("test {prefix} ... FAILED: {e:#}");
+                failed += 1;
+            }
+        }
+    }
+    if let Some(path) = json {
+        page::write(path, rows)?;
+    }
+    println!("\nkernels: {passed} passed, {failed} failed");
+    Ok(Outcome { passed, failed })
+}
+
+/// The test lines of one kernel's run (its guest script exited `code`),
+/// and its row of the document.
+fn check(kernel: Kernel, share: &Path, code: i32, prefix: &str) -> Result<(Outcome, Value)> {
+    if code != 0 {
+        bail!("the guest script failed ({code})");
+    }
+    let report = read_report(share);
+    let lab = lab(share);
+    let lab_ok = lab.is_ok();
+    let mut checks = vec![
+        (
+            "verifier",
+            report
+                .as_ref()
+                .map_err(|e| anyhow::anyhow!("{e:#}"))
+                .and_then(within_budget),
+        ),
+        ("lab", lab),
+    ];
+    let mut outcome = Outcome {
+        passed: 0,
+        failed: 0,
+    };
+    let mut scenarios = Vec::new();
+    if kernel != PRIMARY {
+        let results = rxe_lab::results(share)?;
+        outcome = rxe_lab::judge(&results, prefix);
+        scenarios = results
+            .iter()
+            .map(|(_, s)| json!({ "name": s["name"], "ok": s["ok"] }))
+            .collect();
+        if let Ok(report) = &report {
+            checks.push(("says-what-it-will-not-do", says(report, share)));
+        }
+    }
+    for (name, result) in checks {
+        match result {
+            Ok(()) => {
+                println!("test {prefix}::{name} ... ok");
+                outcome.passed += 1;
+            }
+            Err(e) => {
+                println!("test {prefix}::{name} ... FAILED: {e:#}");
+                outcome.failed += 1;
+            }
+        }
+    }
+    let mut row = report.unwrap_or_else(|_| json!({}));
+    row["name"] = kernel.name.into();
+    row["lab"] = lab_ok.into();
+    row["scenarios"] = scenarios.into();
+    Ok((outcome, row))
+}
+
+/// What `pkeyfw kernel --programs --json` said in the guest.
+fn read_report(share: &Path) -> Result<Value> {
+    let status = fs::read_to_string(share.join("kernel.status")).unwrap_or_default();
+    if status.trim() != "0" {
+        let err = fs::read_to_string(share.join("kernel.err")).unwrap_or_default();
+        let tail: Vec<&str> = err.lines().rev().take(12).collect();
+        bail!(
+            "pkeyfw kernel --programs exited {}: {}",
+            status.trim(),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+    let text = fs::read_to_string(share.join("kernel.json")).context("no kernel.json")?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+/// Every program the kernel verified within the budget, where it says.
+fn within_budget(report: &Value) -> Result<()> {
+    let programs = report["programs"]
+        .as_array()
+        .context("kernel.json lists no programs")?;
+    if programs.is_empty() {
+        bail!("no program was loaded");
+    }
+    for p in programs {
+        if let Some(verified) = p["verified"].as_u64()
+            && verified > VERIFIER_BUDGET
+        {
+            bail!(
+                "{} ({}) took {verified} processed instructions, over {VERIFIER_BUDGET}",
+                p["program"],
+                p["role"]
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Where the kernel lacks a feature a scenario would use, attach said so,
+/// in its one line.
+fn says(report: &Value, share: &Path) -> Result<()> {
+    let output = ["rxe.txt", "says.txt"]
+        .map(|f| fs::read_to_string(share.join(f)).unwrap_or_default())
+        .concat();
+    for (feature, line) in SAYS {
+        if report["features"][feature] == false && !output.contains(line) {
+            bail!("{feature} is missing, and no attach said \"{line}…\"");
+        }
+    }
+    Ok(())
+}
+
+/// The README's lab went as the partition rules say.
+fn lab(share: &Path) -> Result<()> {
+    let text = fs::read_to_string(share.join("lab.txt")).unwrap_or_default();
+    let status = fs::read_to_string(share.join("lab.status")).unwrap_or_default();
+    if status.trim() == "0" && text.contains("cases as the partition rules say") {
+        return Ok(());
+    }
+    let tail: Vec<&str> = text.lines().rev().take(12).collect();
+    bail!(
+        "pkeyfw lab exited {}: {}",
+        status.trim(),
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    )
+}
+
+/// `cargo xtask kernels`: the matrix on every kernel, or those named.
+pub fn task(names: &[String], json: Option<PathBuf>) -> Result<()> {
+    let kernels = if names.is_empty() {
+        KERNELS.to_vec()
+    } else {
+        names
+            .iter()
+            .map(|n| Kernel::named(n))
+            .collect::<Result<_>>()?
+    };
+    crate::build()?;
+    run(&kernels, json.as_deref())?.ok()
+}
