@@ -4,14 +4,14 @@
 
 use aya_ebpf::{
     btf_maps::PerCpuArray,
-    helpers::{bpf_jiffies64, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns},
+    helpers::{bpf_get_smp_processor_id, bpf_jiffies64, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns},
 };
 use pkeyfw_common::{
     Direction, Frame, Outcome, Stamp,
     abi::{
         Event, EventKind,
         counters::{REASON_SLOTS, reason_slot},
-        violation_key,
+        qp_stats_index, violation_key,
     },
     parse::Roce,
     pkey,
@@ -32,12 +32,19 @@ pub fn reason(counters: &PerCpuArray<u64, REASON_SLOTS>, outcome: &Outcome) {
     }
 }
 
-/// Counts a frame against the QP-table entry that judged it.
+/// Counts a frame against the QP-table entry that judged it, in this CPU's
+/// counters.
 #[inline(always)]
 pub fn qp(outcome: &Outcome) {
-    // NO_SLOT is no slot of the map: then there is none.
-    if let Some(stats) = QP_STATS.get_ptr_mut(outcome.qp_slot) {
-        // SAFETY: a per-CPU slot, written only by this CPU.
+    let slots = SETUP.load().stats_slots;
+    // NO_SLOT is no slot: then there is none.
+    if outcome.qp_slot >= slots {
+        return;
+    }
+    // SAFETY: no preconditions (the kernel inlines it).
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    if let Some(stats) = QP_STATS.get_ptr_mut(qp_stats_index(outcome.qp_slot, cpu, slots)) {
+        // SAFETY: this CPU's counters, written only by this CPU.
         unsafe {
             if outcome.pass {
                 (*stats).passed += 1;

@@ -52,11 +52,11 @@ pub static PORT_KEYS: Array<u32, { (GENERATIONS * PARTITIONS) as usize }> = Arra
 pub static REASONS: PerCpuArray<u64, REASON_SLOTS> = PerCpuArray::new();
 #[btf_map]
 pub static XMIT_REASONS: PerCpuArray<u64, REASON_SLOTS> = PerCpuArray::new();
-/// Frames passed and dropped per QP-table entry (indexed by its slot), per
-/// CPU.
+/// Frames passed and dropped per QP-table entry, per CPU
+/// (`qp_stats_index`).
 #[btf_map]
-pub static QP_STATS: PerCpuArray<QpStats, { (DEFAULT_QP_CAPACITY + KERNEL_SLOTS) as usize }> =
-    PerCpuArray::new();
+pub static QP_STATS: Array<QpStats, { (DEFAULT_QP_CAPACITY + KERNEL_SLOTS) as usize }> =
+    Array::new();
 
 /// Frames per stamping outcome, per CPU.
 #[btf_map]

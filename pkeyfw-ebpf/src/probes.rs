@@ -46,7 +46,7 @@ use pkeyfw_common::{
         BindSpec, Config, DEFAULT_QP_CAPACITY, DEVICES, EVENTS_BYTES, Event, EventBudget,
         EventKind, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, KERNEL_SLOTS,
         KernelSlot, MAX_RULES, NO_DEVICE, QPN_MASK, QUARANTINE_WORDS, QpEntry, QpLayout, QpStats,
-        QpType, qp_flags, qp_key, quarantine_bit,
+        QpType, qp_flags, qp_key, qp_stats_index, quarantine_bit,
     },
     capture,
     tenant::{self, Creator},
@@ -80,8 +80,7 @@ static GROUPS: HashMap<GroupKey, GroupEntry, { GROUP_CAPACITY as usize }, GROWN>
 #[btf_map]
 static CAPTURES: PerCpuArray<u64, { Capture::COUNT }> = PerCpuArray::new();
 #[btf_map]
-static QP_STATS: PerCpuArray<QpStats, { (DEFAULT_QP_CAPACITY + KERNEL_SLOTS) as usize }> =
-    PerCpuArray::new();
+static QP_STATS: Array<QpStats, { (DEFAULT_QP_CAPACITY + KERNEL_SLOTS) as usize }> = Array::new();
 #[btf_map]
 static BIND_RULES: Array<BindSpec, { (GENERATIONS * MAX_RULES) as usize }> = Array::new();
 #[btf_map]
@@ -718,10 +717,9 @@ fn stats_slot(qpn: u32, qp: *const u8) -> Option<u32> {
     Some(slot)
 }
 
-/// Zeroes `QP_STATS[slot]` on every CPU (a per-CPU map's update from a
-/// program writes its own CPU's copy only): a new QP's counts start at zero
-/// wherever its slot's last QP had frames counted. A loop the kernel runs
-/// (`bpf_loop`), whose body the verifier checks once.
+/// Zeroes stats slot `slot`'s counters on every CPU: a new QP's counts
+/// start at zero wherever its slot's last QP had frames counted. A loop the
+/// kernel runs (`bpf_loop`), whose body the verifier checks once.
 #[inline(always)]
 fn zero_stats(slot: u32) {
     let mut slot = slot;
@@ -736,22 +734,16 @@ fn zero_stats(slot: u32) {
     }
 }
 
-/// `bpf_loop`'s body: zeroes CPU `cpu`'s copy of the slot `ctx` names.
+/// `bpf_loop`'s body: zeroes CPU `cpu`'s counters of the slot `ctx` names.
 #[inline(never)]
 extern "C" fn zero_on_cpu(cpu: u64, ctx: *mut core::ffi::c_void) -> i64 {
     // SAFETY: `ctx` is the slot `zero_stats` passes.
     let slot = unsafe { *ctx.cast::<u32>() };
-    // SAFETY: the map and a key of its size; the kernel checks the CPU.
-    let stats = unsafe {
-        generated::bpf_map_lookup_percpu_elem(
-            ptr::from_ref(&QP_STATS).cast_mut().cast(),
-            (&raw const slot).cast(),
-            cpu as u32,
-        )
-    }
-    .cast::<QpStats>();
-    if !stats.is_null() {
-        // SAFETY: that CPU's live copy of the slot.
+    let layout = LAYOUT.load();
+    let slots = layout.first_slot + layout.probe_slots;
+    if let Some(stats) = QP_STATS.get_ptr_mut(qp_stats_index(slot, cpu as u32, slots)) {
+        // SAFETY: a live array element; that CPU's counters, which only a
+        // new binding of the slot resets.
         unsafe { *stats = QpStats::default() };
     }
     0

@@ -349,13 +349,16 @@ const QUARANTINED_QP: u32 = 0x78;
 /// pinned under `dir` (the host has no RDMA devices to make them).
 fn probe_state(dir: &std::path::Path) {
     use aya::maps::{Array, HashMap, Map, MapData};
-    use pkeyfw_common::abi::{KernelSlot, QpEntry, QpType, name, qp_flags, qp_key, quarantine_bit};
+    use pkeyfw_common::abi::{
+        GENERATIONS, KernelSlot, QpEntry, QpType, name, qp_flags, qp_key, quarantine_bit,
+    };
     let open = |n: &str| MapData::from_pin(dir.join(n)).unwrap();
     let maps = pkeyfw::loading::maps::Maps::from_pins(dir).unwrap();
     let live = maps.active_generation().unwrap();
-    let stats = open(name::QP_STATS).info().unwrap().max_entries();
+    // The probe's first slot: its slots follow the loader's.
+    let slots = open(name::QPS).info().unwrap().max_entries() / GENERATIONS;
     let probed = open(name::KSLOTS).info().unwrap().max_entries();
-    let slot = stats - probed;
+    let slot = slots - probed;
     let mut qkeys: HashMap<_, u32, u32> =
         HashMap::try_from(Map::HashMap(open(name::QKEYS))).unwrap();
     qkeys.insert(&PROBED_QP, &PROBED_QKEY, 0).unwrap();

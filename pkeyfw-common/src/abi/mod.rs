@@ -48,7 +48,7 @@ pub mod name {
 pub const LAYOUT_VERSION: u32 =
     LAYOUT << 24 | (REASON_SLOTS as u32) << 16 | (Stamp::COUNT as u32) << 8 | Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 17;
+const LAYOUT: u32 = 18;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -71,6 +71,8 @@ pub enum MapSize {
     /// One per QP the QP-creation probe may bind: what the attached
     /// interface's RDMA devices can hold at once (`max_qp`).
     Probed,
+    /// One per stats slot per possible CPU ([`qp_stats_index`]).
+    PerSlotPerCpu,
 }
 
 /// What a filter is loaded for: the maps' sizes.
@@ -81,6 +83,9 @@ pub struct Capacity {
     pub qps: u32,
     /// QPs the QP-creation probe may bind, above those.
     pub probed: u32,
+    /// The system's possible CPUs, each with its own counters (the loader
+    /// counts them).
+    pub cpus: u32,
 }
 
 impl Capacity {
@@ -90,7 +95,13 @@ impl Capacity {
         Capacity {
             qps,
             probed: KERNEL_SLOTS,
+            cpus: 1,
         }
+    }
+
+    /// Stats slots: one per QP the loader or the probe may bind.
+    pub const fn slots(self) -> u32 {
+        self.qps + self.probed
     }
 
     /// The entries of a map sized by the loader; None for a fixed size.
@@ -99,6 +110,7 @@ impl Capacity {
             MapSize::Fixed => None,
             MapSize::PerSlot(n) => Some((self.qps + self.probed) * n),
             MapSize::Probed => Some(self.probed),
+            MapSize::PerSlotPerCpu => Some(self.slots() * self.cpus),
         }
     }
 }
@@ -128,7 +140,7 @@ pub const MAPS: [MapSpec; 22] = {
         spec(name::PORT_KEYS, Array, Fixed),
         spec(name::REASONS, PerCpuArray, Fixed),
         spec(name::XMIT_REASONS, PerCpuArray, Fixed),
-        spec(name::QP_STATS, PerCpuArray, PerSlot(1)),
+        spec(name::QP_STATS, Array, PerSlotPerCpu),
         spec(name::EVENTS, RingBuf, Fixed),
         spec(name::EVENT_BUDGET, PerCpuArray, Fixed),
         spec(name::STAMPS, PerCpuArray, Fixed),
@@ -158,6 +170,16 @@ pub const DEFAULT_QP_CAPACITY: u32 = 1 << 16;
 pub const KERNEL_SLOTS: u32 = 1 << 16;
 /// QPNs the quarantine covers: all of them (24 bits).
 pub const QUARANTINE_WORDS: u32 = (QPN_MASK + 1) / 64;
+
+/// `QP_STATS` index of stats slot `slot`'s counters on CPU `cpu`, of
+/// `slots` slots: each CPU's counters are a run of their own, so that no two
+/// CPUs write one cache line (a per-CPU array would do the same, but the
+/// kernel allocates one of those an element at a time: 150 ms for 131,072
+/// slots, over a second for an rdma_rxe device's million).
+#[inline(always)]
+pub const fn qp_stats_index(slot: u32, cpu: u32, slots: u32) -> u32 {
+    cpu * slots + slot
+}
 
 /// `QUARANTINE`: the word and the bit of QPN `qpn`.
 #[inline(always)]
@@ -351,6 +373,8 @@ pub struct Setup {
     /// or later) times the event budget; else the precise one.
     pub coarse_clock: u8,
     pub _pad: u8,
+    /// `QP_STATS` slots per CPU ([`Capacity::slots`]).
+    pub stats_slots: u32,
 }
 
 /// [`Setup::role`] values.
@@ -594,9 +618,10 @@ pub fn comm_bytes(name: &[u8]) -> [u8; 16] {
     out
 }
 
-/// `QP_STATS[slot]`, per CPU: frames judged by one QP-table entry. Per
-/// CPU, so that CPUs receiving frames for the same QPs (a multi-queue
-/// NIC's) never contend for a counter: a slot costs 16 bytes per CPU.
+/// `QP_STATS[qp_stats_index(slot, cpu, slots)]`: frames judged by one
+/// QP-table entry on one CPU, so that CPUs receiving frames for the same
+/// QPs (a multi-queue NIC's) never contend for a counter: a slot costs 16
+/// bytes per CPU.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub struct QpStats {
@@ -713,7 +738,7 @@ impl EventBudget {
 const _: () = {
     use core::mem::size_of;
     assert!(size_of::<Config>() == 12);
-    assert!(size_of::<Setup>() == 4);
+    assert!(size_of::<Setup>() == 8);
     assert!(size_of::<QpEntry>() == 12);
     assert!(size_of::<GroupKey>() == 20);
     assert!(size_of::<GroupEntry>() == 8);

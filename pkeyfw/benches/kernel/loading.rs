@@ -16,7 +16,7 @@ const ATTACH_RUNS: usize = 7;
 
 /// A stamping host port's policy: every program of a host attachment.
 const POLICY: &str = "[port]\npkeys = [0xffff, 0x8001]\n\n[enforcement]\nstamp = true\n\n\
-                      [[bind]]\ncgroup = \"/sys/fs/cgroup\"\npkey = 0x8001\n";
+                      [[bind]]\nuid = 65534\npkey = 0x8001\n";
 
 pub fn verifier() -> Result<Value> {
     let mut programs = Vec::new();

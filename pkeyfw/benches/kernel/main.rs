@@ -588,7 +588,11 @@ fn probe_memory() -> Result<Value> {
         .into_iter()
         .map(|probed| {
             let filter = Filter::load_with(&Load {
-                capacity: Capacity { qps: 1, probed },
+                capacity: Capacity {
+                    qps: 1,
+                    probed,
+                    ..Capacity::of(0)
+                },
                 ..Load::host(1)
             })?;
             let memory = filter.maps().memory()?;

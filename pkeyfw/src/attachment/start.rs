@@ -102,9 +102,11 @@ pub(super) fn attach(
         eprintln!("pkeyfw: warning: {w}");
     }
     let sender = sender(devices.as_deref(), &policy);
+    // (The loader counts the CPUs.)
     let capacity = Capacity {
         qps: policy.qps.len() as u32,
         probed: probe_capacity(devices.as_deref().unwrap_or_default(), &policy),
+        ..Capacity::of(0)
     };
     let mut filter = Filter::load_with(&Load {
         capacity,

@@ -27,7 +27,9 @@ use aya::{
     util::KernelVersion,
 };
 use aya_log::EbpfLogger;
-use pkeyfw_common::abi::{DEVICES, MAPS, MapSize, NO_DEVICE, QpLayout, SenderLayout, name};
+use pkeyfw_common::abi::{
+    DEVICES, GENERATIONS, MAPS, MapSize, NO_DEVICE, QpLayout, SenderLayout, name,
+};
 
 use crate::{
     control::rdma,
@@ -146,25 +148,20 @@ fn object(pins: &Path, layout: Option<&mut QpLayout>) -> Result<Ebpf> {
         }
         loader.map_pin_path(spec.name, pin);
     }
-    let unknown = QpLayout {
+    // Unknown: no device of the attachment's, so no QP is read.
+    let mut unknown = QpLayout {
         devices: [NO_DEVICE; DEVICES],
         ..QpLayout::default()
     };
-    let layout = match layout {
-        Some(l) => {
-            // The probe's stats slots follow the loader's.
-            l.probe_slots = sizes[name::KSLOTS];
-            l.first_slot = sizes[name::QP_STATS] - l.probe_slots;
-            l.cpus = aya::util::nr_cpus()
-                .map_err(|(_, e)| e)
-                .context("counting the possible CPUs")?
-                .get();
-            l
-        }
-        None => &unknown,
-    };
+    let layout = layout.unwrap_or(&mut unknown);
+    // The probe's stats slots follow the loader's; each CPU has a run of
+    // every slot's counters.
+    let slots = sizes[name::QPS] / GENERATIONS;
+    layout.probe_slots = sizes[name::KSLOTS];
+    layout.first_slot = slots - layout.probe_slots;
+    layout.cpus = sizes[name::QP_STATS] / slots;
     loader
-        .override_global("LAYOUT", layout, true)
+        .override_global("LAYOUT", &*layout, true)
         .load(OBJECT)
         .context("loading the RDMA probes")
 }

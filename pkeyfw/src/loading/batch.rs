@@ -71,31 +71,6 @@ pub fn update<K: Pod, V: Pod>(map: &MapData, entries: &[(K, V)]) -> Result<(), F
     Ok(())
 }
 
-/// Zeroes entries `keys` of per-CPU map `map`, on every CPU, a chunk per
-/// call: a per-CPU value is one `V`, 8-byte aligned, per possible CPU.
-pub fn zero_per_cpu<V>(map: &MapData, keys: &[u32]) -> std::io::Result<()> {
-    let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?.get() as usize;
-    let stride = size_of::<V>().next_multiple_of(8) * cpus;
-    let fd = map.fd().as_fd().as_raw_fd() as u32;
-    for chunk in keys.chunks(CHUNK) {
-        let values = vec![0u8; stride * chunk.len()];
-        // SAFETY: `count` u32 keys and `count` per-CPU values (one `V`,
-        // rounded up to 8 bytes, per possible CPU).
-        unsafe {
-            write(
-                fd,
-                chunk.as_ptr().cast(),
-                4,
-                values.as_ptr(),
-                stride,
-                chunk.len(),
-            )
-        }
-        .map_err(|(_, e)| e)?;
-    }
-    Ok(())
-}
-
 /// Writes `count` entries, keys of `key_size` bytes at `keys` and values of
 /// `value_size` at `values`: one batch call, or one call per entry where
 /// the kernel has no batch command for the map. On failure, how many were

@@ -43,8 +43,14 @@ impl Btf {
         Btf::load(&["vmlinux"])
     }
 
-    /// The kernel's BTF, then split BTF on top of it.
+    /// The kernel's BTF, then split BTF on top of it. A missing module's is
+    /// said before the kernel's (some MiB) is parsed.
     fn load(files: &[&str]) -> Result<Btf> {
+        for name in files.iter().filter(|n| **n != "vmlinux") {
+            if !Path::new("/sys/module").join(name).exists() {
+                bail!("no module {name} is loaded");
+            }
+        }
         let mut types = vec![Type {
             kind: 0,
             name: String::new(),

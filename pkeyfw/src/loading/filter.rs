@@ -186,6 +186,10 @@ impl Filter {
                 .max(DEFAULT_QP_CAPACITY)
                 .next_power_of_two(),
             probed: how.capacity.probed.max(1),
+            cpus: aya::util::nr_cpus()
+                .map_err(|(_, e)| e)
+                .context("counting the possible CPUs")?
+                .get(),
         };
         raise_memlock();
         let features = Features::probe();
@@ -194,6 +198,7 @@ impl Filter {
             frags: features.xdp_frags.into(),
             coarse_clock: features.coarse_clock.into(),
             _pad: 0,
+            stats_slots: capacity.slots(),
         };
         // Without multi-buffer XDP the same program is loaded without
         // `xdp.frags`, which such a kernel refuses.

@@ -29,8 +29,8 @@ use pkeyfw_common::{
         GroupKey, JoinAction, KernelSlot, LAYOUT_VERSION, MAPS, MAX_RULES, MapKind,
         OTHER_PARTITION, PARTITIONS, PORT_SERIAL_BITS, QPN_MASK, QpEntry, QpStats,
         counters::{REASON_SLOTS, reason_slot},
-        listed_key, matcher, name, port_entry, port_key_index, qp_flags, qp_key, quarantine_bit,
-        violation_key,
+        listed_key, matcher, name, port_entry, port_key_index, qp_flags, qp_key, qp_stats_index,
+        quarantine_bit, violation_key,
     },
 };
 
@@ -119,7 +119,11 @@ pub struct Maps {
     port_keys: Array<MapData, u32>,
     reasons: PerCpuArray<MapData, u64>,
     xmit_reasons: PerCpuArray<MapData, u64>,
-    qp_stats: PerCpuArray<MapData, QpStats>,
+    /// Every stats slot's counters, a run of them per CPU
+    /// (`qp_stats_index`).
+    qp_stats: Array<MapData, QpStats>,
+    /// The possible CPUs `qp_stats` has a run for.
+    cpus: u32,
     events: RingBuf<MapData>,
     event_budget: PerCpuArray<MapData, EventBudget>,
     stamps: PerCpuArray<MapData, u64>,
@@ -241,7 +245,9 @@ impl Maps {
             .map(|spec| Ok((spec.name, data(&maps[spec.name])?.info()?.id())))
             .collect::<Result<_>>()?;
         let probed = data(&maps[name::KSLOTS])?.info()?.max_entries();
-        let capacity = data(&maps[name::QP_STATS])?.info()?.max_entries() - probed;
+        let slots = data(&maps[name::QPS])?.info()?.max_entries() / GENERATIONS;
+        let capacity = slots - probed;
+        let cpus = data(&maps[name::QP_STATS])?.info()?.max_entries() / slots;
         let mut take = |name| maps.remove(name);
         Ok(Maps {
             ids,
@@ -257,6 +263,7 @@ impl Maps {
             reasons: typed(take(name::REASONS), name::REASONS)?,
             xmit_reasons: typed(take(name::XMIT_REASONS), name::XMIT_REASONS)?,
             qp_stats: typed(take(name::QP_STATS), name::QP_STATS)?,
+            cpus,
             events: typed(take(name::EVENTS), name::EVENTS)?,
             event_budget: typed(take(name::EVENT_BUDGET), name::EVENT_BUDGET)?,
             stamps: typed(take(name::STAMPS), name::STAMPS)?,
@@ -403,11 +410,30 @@ impl Maps {
 
     /// The frames counted against stats slot `slot`, summed over CPUs.
     fn qp_stats_of(&self, slot: u32) -> Result<QpStats> {
-        let per_cpu = self.qp_stats.get(&slot, 0).context("reading QP_STATS")?;
-        Ok(per_cpu.iter().fold(QpStats::default(), |sum, s| QpStats {
-            passed: sum.passed + s.passed,
-            dropped: sum.dropped + s.dropped,
-        }))
+        let mut sum = QpStats::default();
+        for index in self.stats_indices(slot) {
+            let s = self.qp_stats.get(&index, 0).context("reading QP_STATS")?;
+            sum.passed += s.passed;
+            sum.dropped += s.dropped;
+        }
+        Ok(sum)
+    }
+
+    /// Where stats slot `slot`'s counters are, one place per CPU.
+    fn stats_indices(&self, slot: u32) -> impl Iterator<Item = u32> + use<> {
+        let slots = self.capacity + self.probed;
+        (0..self.cpus).map(move |cpu| qp_stats_index(slot, cpu, slots))
+    }
+
+    /// Zeroes stats slots `slots`' counters on every CPU.
+    fn zero_stats(&mut self, slots: &[u32]) -> Result<()> {
+        let zeroed: Vec<(u32, QpStats)> = slots
+            .iter()
+            .flat_map(|&s| self.stats_indices(s))
+            .map(|i| (i, QpStats::default()))
+            .collect();
+        batch::update(self.qp_stats.map(), &zeroed)
+            .map_err(|f| anyhow!(f.error).context("resetting QP_STATS"))
     }
 
     /// QPs the QP-creation probe had no room to bind, quarantined now (a
@@ -527,11 +553,13 @@ impl Maps {
             self.kslots
                 .insert(&qpn, &KernelSlot { slot, ..k }, 0)
                 .context("writing KSLOTS")?;
-            // Each CPU's count, to the same CPU's.
-            let stats = old.qp_stats.get(&k.slot, 0).context("reading QP_STATS")?;
-            self.qp_stats
-                .set(slot, stats, 0)
-                .context("writing QP_STATS")?;
+            // Each CPU's counts, to the same CPU's.
+            for (from, to) in old.stats_indices(k.slot).zip(self.stats_indices(slot)) {
+                let stats = old.qp_stats.get(&from, 0).context("reading QP_STATS")?;
+                self.qp_stats
+                    .set(to, &stats, 0)
+                    .context("writing QP_STATS")?;
+            }
             if let Some(e) = entry.filter(|e| e.flags & qp_flags::PROBE != 0) {
                 self.put(to, &[(qpn, QpEntry { slot, ..e })])?;
             }
@@ -736,8 +764,7 @@ impl Maps {
             Some(e) => e.slot,
             None => {
                 let slot = self.free_slots(g)?.pop().context("no free QP stats slot")?;
-                batch::zero_per_cpu::<QpStats>(self.qp_stats.map(), &[slot])
-                    .context("resetting QP_STATS")?;
+                self.zero_stats(&[slot])?;
                 slot
             }
         };
@@ -863,8 +890,7 @@ impl Maps {
             let rule = self.with_qkey(qpn, rule);
             qps.push((qp_key(g, qpn), Policy::qp_entry(&rule, slot)));
         }
-        batch::zero_per_cpu::<QpStats>(self.qp_stats.map(), &zeroed)
-            .context("resetting QP_STATS")?;
+        self.zero_stats(&zeroed)?;
         batch::update(self.qps.map(), &qps).map_err(|f| {
             anyhow!(f.error).context(match f.index.and_then(|i| qps.get(i)) {
                 Some((key, _)) => format!("writing QPS entry {:#x}", key & QPN_MASK),
