@@ -57,3 +57,16 @@ impl Table {
 fn strs(cells: &[String]) -> Vec<&str> {
     cells.iter().map(String::as_str).collect()
 }
+
+/// 123456 as 123,456.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

@@ -47,24 +47,20 @@ pub fn run() -> Result<()> {
     failed += f;
     crate::build()?;
     // A guest that cannot start fails the run, with the reason.
-    match crate::rxe_lab::run(&[]) {
-        Ok(rxe) => {
-            passed += rxe.passed;
-            failed += rxe.failed;
-        }
-        Err(e) => {
-            println!("test rxe-lab ... FAILED: {e:#}");
-            failed += 1;
-        }
-    }
-    match crate::kernels::run(&crate::guest::KERNELS, None) {
-        Ok(k) => {
-            passed += k.passed;
-            failed += k.failed;
-        }
-        Err(e) => {
-            println!("test kernels ... FAILED: {e:#}");
-            failed += 1;
+    let guests = [
+        ("rxe-lab", crate::rxe_lab::run(&[])),
+        ("kernels", crate::kernels::run(&crate::guest::KERNELS, None)),
+    ];
+    for (name, outcome) in guests {
+        match outcome {
+            Ok(o) => {
+                passed += o.passed;
+                failed += o.failed;
+            }
+            Err(e) => {
+                println!("test {name} ... FAILED: {e:#}");
+                failed += 1;
+            }
         }
     }
     // One closing line for the whole run: the last test binary cargo reports

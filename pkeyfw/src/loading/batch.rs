@@ -109,7 +109,7 @@ unsafe fn write(
                     ..ElemAttr::default()
                 };
                 // SAFETY: one key and one value of the map's sizes.
-                unsafe { elem(BPF_MAP_UPDATE_ELEM, &mut one) }.map_err(|e| (Some(i), e))?;
+                unsafe { call(BPF_MAP_UPDATE_ELEM, &mut one) }.map_err(|e| (Some(i), e))?;
             }
             Ok(())
         }
@@ -191,7 +191,7 @@ fn each<K: Pod + Default, V: Pod + Default>(fd: u32) -> std::io::Result<Vec<(K, 
             ..ElemAttr::default()
         };
         // SAFETY: a key (or none: the first) and room for the next.
-        match unsafe { elem(BPF_MAP_GET_NEXT_KEY, &mut attr) } {
+        match unsafe { call(BPF_MAP_GET_NEXT_KEY, &mut attr) } {
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(out),
             Err(e) => return Err(e),
             Ok(()) => {}
@@ -204,7 +204,7 @@ fn each<K: Pod + Default, V: Pod + Default>(fd: u32) -> std::io::Result<Vec<(K, 
             ..ElemAttr::default()
         };
         // SAFETY: a key and room for its value, of the map's sizes.
-        match unsafe { elem(BPF_MAP_LOOKUP_ELEM, &mut attr) } {
+        match unsafe { call(BPF_MAP_LOOKUP_ELEM, &mut attr) } {
             // Deleted meanwhile.
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
             Err(e) => return Err(e),
@@ -226,42 +226,16 @@ struct ElemAttr {
     flags: u64,
 }
 
-/// Runs per-entry command `cmd` with `attr`.
+/// Runs bpf(2) command `cmd` with `attr` (a `BatchAttr` for the batch
+/// commands, an `ElemAttr` for the per-entry ones).
 ///
 /// # Safety
-/// `attr`'s pointers must hold a key and a value (or next key) of the
-/// map's sizes for the whole call.
-unsafe fn elem(cmd: libc::c_long, attr: &mut ElemAttr) -> std::io::Result<()> {
+/// `attr` must be the command's layout of `union bpf_attr`, its pointers
+/// holding keys and values of the map's sizes (for a batch, `count` of
+/// each, and the batch positions if given) for the whole call.
+unsafe fn call<A>(cmd: libc::c_long, attr: &mut A) -> std::io::Result<()> {
     // SAFETY: as the caller vouches.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            attr as *mut ElemAttr,
-            size_of::<ElemAttr>(),
-        )
-    };
-    if rc < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Runs batch command `cmd` with `attr`.
-///
-/// # Safety
-/// `attr`'s pointers must hold `count` keys and values of the map's sizes
-/// (and, if given, the batch positions) for the whole call.
-unsafe fn call(cmd: libc::c_long, attr: &mut BatchAttr) -> std::io::Result<()> {
-    // SAFETY: as the caller vouches.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            attr as *mut BatchAttr,
-            size_of::<BatchAttr>(),
-        )
-    };
+    let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr as *mut A, size_of::<A>()) };
     if rc < 0 {
         return Err(std::io::Error::last_os_error());
     }

@@ -5,7 +5,7 @@
 use anyhow::{Context as _, Result};
 use serde_json::Value;
 
-use crate::table::Table;
+use crate::table::{Table, thousands};
 
 /// The maps the memory table shows one by one; the others are summed.
 const BIG_MAPS: &[&str] = &["QPS", "QP_STATS"];
@@ -508,18 +508,6 @@ fn int(v: &Value, key: &str) -> Result<u64> {
 
 fn text<'a>(v: &'a Value, key: &str) -> Result<&'a str> {
     v[key].as_str().with_context(|| format!("no string {key}"))
-}
-
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn mib(bytes: u64) -> String {

@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result};
 use serde_json::Value;
 
-use crate::{cmd, table::Table};
+use crate::{
+    cmd,
+    table::{Table, thousands},
+};
 
 const BEGIN: &str = "<!-- kernels:begin (cargo xtask kernels --json docs/kernels.json renders docs/kernels.json) -->\n";
 const END: &str = "<!-- kernels:end -->";
@@ -195,19 +198,6 @@ fn pass(v: &Value) -> String {
         Some(false) => "✗".to_string(),
         None => "—".to_string(),
     }
-}
-
-/// 123456 as 123,456.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 #[cfg(test)]
