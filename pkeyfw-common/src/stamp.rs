@@ -112,6 +112,13 @@ impl Plan {
     }
 }
 
+/// Whether the policy stamps (and restores): egress reads no frame while
+/// it does not (the kernel does not even locate its headers).
+#[inline(always)]
+pub fn stamping(config: &Config) -> bool {
+    config.stamp != 0
+}
+
 /// What egress does with an outgoing frame, or `None` when the policy does
 /// not stamp (nothing is counted then). An HCA sends only keys of its port's
 /// table, each QP its own: a bound QP's frame gets its QP's P_Key; a
@@ -140,7 +147,7 @@ pub fn egress_parsed<F: Frame + ?Sized, T: Tables>(
     config: &Config,
     origin: impl FnOnce() -> Origin,
 ) -> Option<Action> {
-    if config.stamp == 0 {
+    if !stamping(config) {
         return None;
     }
     let roce = match parse() {
@@ -204,7 +211,7 @@ pub fn ingress<F: Frame + ?Sized>(
 /// [`ingress`]).
 #[inline(always)]
 pub fn restores(outcome: &Outcome, config: &Config) -> bool {
-    config.stamp != 0
+    stamping(config)
         && outcome.pass
         && outcome
             .roce

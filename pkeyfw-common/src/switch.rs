@@ -117,6 +117,38 @@ pub fn judge<F: Frame + ?Sized, T: Tables>(
     judge_parsed(frame, parse::classify(frame), tables, config, direction)
 }
 
+/// Whether a port reads a frame in `direction` at all: it checks (or, an
+/// access port, rewrites) that way, or the frame is leaving after entering
+/// the switch elsewhere, whose way in is asked. [`judge`] says `None` of
+/// any other frame, which the kernel therefore does not even locate.
+#[inline(always)]
+pub fn reads<F: Frame + ?Sized>(frame: &F, config: &Config, direction: Direction) -> bool {
+    checks(config, direction) || came_from(frame, direction) != 0
+}
+
+/// Whether a port checks frames in `direction`. An access port always
+/// checks both ways: unchecked, it would stamp or restore whatever came
+/// (the policy refuses such a port too).
+#[inline(always)]
+fn checks(config: &Config, direction: Direction) -> bool {
+    config.access_pkey != 0
+        || config.switch
+            & match direction {
+                Direction::Inbound => switch_flags::INBOUND,
+                Direction::Outbound => switch_flags::OUTBOUND,
+            }
+            != 0
+}
+
+/// Where a frame leaving came from (0: the switch host itself).
+#[inline(always)]
+fn came_from<F: Frame + ?Sized>(frame: &F, direction: Direction) -> u32 {
+    match direction {
+        Direction::Inbound => 0,
+        Direction::Outbound => frame.ingress_ifindex(),
+    }
+}
+
 /// [`judge`] of a frame already classified as `parsed`.
 #[inline(always)]
 pub fn judge_parsed<F: Frame + ?Sized, T: Tables>(
@@ -127,21 +159,10 @@ pub fn judge_parsed<F: Frame + ?Sized, T: Tables>(
     direction: Direction,
 ) -> Option<PortAction> {
     let access = config.access_pkey;
-    // An access port always checks both ways: unchecked, it would stamp
-    // or restore whatever came (the policy refuses such a port too).
-    let checks = access != 0
-        || config.switch
-            & match direction {
-                Direction::Inbound => switch_flags::INBOUND,
-                Direction::Outbound => switch_flags::OUTBOUND,
-            }
-            != 0;
-    // Where a frame leaving came from (0: the switch host itself).
-    let iif = match direction {
-        Direction::Inbound => 0,
-        Direction::Outbound => frame.ingress_ifindex(),
-    };
-    if !checks && access == 0 && iif == 0 {
+    let checks = checks(config, direction);
+    let iif = came_from(frame, direction);
+    // What `reads` says, from the values computed once.
+    if !checks && iif == 0 {
         return None;
     }
     let unlisted = iif != 0 && !matches!(parsed, Parsed::NotRoce) && !tables.listed(iif);

@@ -73,9 +73,14 @@ pub fn pkeyfw_linear(ctx: XdpContext) -> u32 {
 fn xdp(ctx: *mut xdp_md) -> u32 {
     let frame = Packet::of(ctx);
     let (located, outcome, port) = if SETUP.load().role == role::SWITCH {
-        let located = pkeyfw_locate_xdp(ctx);
-        let inbound = Direction::Inbound as u32;
-        (located, pkeyfw_port_xdp(ctx, located, inbound), inbound)
+        let inbound = Direction::Inbound;
+        let (located, outcome) = switch_port(
+            &frame,
+            inbound,
+            || pkeyfw_locate_xdp(ctx),
+            |l| pkeyfw_port_xdp(ctx, l, inbound as u32),
+        );
+        (located, outcome, inbound as u32)
     } else {
         // The host's path runs inline, with no call on a frame that passes
         // and needs no restore: calls cost (a return thunk each, on CPUs
@@ -108,15 +113,20 @@ fn xdp(ctx: *mut xdp_md) -> u32 {
 #[classifier]
 pub fn pkeyfw_ingress(ctx: TcContext) -> i32 {
     let skb = ctx.as_ptr().cast::<__sk_buff>();
+    let frame = Skb(tc(skb));
     let (located, outcome, port) = if SETUP.load().role == role::SWITCH {
-        let located = pkeyfw_locate_skb(skb);
-        let inbound = Direction::Inbound as u32;
-        (located, pkeyfw_port_skb(skb, located, inbound), inbound)
+        let inbound = Direction::Inbound;
+        let (located, outcome) = switch_port(
+            &frame,
+            inbound,
+            || pkeyfw_locate_skb(skb),
+            |l| pkeyfw_port_skb(skb, l, inbound as u32),
+        );
+        (located, outcome, inbound as u32)
     } else {
         // The verdict a stage of its own: the skb helpers' buffers would
         // take this frame's stack, and its calls', past the 512 bytes a
         // chain of calls may have (Linux 5.10 counts every chain).
-        let frame = Skb(tc(skb));
         let located =
             parse::locate_plain(&frame).map_or_else(|| pkeyfw_locate_skb(skb), Located::pack);
         let outcome = pkeyfw_host_skb(skb, located);
@@ -139,18 +149,42 @@ pub fn pkeyfw_ingress(ctx: TcContext) -> i32 {
 #[classifier]
 pub fn pkeyfw_stamp(ctx: TcContext) -> i32 {
     let skb = ctx.as_ptr().cast::<__sk_buff>();
-    let located = pkeyfw_locate_skb(skb);
+    let frame = Skb(tc(skb));
     let action = if SETUP.load().role == role::SWITCH {
-        let outbound = Direction::Outbound as u32;
-        let outcome = pkeyfw_port_skb(skb, located, outbound);
-        tc_verdict(skb, located, outcome, outbound)
+        let outbound = Direction::Outbound;
+        let (located, outcome) = switch_port(
+            &frame,
+            outbound,
+            || pkeyfw_locate_skb(skb),
+            |l| pkeyfw_port_skb(skb, l, outbound as u32),
+        );
+        tc_verdict(skb, located, outcome, outbound as u32)
+    } else if stamp::stamping(&policy().1) {
+        pkeyfw_stamp_skb(skb, pkeyfw_locate_skb(skb))
     } else {
-        pkeyfw_stamp_skb(skb, located)
+        TC_ACT_UNSPEC
     };
     if trace::on() {
         trace::emit(&Skb(ctx));
     }
     action
+}
+
+/// A switch port's stages on a frame in `direction`: where its headers
+/// are (`locate`) and the port's verdict on them (`port`), for a frame the
+/// port reads at all (`switch::reads`); any other goes on, unlocated.
+#[inline(always)]
+fn switch_port<F: Frame>(
+    frame: &F,
+    direction: Direction,
+    locate: impl FnOnce() -> u64,
+    port: impl FnOnce(u64) -> u64,
+) -> (u64, u64) {
+    if !switch::reads(frame, &policy().1, direction) {
+        return (Located::NotRoce.pack(), PACKED_ALLOWED | PACKED_PASS);
+    }
+    let located = locate();
+    (located, port(located))
 }
 
 /// Reports a refused frame; then TCX_NEXT for tcx, "continue" for a
