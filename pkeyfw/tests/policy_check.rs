@@ -251,3 +251,29 @@ fn a_cgroup_rule_without_an_rdma_limit_is_warned_about() {
     assert!(warned, "{v}");
     assert_eq!(v["rdma_limits"], serde_json::json!([]));
 }
+
+/// A `uid`, `gid` or `netns` rule is a tenant boundary too, but its
+/// tenant's processes may run in any cgroup: no one `rdma.max` bounds it,
+/// and `policy check` says so.
+#[test]
+fn a_uid_rule_is_warned_about_as_unbounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[port]\npkeys = [0xffff, 0x8001]\n[[bind]]\nuid = 1001\npkey = 0x8001\n",
+    )
+    .unwrap();
+    let v = check_json(&pkeyfw(&[
+        "policy",
+        "check",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--json",
+    ]));
+    let warned = v["warnings"].as_array().unwrap().iter().any(|w| {
+        let w = w.as_str().unwrap();
+        w.contains("bound by uid 1001 has no rdma.max limit pkeyfw can check")
+    });
+    assert!(warned, "{v}");
+}

@@ -125,6 +125,16 @@ pub fn tenant_bounds(
     let mut unbounded = false;
     for (i, rule) in policy.binds.iter().enumerate() {
         let Some(cgroup) = &rule.cgroup else {
+            // A boundary by ids or namespace: its tenants' processes may sit
+            // in any cgroup, so no one limit bounds them.
+            if rule.beats_entries() {
+                unbounded = true;
+                warnings.push(format!(
+                    "bind[{i}] (line {}): a tenant bound by {} has no rdma.max limit pkeyfw can check (its processes may run in any cgroup): it can create QPs until the QP-creation probe's table is full, and every later QP a rule binds is quarantined; run its processes in a cgroup with an rdma.max hca_object limit, or bind it by that cgroup",
+                    rule.line,
+                    boundary(rule)
+                ));
+            }
             continue;
         };
         let limits = rdma_limits(cgroup);
@@ -173,6 +183,21 @@ pub fn tenant_bounds(
         ));
     }
     (lines, warnings)
+}
+
+/// What a rule that is a boundary but names no cgroup binds by.
+fn boundary(rule: &crate::policy::BindRule) -> String {
+    let mut by = Vec::new();
+    if let Some(u) = rule.uid {
+        by.push(format!("uid {u}"));
+    }
+    if let Some(g) = rule.gid {
+        by.push(format!("gid {g}"));
+    }
+    if let Some(n) = &rule.netns {
+        by.push(format!("network namespace {}", n.path.display()));
+    }
+    by.join(", ")
 }
 
 #[cfg(test)]

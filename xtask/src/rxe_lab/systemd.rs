@@ -21,6 +21,7 @@ const TIMEOUT: Duration = Duration::from_secs(15 * 60);
 const CHECKS: &[&str] = &[
     "dpkg-install",
     "both-instances-attach",
+    "unit-reads-max-qp",
     "one-tenant-completes",
     "tenants-apart-stall",
     "restart-takes-over",

@@ -124,6 +124,14 @@ else
     exit 0
 fi
 
+# --- the device's own table size, through the uverbs device the unit opens ---
+want=$(ibv_devinfo -v -d pkfw_rxe1 | awk '/max_qp:/ {print $2; exit}')
+if [ -n "$want" ] && [ "$(said pkeyfw@pkfw1 "(pkfw_rxe1 max_qp $want)")" -gt 0 ]; then
+    ok unit-reads-max-qp
+else
+    bad unit-reads-max-qp "not sized for pkfw_rxe1's max_qp ${want:-?}: $(said pkeyfw@pkfw1 'max_qp') lines; $(journalctl -u pkeyfw@pkfw1 -o cat --no-pager | grep -m1 'max_qp')"
+fi
+
 # --- tenants ------------------------------------------------------------------
 if pingpong aa tenant-a.slice tenant-a.slice; then
     ok one-tenant-completes
