@@ -55,11 +55,15 @@ pub const fn unbound(config: &Config, quarantined: bool) -> Unbound {
     }
 }
 
-/// Whether the process making outcome `joined` of a join is SIGKILLed
-/// under the live `JOIN_ACTION`: a foreign join, where the policy kills.
+/// Whether the process making outcome `joined` of a join with a QP
+/// (`bound` by the policy, or not) is SIGKILLed under the live
+/// `JOIN_ACTION`: a bound QP's foreign join, where the policy kills. An
+/// unbound QP's (in quarantine, or under `unknown_qp = "drop"`) is
+/// foreign to every group, its own partition's too: reported, never
+/// killed for.
 #[inline(always)]
-pub const fn kills(joined: Capture, action: JoinAction) -> bool {
-    matches!(joined, Capture::ForeignJoin) && action == OnForeignJoin::Kill as u8
+pub const fn kills(joined: Capture, action: JoinAction, bound: bool) -> bool {
+    bound && matches!(joined, Capture::ForeignJoin) && action == OnForeignJoin::Kill as u8
 }
 
 #[cfg(test)]
@@ -123,12 +127,20 @@ mod tests {
     #[test]
     fn only_a_kill_action_kills_and_only_foreign_joins() {
         let kill = OnForeignJoin::Kill as u8;
-        assert!(kills(Capture::ForeignJoin, kill));
-        assert!(!kills(Capture::Joined, kill));
-        assert!(!kills(Capture::ForeignJoin, OnForeignJoin::Report as u8));
+        assert!(kills(Capture::ForeignJoin, kill, true));
+        assert!(!kills(Capture::Joined, kill, true));
+        assert!(!kills(
+            Capture::ForeignJoin,
+            OnForeignJoin::Report as u8,
+            true
+        ));
         assert!(
-            !kills(Capture::ForeignJoin, 0x7f),
+            !kills(Capture::ForeignJoin, 0x7f, true),
             "an unknown action kills no one"
+        );
+        assert!(
+            !kills(Capture::ForeignJoin, kill, false),
+            "an unbound QP's join is reported, not killed for"
         );
     }
 }

@@ -5,8 +5,9 @@
 //! matches them, first match wins, against the task that made the QP — its
 //! cgroup, effective ids and network namespace, which a process cannot
 //! choose, as well as its command name and PID, which it can — and writes
-//! the QP-table entry before the verb returns. The host runs the same match
-//! on what `/proc` says of the owners of QPs that existed before the probes.
+//! the QP-table entry before the verb returns. It records what it saw
+//! ([`Creation`]), and every later match reads that record; only for QPs
+//! that existed before any probe ran does the host read `/proc` instead.
 //!
 //! A UD rule without a Q_Key binds the QP with the Q_Key its program sets
 //! ([`qkey_set`]), as an HCA checks a UD QP's frames against its own Q_Key.
@@ -14,7 +15,7 @@
 //! frame for the QP is refused as a Q_Key violation: there is no Q_Key yet
 //! that a frame could match.
 
-use crate::abi::{BindSpec, QpEntry, QpType, counters::Capture, matcher, qp_flags};
+use crate::abi::{BindSpec, Creation, QpEntry, QpType, counters::Capture, matcher, qp_flags};
 
 /// What the match knows of the task that created a QP.
 pub trait Creator {
@@ -30,6 +31,35 @@ pub trait Creator {
     /// The id of the task's cgroup's ancestor at `level` (itself at its
     /// own level), 0 when it is not that deep.
     fn cgroup_at(&self, level: u32) -> u64;
+}
+
+/// What the QP-creation probe recorded is what every later match reads:
+/// the same creator at every reload, whatever `/proc` says by then.
+impl Creator for Creation {
+    fn kernel(&self) -> bool {
+        self.kernel != 0
+    }
+    fn comm(&self) -> [u8; 16] {
+        self.comm
+    }
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+    fn uid(&self) -> u32 {
+        self.uid
+    }
+    fn gid(&self) -> u32 {
+        self.gid
+    }
+    fn netns(&self) -> u64 {
+        self.netns
+    }
+    fn cgroup_at(&self, level: u32) -> u64 {
+        match self.cgroups.get(level as usize) {
+            Some(&id) => id,
+            None => 0,
+        }
+    }
 }
 
 impl BindSpec {
@@ -120,6 +150,19 @@ pub const fn qkey_set(entry: QpEntry, qkey: u32) -> Option<(Option<QpEntry>, Cap
     } else {
         Some((None, Capture::QkeyMismatch))
     }
+}
+
+/// A bound QP's first Q_Key set failed: for a UD QP bound with its own
+/// Q_Key, the entry to write instead of `entry`, with no Q_Key again.
+#[inline(always)]
+pub const fn qkey_unset(entry: QpEntry) -> Option<QpEntry> {
+    if entry.qp_type != QpType::Ud as u8 || entry.flags & qp_flags::OWN_QKEY == 0 {
+        return None;
+    }
+    let mut e = entry;
+    e.qkey = 0;
+    e.flags |= qp_flags::UNSET_QKEY;
+    Some(e)
 }
 
 #[cfg(test)]
@@ -272,6 +315,8 @@ mod tests {
             (set.qkey, set.flags & qp_flags::UNSET_QKEY),
             (0x1111_1111, 0)
         );
+        // The modify failed: no Q_Key again.
+        assert_eq!(qkey_unset(set), Some(e));
     }
 
     #[test]

@@ -158,8 +158,11 @@ fn report<F: Frame>(
         event.pkey = roce.pkey;
         event.opcode = roce.opcode;
     }
-    // A full ring only loses the line; the counters still have the frame.
-    let _ = EVENTS.output(&event, 0);
+    // A full ring only loses the line (counted); the counters still have
+    // the frame.
+    if EVENTS.output(&event, 0).is_err() {
+        budget.lost += 1;
+    }
 }
 
 /// `lock *(u64 *)counter += 1`: a BPF atomic add. core's `AtomicU64` has no

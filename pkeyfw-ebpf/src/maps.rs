@@ -10,11 +10,11 @@ use aya_ebpf::{
 use pkeyfw_common::{
     Capture, Stamp, Tables,
     abi::{
-        BindSpec, Config, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget, EventKind,
-        GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, KERNEL_SLOTS, KernelSlot,
-        MAX_RULES, PARTITIONS, QUARANTINE_WORDS, QpEntry, QpStats, SWITCH_PORTS, SenderLayout,
-        VIOLATION_SLOTS, counters::REASON_SLOTS, listed_key, port_entry_flags, port_key_index,
-        qp_key, quarantine_bit,
+        BindSpec, Config, Creation, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget,
+        EventKind, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, KERNEL_SLOTS,
+        KernelSlot, MAX_RULES, PARTITIONS, QUARANTINE_WORDS, QpEntry, QpStats, REPORTS_BYTES,
+        SWITCH_PORTS, SenderLayout, VIOLATION_SLOTS, counters::REASON_SLOTS, listed_key,
+        port_entry_flags, port_key_index, qp_key, quarantine_bit,
     },
 };
 
@@ -84,6 +84,10 @@ pub static FREE_SLOTS: Stack<u32, { KERNEL_SLOTS as usize }> = Stack::new();
 pub static NEXT_SLOT: Array<u64, 1> = Array::new();
 #[btf_map]
 pub static QKEYS: HashMap<u32, u32, { KERNEL_SLOTS as usize }, GROWN> = HashMap::new();
+/// Who made each QP, as the QP-creation probe saw it (read by the loader
+/// only: every later match of the rules).
+#[btf_map]
+pub static CREATIONS: HashMap<u32, Creation, { KERNEL_SLOTS as usize }, GROWN> = HashMap::new();
 /// One bit per QPN: a QP a `[[bind]]` rule would bind that the QP-creation
 /// probe had no room for. Always has room (2 MiB for every QPN); a frame
 /// to or from such a QP is refused until it is bound or destroyed.
@@ -110,8 +114,12 @@ pub static VIOLATIONS: Array<u64, { VIOLATION_SLOTS as usize }> = Array::new();
 /// Refused frames, for the CLI's violation lines.
 #[btf_map]
 pub static EVENTS: RingBuf<Event, { EVENTS_BYTES as usize }> = RingBuf::new();
+/// The QP probes' reports (theirs; declared here as every map of the
+/// filter is).
+#[btf_map]
+pub static REPORTS: RingBuf<Event, { REPORTS_BYTES as usize }> = RingBuf::new();
 /// Per CPU and event kind: events sent in the current window, and those
-/// held back.
+/// held back or lost.
 #[btf_map]
 pub static EVENT_BUDGET: PerCpuArray<EventBudget, { EventKind::COUNT }> = PerCpuArray::new();
 

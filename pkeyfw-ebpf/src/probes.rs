@@ -8,17 +8,19 @@
 //!   verb returns and so before any peer can learn its number; then it wakes
 //!   a foreground attachment, which reconciles with RDMA netlink (an entry
 //!   probe on rdma_restrack_add, where a new QP becomes visible).
-//! - `pkeyfw_modify` / `pkeyfw_modified` capture the Q_Key a QP's program
-//!   sets (`IB_QP_QKEY`, ib_modify_qp_with_udata) when the call succeeds.
-//!   The entry probe keeps the arguments per thread, the return probe acts
-//!   on the result.
+//! - `pkeyfw_modify` captures the Q_Key a QP's program sets (`IB_QP_QKEY`,
+//!   ib_modify_qp_with_udata) at the verb's entry; `pkeyfw_modified`, its
+//!   return probe, undoes it if the call failed.
 //! - `pkeyfw_resource_removed` (rdma_restrack_finish_del, or
 //!   rdma_restrack_del, reached once a destroy succeeded) unbinds a
 //!   destroyed QP if a rule bound it, frees its stats slot and forgets its
 //!   Q_Key.
-//! - `pkeyfw_join` / `pkeyfw_joined` report a QP that joins a multicast
-//!   group of another partition (ib_attach_mcast); under `foreign_join =
-//!   "kill"` the entry probe SIGKILLs the joining process.
+//! - `pkeyfw_join` reports a QP that joins a multicast group of another
+//!   partition (ib_attach_mcast), at the verb's entry; under `foreign_join
+//!   = "kill"` it SIGKILLs the joining process of a bound QP.
+//!
+//! Every probe that decides acts at an entry: a return probe's instances
+//! are limited, and a tenant can hold them all.
 #![no_std]
 #![no_main]
 #![feature(asm_experimental_arch)]
@@ -43,13 +45,12 @@ use kernel::read;
 use pkeyfw_common::{
     Capture,
     abi::{
-        BindSpec, Config, DEFAULT_QP_CAPACITY, DEVICES, EVENTS_BYTES, Event, EventBudget,
-        EventKind, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, KERNEL_SLOTS,
-        KernelSlot, MAX_RULES, NO_DEVICE, QPN_MASK, QUARANTINE_WORDS, QpEntry, QpLayout, QpStats,
-        QpType, qp_flags, qp_key, qp_stats_index, quarantine_bit,
+        BindSpec, CGROUP_LEVELS, Config, Creation, DEFAULT_QP_CAPACITY, DEVICES, Event,
+        EventBudget, EventKind, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction,
+        KERNEL_SLOTS, KernelSlot, MAX_RULES, NO_DEVICE, QPN_MASK, QUARANTINE_WORDS, QpEntry,
+        QpLayout, QpStats, QpType, REPORTS_BYTES, qp_flags, qp_key, qp_stats_index, quarantine_bit,
     },
-    capture,
-    tenant::{self, Creator},
+    capture, tenant,
 };
 
 /// A wake-up per QP created, for a foreground attachment.
@@ -94,7 +95,11 @@ static QKEYS: HashMap<u32, u32, { KERNEL_SLOTS as usize }, GROWN> = HashMap::new
 #[btf_map]
 static QUARANTINE: Array<u64, { QUARANTINE_WORDS as usize }> = Array::new();
 #[btf_map]
-static EVENTS: RingBuf<Event, { EVENTS_BYTES as usize }> = RingBuf::new();
+static CREATIONS: HashMap<u32, Creation, { KERNEL_SLOTS as usize }, GROWN> = HashMap::new();
+/// The probes' own ring: no flood of refused frames (`EVENTS`) leaves a
+/// report no room.
+#[btf_map]
+static REPORTS: RingBuf<Event, { REPORTS_BYTES as usize }> = RingBuf::new();
 #[btf_map]
 static EVENT_BUDGET: PerCpuArray<EventBudget, { EventKind::COUNT }> = PerCpuArray::new();
 
@@ -122,25 +127,24 @@ static LAYOUT: Global<QpLayout> = Global::new(QpLayout {
     cpus: 0,
 });
 
-/// What a verb's entry probe keeps for its return probe.
+/// What the modify's entry probe keeps for its return probe: the Q_Key to
+/// go back to if the call fails.
 #[repr(C)]
 #[derive(Copy, Clone)]
 struct Pending {
-    /// What the call does: [`SET_QKEY`] (a modify) or [`JOIN`], so that a
-    /// return never acts on another verb's arguments.
-    verb: u32,
     qpn: u32,
-    /// The group's GID (join).
-    group: [u8; 16],
-    /// The Q_Key set (modify).
+    /// The Q_Key captured before (when `had`).
     qkey: u32,
+    had: u32,
 }
 
-const JOIN: u32 = 2;
-const SET_QKEY: u32 = 4;
-
 /// ib_modify_qp_with_udata(qp, attr, attr_mask, udata): a Q_Key set on a
-/// QP of ours is kept until the call returns.
+/// QP of ours is taken here, at the entry, which no number of calls at
+/// once can make miss (a return probe's instances are limited: threads
+/// sleeping in modifies whose address does not resolve would hold them
+/// all). The return probe only undoes it if the call failed; one it
+/// misses leaves the Q_Key the QP's own program asked for, which concerns
+/// its own frames alone (rdma_rxe checks the Q_Key it holds too).
 #[kprobe]
 pub fn pkeyfw_modify(ctx: ProbeContext) -> u32 {
     let _ = modify(&ctx);
@@ -150,7 +154,8 @@ pub fn pkeyfw_modify(ctx: ProbeContext) -> u32 {
 fn modify(ctx: &ProbeContext) -> Option<()> {
     // Whatever this call is, a return this thread's last call left (its
     // return probe missed) must not be taken for this one's.
-    let _ = PENDING.remove(&bpf_get_current_pid_tgid());
+    let id = bpf_get_current_pid_tgid();
+    let _ = PENDING.remove(&id);
     let mask: u32 = ctx.arg(2)?;
     let layout = LAYOUT.load();
     if mask & QpLayout::MASK_QKEY == 0 || layout.attr_qkey == 0 {
@@ -158,22 +163,48 @@ fn modify(ctx: &ProbeContext) -> Option<()> {
     }
     let qpn = our_qp(&layout, ctx.arg(0)?)?;
     let attr: *const u8 = ctx.arg(1)?;
-    keep(Pending {
-        verb: SET_QKEY,
+    let qkey = read(attr, layout.attr_qkey)?;
+    // SAFETY: the value is copied out at once.
+    let before = unsafe { QKEYS.get(&qpn) }.copied();
+    qkey_set(qpn, qkey);
+    let pending = Pending {
         qpn,
-        group: [0; 16],
-        qkey: read(attr, layout.attr_qkey)?,
-    })
+        qkey: before.unwrap_or(0),
+        had: before.is_some().into(),
+    };
+    PENDING.insert(&id, &pending, 0).ok()
 }
 
 #[kretprobe]
 pub fn pkeyfw_modified(ctx: RetProbeContext) -> u32 {
-    if let Some(p) = take(SET_QKEY)
-        && ctx.ret::<i32>() == 0
-    {
-        qkey_set(p.qpn, p.qkey);
+    let id = bpf_get_current_pid_tgid();
+    // SAFETY: the value is copied out at once.
+    let Some(p) = (unsafe { PENDING.get(&id) }).copied() else {
+        return 0;
+    };
+    let _ = PENDING.remove(&id);
+    if ctx.ret::<i32>() != 0 {
+        if p.had != 0 {
+            qkey_set(p.qpn, p.qkey);
+        } else {
+            qkey_unset(p.qpn);
+        }
     }
     0
+}
+
+/// QP `qpn`'s first Q_Key set failed: it has none again.
+fn qkey_unset(qpn: u32) {
+    let _ = QKEYS.remove(&qpn);
+    for g in 0..GENERATIONS {
+        let key = qp_key(g, qpn);
+        // SAFETY: the value is copied out at once.
+        if let Some(entry) = unsafe { QPS.get(&key) }.copied()
+            && let Some(new) = tenant::qkey_unset(entry)
+        {
+            let _ = QPS.insert(&key, &new, 0);
+        }
+    }
 }
 
 /// QP `qpn`'s program set its Q_Key: kept for later bindings (`QKEYS`),
@@ -227,6 +258,10 @@ pub fn pkeyfw_resource_removed(ctx: ProbeContext) -> u32 {
         return 0;
     };
     // SAFETY: the value is copied out at once.
+    if unsafe { CREATIONS.get(&qpn) }.is_some_and(|c| c.qp == qp as u64) {
+        let _ = CREATIONS.remove(&qpn);
+    }
+    // SAFETY: the value is copied out at once.
     let slot = match unsafe { KSLOTS.get(&qpn) }.copied() {
         Some(k) if k.qp == qp as u64 => Some(k.slot),
         // Another QP's now: its bindings stay.
@@ -269,7 +304,6 @@ pub fn pkeyfw_join(ctx: ProbeContext) -> u32 {
 }
 
 fn join(ctx: &ProbeContext) -> Option<()> {
-    let _ = PENDING.remove(&bpf_get_current_pid_tgid());
     let layout = LAYOUT.load();
     let qp: *const u8 = ctx.arg(0)?;
     let qpn = our_qp(&layout, qp)?;
@@ -282,10 +316,11 @@ fn join(ctx: &ProbeContext) -> Option<()> {
     // kind the verb takes) earns it: a kernel user's join may run in any
     // process's system call.
     let action = JOIN_ACTION.get(live.generation).copied().unwrap_or(0);
-    let (_, joined) = live.join(qpn, &group);
+    let (pkey, joined) = live.join(qpn, &group);
     let users_ud = read::<u32>(qp, layout.qp_type).and_then(transport) == Some(QpType::Ud)
         && read::<u8>(qp, layout.qp_res + layout.res_user).unwrap_or(0) != 0;
-    if users_ud && capture::kills(joined, action) {
+    // (P_Key 0 is no binding's.)
+    if users_ud && capture::kills(joined, action, pkey != 0) {
         // SAFETY: no preconditions.
         let refused = unsafe { generated::bpf_send_signal(SIGKILL) };
         // (Each line's text is a constant: the log record copies a string
@@ -306,33 +341,18 @@ fn join(ctx: &ProbeContext) -> Option<()> {
             );
         }
     }
-    keep(Pending {
-        verb: JOIN,
-        qpn,
-        group,
-        qkey: 0,
-    })
+    // Counted and reported here too, at the entry (a return probe could
+    // be starved of instances): a join the verb then refuses was still
+    // tried.
+    count(joined);
+    if let (Capture::ForeignJoin, Some(group_pkey)) = (joined, live.group(&group)) {
+        report_join(qpn, pkey, &group, group_pkey);
+    }
+    Some(())
 }
 
 /// The signal a foreign join earns under `foreign_join = "kill"`.
 const SIGKILL: u32 = 9;
-
-#[kretprobe]
-pub fn pkeyfw_joined(ctx: RetProbeContext) -> u32 {
-    let Some(p) = take(JOIN) else {
-        return 0;
-    };
-    if ctx.ret::<i32>() != 0 {
-        return 0;
-    }
-    let live = Live::now();
-    let (pkey, outcome) = live.join(p.qpn, &p.group);
-    count(outcome);
-    if let (Capture::ForeignJoin, Some(group)) = (outcome, live.group(&p.group)) {
-        report_join(p.qpn, pkey, &p.group, group);
-    }
-    0
-}
 
 /// A foreign join as an event.
 #[inline(always)]
@@ -347,8 +367,9 @@ fn report_join(qpn: u32, pkey: u16, group: &[u8; 16], group_pkey: u16) {
     });
 }
 
-/// An event, within this CPU's budget for its kind (refused frames have
-/// budgets of their own).
+/// A report, within this CPU's budget for its kind (refused frames have
+/// budgets of their own, and a ring), on the probes' ring; one that finds
+/// no room there is counted.
 #[inline(always)]
 fn report(event: Event) {
     let Some(budget) = EVENT_BUDGET.get_ptr_mut(event.kind.into()) else {
@@ -356,10 +377,14 @@ fn report(event: Event) {
     };
     // SAFETY: this CPU's slot, and no preconditions for the clock
     // (the coarse clock is not offered to probes).
-    if !unsafe { (*budget).spend(bpf_jiffies64(), || bpf_ktime_get_ns()) } {
+    let budget = unsafe { &mut *budget };
+    // SAFETY: no preconditions.
+    if !budget.spend(unsafe { bpf_jiffies64() }, || unsafe { bpf_ktime_get_ns() }) {
         return;
     }
-    let _ = EVENTS.output(&event, 0);
+    if REPORTS.output(&event, 0).is_err() {
+        budget.lost += 1;
+    }
 }
 
 /// The QPN of `qp`, if it is on one of the attachment's RDMA devices.
@@ -371,19 +396,6 @@ fn our_qp(layout: &QpLayout, qp: *const u8) -> Option<u32> {
         return None;
     }
     Some(read::<u32>(qp, layout.qp_num)? & QPN_MASK)
-}
-
-fn keep(p: Pending) -> Option<()> {
-    PENDING.insert(&bpf_get_current_pid_tgid(), &p, 0).ok()
-}
-
-/// This thread's pending call, if it is one of `verbs`.
-fn take(verbs: u32) -> Option<Pending> {
-    let id = bpf_get_current_pid_tgid();
-    // SAFETY: the value is copied out at once.
-    let p = unsafe { PENDING.get(&id) }.copied()?;
-    let _ = PENDING.remove(&id);
-    (p.verb & verbs != 0 && p.verb & !verbs == 0).then_some(p)
 }
 
 fn count(outcome: Capture) {
@@ -491,9 +503,9 @@ fn restrack_qp(ctx: &ProbeContext, layout: &QpLayout) -> Option<(*const u8, *con
 /// The module name uverbs gives the QPs it makes for a process.
 const UVERBS: [u8; 16] = *b"ib_uverbs\0\0\0\0\0\0\0";
 
-/// A QP was created: it is bound; userspace is woken to reconcile.
-/// `kernel`: the module name of the kernel user that made it, as two
-/// words; zero for a process's QP.
+/// A QP was created: who made it is recorded, and it is bound; userspace
+/// is woken to reconcile. `kernel`: the module name of the kernel user that
+/// made it, as two words; zero for a process's QP.
 #[inline(always)]
 fn created(layout: &QpLayout, qp: *const u8, kernel: [u64; 2]) {
     // An error pointer is no QP: reading through it fails.
@@ -501,7 +513,18 @@ fn created(layout: &QpLayout, qp: *const u8, kernel: [u64; 2]) {
         match read::<u32>(qp, layout.qp_type) {
             Some(t) => {
                 if let Some(transport) = transport(t) {
-                    bind(qp, qpn, transport, kernel);
+                    let mut matching = Matching {
+                        creator: creation(layout, qp, t, kernel),
+                        rules: 0,
+                        qpn,
+                        transport: transport as u32,
+                        found: MAX_RULES,
+                    };
+                    if CREATIONS.insert(&qpn, &matching.creator, 0).is_ok() {
+                        bind(qp, transport, &mut matching);
+                    } else {
+                        unrecorded(qpn);
+                    }
                 }
             }
             None => error!(
@@ -529,20 +552,40 @@ fn transport(ib_qp_type: u32) -> Option<QpType> {
     }
 }
 
-/// Binds new QP `qpn` in the live generation by its first matching rule.
+/// A QP whose creation found no room in `CREATIONS` (sized for every QP
+/// the devices hold: only destructions unseen can fill it): no later match
+/// could tell who made it, so it is quarantined now, not left to whatever
+/// `/proc` says then.
+#[inline(never)]
+fn unrecorded(qpn: u32) {
+    quarantine(qpn, true);
+    count(Capture::Quarantined);
+    report(Event {
+        dest_qp: qpn,
+        kind: EventKind::Quarantined as u8,
+        ..Event::default()
+    });
+    warn!(
+        &(),
+        "QP {}: no room to record who made it (CREATIONS full): quarantined, its frames refused until it is destroyed",
+        qpn
+    );
+}
+
+/// Binds new QP `m.qpn` in the live generation by its first matching rule.
 /// A `[[qp]]` entry for the QPN wins over a rule that matches only what a
 /// process chooses, never over a boundary rule (cgroup, ids, network
 /// namespace): a QPN comes by chance. A rule binding left from an earlier
 /// QP with this number (its destruction unseen) goes. (A reload writes the
 /// idle generation from RDMA netlink and binds what it missed once live.)
 #[inline(always)]
-fn bind(qp: *const u8, qpn: u32, transport: QpType, kernel: [u64; 2]) {
-    let g = Live::now().generation;
+fn bind(qp: *const u8, transport: QpType, m: &mut Matching) {
+    let (qpn, g) = (m.qpn, Live::now().generation);
     let key = qp_key(g, qpn);
     // SAFETY: the value is copied out at once.
     let old = unsafe { QPS.get(&key) }.copied();
     let entry = old.is_some_and(|e| e.flags & qp_flags::RULE == 0);
-    let i = first_match(g, qpn, transport, kernel);
+    let i = first_match(g, m);
     // The rule where the map keeps it, not a copy: this frame, the rule
     // match's and its loop body's stack together must stay within 512
     // bytes (Linux 6.1 counts every chain of calls).
@@ -620,40 +663,33 @@ fn quarantine(qpn: u32, on: bool) {
     }
 }
 
-/// The index of generation `g`'s first rule that matches a QP numbered
-/// `qpn` of transport `transport` made by the current task or, where
-/// `kernel` names one (its module's name as two words), by a kernel user;
-/// `MAX_RULES` when none does. A loop the kernel runs (`bpf_loop`), whose
+/// The index of generation `g`'s first rule that matches the QP `m`
+/// describes; `MAX_RULES` when none does. A loop the kernel runs (`bpf_loop`), whose
 /// body the verifier checks once rather than once per rule; and what the
 /// body writes is a number the verifier knows nothing of, so that the
 /// binding that follows is checked once, not once per rule that could have
 /// matched.
 #[inline(always)]
-fn first_match(g: u32, qpn: u32, transport: QpType, kernel: [u64; 2]) -> u32 {
-    let mut matching = Matching {
-        creator: Maker::current(&LAYOUT.load(), kernel),
-        rules: g * MAX_RULES,
-        qpn,
-        transport: transport as u32,
-        found: MAX_RULES,
-    };
+fn first_match(g: u32, m: &mut Matching) -> u32 {
+    m.rules = g * MAX_RULES;
+    m.found = MAX_RULES;
     // SAFETY: the callback takes the `Matching` this passes, for the call's
     // length.
     unsafe {
         generated::bpf_loop(
             MAX_RULES,
             match_rule as *mut core::ffi::c_void,
-            (&raw mut matching).cast(),
+            (m as *mut Matching).cast(),
             0,
         );
     }
-    matching.found
+    m.found
 }
 
 /// What `match_rule` compares each rule with, and the first that matched.
 #[repr(C)]
 struct Matching {
-    creator: Maker,
+    creator: Creation,
     /// The generation's first `BIND_RULES` index.
     rules: u32,
     qpn: u32,
@@ -768,51 +804,46 @@ unsafe fn fetch_add(counter: *mut u64) -> u64 {
     value
 }
 
-/// Who made a QP: the current task, or a kernel user of ib_core (a ULP),
-/// by its module's name, for which every task field reads as matching
-/// nothing. Chosen without a branch (by masks), so that the rules are
-/// matched in one verifier state.
-#[repr(C)]
-struct Maker {
-    /// All ones for a kernel user, else zero.
-    kernel: u64,
-    pid: u32,
-    uid: u32,
-    gid: u32,
-    netns: u64,
-    comm: [u8; 16],
-}
-
-impl Maker {
-    /// `kernel`: the kernel user's module name as two words, zero for the
-    /// current task. An unreadable field keeps its "matches nothing" value
-    /// (u32::MAX is no uid or gid).
-    #[inline(always)]
-    fn current(layout: &QpLayout, kernel: [u64; 2]) -> Maker {
-        let mask = (u64::from((kernel[0] | kernel[1]) != 0)).wrapping_neg();
-        // SAFETY: no preconditions.
-        let task = unsafe { bpf_get_current_task() } as *const u8;
-        let cred: *const u8 = read_or(task, layout.task_cred, ptr::null());
-        let nsproxy: *const u8 = read_or(task, layout.task_nsproxy, ptr::null());
-        let net: *const u8 = read_or(nsproxy, layout.nsproxy_net, ptr::null());
-        let mut comm = [0u8; 16];
-        // SAFETY: a buffer of the size given.
-        unsafe {
-            generated::bpf_get_current_comm(comm.as_mut_ptr().cast(), comm.len() as u32);
-        }
+/// Who made QP `qp` (of `enum ib_qp_type` `ib_qp_type`): the current task,
+/// or a kernel user of ib_core (a ULP), by its module's name (`kernel`, as
+/// two words; zero for the current task), for which every task field reads
+/// as matching nothing. Chosen without a branch (by masks), so that the
+/// rules are matched in one verifier state. An unreadable field keeps its
+/// "matches nothing" value (u32::MAX is no uid or gid).
+#[inline(always)]
+fn creation(layout: &QpLayout, qp: *const u8, ib_qp_type: u32, kernel: [u64; 2]) -> Creation {
+    let mask = (u64::from((kernel[0] | kernel[1]) != 0)).wrapping_neg();
+    // SAFETY: no preconditions.
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    let cred: *const u8 = read_or(task, layout.task_cred, ptr::null());
+    let nsproxy: *const u8 = read_or(task, layout.task_nsproxy, ptr::null());
+    let net: *const u8 = read_or(nsproxy, layout.nsproxy_net, ptr::null());
+    let mut comm = [0u8; 16];
+    // SAFETY: a buffer of the size given.
+    unsafe {
+        generated::bpf_get_current_comm(comm.as_mut_ptr().cast(), comm.len() as u32);
+    }
+    // SAFETY: 16 bytes either way.
+    let [t0, t1]: [u64; 2] = unsafe { core::mem::transmute(comm) };
+    let words = [(t0 & !mask) | kernel[0], (t1 & !mask) | kernel[1]];
+    let mut cgroups = [0u64; CGROUP_LEVELS];
+    for (level, id) in cgroups.iter_mut().enumerate() {
+        // SAFETY: no preconditions; 0 when the task is not that deep.
+        *id = unsafe { bpf_get_current_ancestor_cgroup_id(level as i32) } & !mask;
+    }
+    let m32 = mask as u32;
+    Creation {
+        qp: qp as u64,
+        netns: read_or(net, layout.net_cookie, 0) & !mask,
+        cgroups,
         // SAFETY: 16 bytes either way.
-        let [t0, t1]: [u64; 2] = unsafe { core::mem::transmute(comm) };
-        let words = [(t0 & !mask) | kernel[0], (t1 & !mask) | kernel[1]];
-        let m32 = mask as u32;
-        Maker {
-            kernel: mask,
-            pid: (bpf_get_current_pid_tgid() >> 32) as u32 & !m32,
-            uid: read_or(cred, layout.cred_euid, u32::MAX) | m32,
-            gid: read_or(cred, layout.cred_egid, u32::MAX) | m32,
-            netns: read_or(net, layout.net_cookie, 0) & !mask,
-            // SAFETY: 16 bytes either way.
-            comm: unsafe { core::mem::transmute::<[u64; 2], [u8; 16]>(words) },
-        }
+        comm: unsafe { core::mem::transmute::<[u64; 2], [u8; 16]>(words) },
+        pid: (bpf_get_current_pid_tgid() >> 32) as u32 & !m32,
+        uid: read_or(cred, layout.cred_euid, u32::MAX) | m32,
+        gid: read_or(cred, layout.cred_egid, u32::MAX) | m32,
+        kernel: (mask & 1) as u8,
+        ib_qp_type: ib_qp_type as u8,
+        _pad: [0; 2],
     }
 }
 
@@ -831,31 +862,6 @@ fn read_or<T: Copy>(base: *const u8, offset: u32, or: T) -> T {
         );
     }
     v
-}
-
-impl Creator for Maker {
-    fn kernel(&self) -> bool {
-        self.kernel != 0
-    }
-    fn comm(&self) -> [u8; 16] {
-        self.comm
-    }
-    fn pid(&self) -> u32 {
-        self.pid
-    }
-    fn uid(&self) -> u32 {
-        self.uid
-    }
-    fn gid(&self) -> u32 {
-        self.gid
-    }
-    fn netns(&self) -> u64 {
-        self.netns
-    }
-    fn cgroup_at(&self, level: u32) -> u64 {
-        // SAFETY: no preconditions; 0 when the task is not that deep.
-        unsafe { bpf_get_current_ancestor_cgroup_id(level as i32) as u64 & !self.kernel }
-    }
 }
 
 #[cfg(not(test))]

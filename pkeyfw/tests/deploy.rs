@@ -392,7 +392,7 @@ impl PodCgroups {
 /// An RC QP on rxe0 that process `pid` owns.
 fn qp_of(pid: u32, qpn: u32) -> pkeyfw::control::rdma::Qp {
     use pkeyfw::control::rdma::{IbQpType, QpState};
-    pkeyfw::control::rdma::Qp {
+    let mut qp = pkeyfw::control::rdma::Qp {
         device: "rxe0".into(),
         port: Some(1),
         qpn,
@@ -401,11 +401,14 @@ fn qp_of(pid: u32, qpn: u32) -> pkeyfw::control::rdma::Qp {
         state: QpState::Rts,
         pid: Some(pid),
         comm: None,
-        owner: pkeyfw::control::rdma::owner_of(pid),
+        maker: pkeyfw::control::rdma::Maker::Unasked,
         kernel: false,
         local: None,
         peer: None,
-    }
+    };
+    // As /proc tells it: a QP made before any probe ran.
+    pkeyfw::control::rdma::identify(std::slice::from_mut(&mut qp), &Default::default());
+    qp
 }
 
 /// The node-pool example, on this machine: its policy, with the pods'
@@ -491,22 +494,21 @@ fn the_node_pool_example_binds_pods_to_their_nodes_partition() {
 
     let spec = policy.binds[0].spec();
     assert_ne!(spec.matchers & pkeyfw_common::abi::matcher::CGROUP, 0);
-    let root = pkeyfw::policy::identity::cgroup2_mount().unwrap();
-    let member = pkeyfw::control::rdma::owner_of(pod)
-        .expect("the pod's process lives")
-        .cgroup;
-    let ancestor: PathBuf = member
-        .trim_start_matches('/')
-        .split('/')
-        .take(spec.cgroup_level as usize)
-        .collect();
+    // Who made it, as /proc tells it and as the probe records it: its
+    // cgroup's ancestor at the rule's depth is the rule's directory.
+    let made = *qp_of(pod, 0x12)
+        .maker
+        .creation()
+        .expect("the pod's process lives");
+    assert_eq!(
+        made.cgroups[spec.cgroup_level as usize], spec.cgroup,
+        "the creator's ancestor at depth {}",
+        spec.cgroup_level
+    );
     use std::os::unix::fs::MetadataExt as _;
     assert_eq!(
-        std::fs::metadata(root.join(&ancestor)).unwrap().ino(),
+        std::fs::metadata(pods.kubepods()).unwrap().ino(),
         spec.cgroup,
-        "{member}: the probe's ancestor at depth {} is {}",
-        spec.cgroup_level,
-        ancestor.display()
+        "the rule's directory is the pods' slice"
     );
-    assert_eq!(root.join(ancestor), pods.kubepods());
 }

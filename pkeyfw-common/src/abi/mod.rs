@@ -38,6 +38,8 @@ pub mod name {
     pub const QUARANTINE: &str = "QUARANTINE";
     pub const LISTED: &str = "LISTED";
     pub const JOIN_ACTION: &str = "JOIN_ACTION";
+    pub const CREATIONS: &str = "CREATIONS";
+    pub const REPORTS: &str = "REPORTS";
 }
 
 /// The layout of every map below, as one number: `ABI[0]` holds it, so a
@@ -48,7 +50,7 @@ pub mod name {
 pub const LAYOUT_VERSION: u32 =
     LAYOUT << 24 | (REASON_SLOTS as u32) << 16 | (Stamp::COUNT as u32) << 8 | Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 18;
+const LAYOUT: u32 = 19;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -73,6 +75,9 @@ pub enum MapSize {
     Probed,
     /// One per stats slot per possible CPU ([`qp_stats_index`]).
     PerSlotPerCpu,
+    /// The probes' report ring: bytes for what every possible CPU's
+    /// budgets let through in a window ([`REPORT_BYTES_PER_CPU`]).
+    ReportRing,
 }
 
 /// What a filter is loaded for: the maps' sizes.
@@ -111,6 +116,7 @@ impl Capacity {
             MapSize::PerSlot(n) => Some((self.qps + self.probed) * n),
             MapSize::Probed => Some(self.probed),
             MapSize::PerSlotPerCpu => Some(self.slots() * self.cpus),
+            MapSize::ReportRing => Some((self.cpus * REPORT_BYTES_PER_CPU).next_power_of_two()),
         }
     }
 }
@@ -125,7 +131,7 @@ pub struct MapSpec {
 
 /// Every map of the filter object: the loader takes, pins, opens and sizes
 /// the maps from this table, and refuses an object with a map it lacks.
-pub const MAPS: [MapSpec; 22] = {
+pub const MAPS: [MapSpec; 24] = {
     use MapKind::*;
     use MapSize::*;
     const fn spec(name: &'static str, kind: MapKind, size: MapSize) -> MapSpec {
@@ -154,6 +160,8 @@ pub const MAPS: [MapSpec; 22] = {
         spec(name::QUARANTINE, Array, Fixed),
         spec(name::LISTED, HashMap, Fixed),
         spec(name::JOIN_ACTION, Array, Fixed),
+        spec(name::CREATIONS, HashMap, Probed),
+        spec(name::REPORTS, RingBuf, ReportRing),
     ]
 };
 
@@ -552,6 +560,42 @@ pub struct KernelSlot {
     pub qp: u64,
 }
 
+/// `CREATIONS[qpn]`: who made the QP numbered `qpn`, as the QP-creation
+/// probe saw it at creation (the task in the verb, or the kernel user).
+/// Every later match of the rules (a reload, a replacing attach, a release
+/// from quarantine) reads this, never `/proc`, which a tenant can make
+/// unreadable (a name that is not UTF-8, a thread that exited) or steer (a
+/// setuid exec after the creation). The destroy probe removes it.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub struct Creation {
+    /// The `struct ib_qp`: a later QP with the number is another one.
+    pub qp: u64,
+    /// Network namespace cookie; 0 for a kernel user's QP.
+    pub netns: u64,
+    /// The creator's cgroup and its ancestors, by level from the root (0),
+    /// as `bpf_get_current_ancestor_cgroup_id` gives them; 0 below its own
+    /// level, and for a kernel user's QP.
+    pub cgroups: [u64; CGROUP_LEVELS],
+    /// Command name of the creating thread, or the kernel user's module.
+    pub comm: [u8; 16],
+    /// Process (thread group) id, in the initial PID namespace.
+    pub pid: u32,
+    /// Effective ids; `u32::MAX` (no id) for a kernel user's QP.
+    pub uid: u32,
+    pub gid: u32,
+    /// Non-zero: a kernel user made it.
+    pub kernel: u8,
+    /// `enum ib_qp_type`, to tell a record from a later QP's of the number.
+    pub ib_qp_type: u8,
+    pub _pad: [u8; 2],
+}
+
+/// Levels of a creator's cgroup path kept in [`Creation::cgroups`], the
+/// root's included: a `cgroup` rule may name a directory at most
+/// `CGROUP_LEVELS - 1` below the root.
+pub const CGROUP_LEVELS: usize = 8;
+
 /// Rules per generation.
 pub const MAX_RULES: u32 = 64;
 
@@ -682,8 +726,17 @@ crate::named_enum! {
     }
 }
 
-/// Size of the `EVENTS` ring buffer.
+/// Size of the `EVENTS` ring buffer (refused frames).
 pub const EVENTS_BYTES: u32 = 1 << 16;
+/// Room in the `REPORTS` ring (the probes' reports: joins, Q_Keys,
+/// quarantines) per possible CPU: each report kind's budget for a window,
+/// a record (header and event) of 64 bytes each, for up to four kinds. So
+/// no flood, and no number of CPUs, fills it while its reader keeps up
+/// within a window; a report that still finds no room is counted
+/// ([`EventBudget::lost`]).
+pub const REPORT_BYTES_PER_CPU: u32 = 4 * EVENTS_PER_WINDOW * 64;
+/// `REPORTS` as declared (the loader sizes it for the CPUs).
+pub const REPORTS_BYTES: u32 = 1 << 16;
 /// Events of one kind each CPU may send per window: a flood of violations
 /// costs the host a counter increment per frame, not a ring-buffer write.
 pub const EVENTS_PER_WINDOW: u32 = 64;
@@ -706,6 +759,8 @@ pub struct EventBudget {
     /// The jiffy count the clock was last read at (see
     /// [`EVENT_TICK_SHIFT`]).
     pub tick: u64,
+    /// Events the budget let through that their ring had no room for.
+    pub lost: u64,
 }
 
 impl EventBudget {
@@ -744,8 +799,9 @@ const _: () = {
     assert!(size_of::<GroupEntry>() == 8);
     assert!(size_of::<QpStats>() == 16);
     assert!(size_of::<KernelSlot>() == 16);
+    assert!(size_of::<Creation>() == 48 + 8 * CGROUP_LEVELS);
     assert!(size_of::<Event>() == 52);
-    assert!(size_of::<EventBudget>() == 32);
+    assert!(size_of::<EventBudget>() == 40);
     assert!(size_of::<QpLayout>() == 72 + 4 * DEVICES);
     assert!(size_of::<SenderLayout>() == 32 + 4 * DEVICES);
     assert!(size_of::<BindSpec>() == 72);
@@ -765,6 +821,7 @@ mod pod {
     unsafe impl aya::Pod for super::GroupEntry {}
     unsafe impl aya::Pod for super::QpStats {}
     unsafe impl aya::Pod for super::KernelSlot {}
+    unsafe impl aya::Pod for super::Creation {}
     unsafe impl aya::Pod for super::EventBudget {}
     unsafe impl aya::Pod for super::BindSpec {}
 }

@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::Result;
 use aya_log::EbpfLogger;
-use pkeyfw_common::abi::{EventKind, OnForeignJoin};
+use pkeyfw_common::abi::OnForeignJoin;
 use tokio::{
     io::{Interest, unix::AsyncFd},
     signal::unix::{SignalKind, signal},
@@ -30,11 +30,6 @@ use crate::{
         kernel_log::{self, KernelLog},
     },
 };
-
-/// Whether an event reports a refused frame (rate-limited), not a verb.
-fn is_frame(kind: u8) -> bool {
-    kind == EventKind::Frame as u8 || kind == EventKind::SwitchPort as u8
-}
 
 impl Attachment {
     /// Frames refused so far, both ways (a switch port refuses outbound too).
@@ -198,11 +193,16 @@ pub(super) async fn foreground(
             "pkeyfw: `pkeyfw events` reads this attachment's violations; they are not printed here"
         );
     }
-    let fd = Fd(att.filter.maps_mut().events().as_raw_fd());
-    // SAFETY: the ring buffer's fd stays open, owned by `filter`, until
+    // Refused frames, and the probes' reports on a ring of their own.
+    let maps = att.filter.maps_mut();
+    let fds = [maps.events().as_raw_fd(), maps.reports().as_raw_fd()];
+    // SAFETY: the ring buffers' fds stay open, owned by `filter`, until
     // after this future (and `ready` with it) is gone.
-    let ready = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
-        .map_err(|e| e.into_parts().1)?;
+    let [ready, reports_ready] = fds.map(|fd| {
+        unsafe { AsyncFd::register_with_interest(Fd(fd), Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)
+    });
+    let (ready, reports_ready) = (ready?, reports_ready?);
     let mut second = tokio::time::interval(Duration::from_secs(1));
     let mut limiter = events::Limiter::new(opts.log_rate);
     let mut poll = tokio::time::interval(binder::POLL);
@@ -214,14 +214,26 @@ pub(super) async fn foreground(
     let mut refused = None;
     let exit = loop {
         tokio::select! {
+            // The rings first: a re-read of the QPs waits for them, never
+            // they for it.
+            biased;
+            guard = reports_ready.readable(), if reader.is_some() => {
+                let mut guard = guard?;
+                while let Some(item) = att.filter.maps_mut().reports().next() {
+                    // A verb's report is one call, rare, and budgeted in the
+                    // kernel: always shown.
+                    if let Some(e) = events::decode(&item) {
+                        println!("{}", events::line(&e));
+                    }
+                }
+                guard.clear_ready();
+            }
             guard = ready.readable(), if reader.is_some() => {
                 let mut guard = guard?;
                 while let Some(item) = att.filter.maps_mut().events().next() {
-                    // A verb's event (a join, a Q_Key) is one call, rare,
-                    // and budgeted in the kernel: always shown; refused
-                    // frames by the limiter.
+                    // Refused frames, as the limiter lets them.
                     if let Some(e) = events::decode(&item)
-                        && (!is_frame(e.kind) || limiter.allow())
+                        && limiter.allow()
                     {
                         println!("{}", events::line(&e));
                     }

@@ -171,6 +171,7 @@ pub fn run(opts: &Options) -> Result<()> {
         let _entered = runtime.enter();
         start_probes(&binder, &pins, &kernel_log)
     };
+    start::replaced(&mut filter, old.as_ref())?;
     // QPs made between the snapshot the attach bound and the probes' start
     // are bound now.
     let mut caught = Vec::new();

@@ -80,15 +80,21 @@ pub(super) fn refuse_if_taken(pins: &Pins, index: u32, opts: &Options) -> Result
 
 /// Loads, fills (binding the QPs that exist), attaches and pins the links.
 /// Replacing an attachment (`old`, set aside, with its maps), it carries the
-/// probes' state over, switches the old links to the new programs (no
-/// moment without a filter) and removes the old pins and filters.
+/// probes' state over and switches the old links to the new programs (no
+/// moment without a filter); the old probes run on until the caller's
+/// start (see [`replaced`]).
 pub(super) fn attach(
     pins: &Pins,
     binder: &mut Binder,
     opts: &Options,
     old: Option<&(Aside, Result<Maps>)>,
 ) -> Result<(Filter, XdpMode, Vec<String>)> {
-    let (policy, bound) = binder.effective().unwrap_or_else(|e| {
+    // Who made the QPs, as the replaced attachment's probes saw them.
+    let records = match old {
+        Some((_, Ok(maps))) => maps.creations()?,
+        _ => Default::default(),
+    };
+    let (policy, bound) = binder.effective(&records).unwrap_or_else(|e| {
         eprintln!("pkeyfw: warning: cannot read the QPs ({e:#}); [[bind]] rules bind none yet");
         (binder.policy().clone(), Vec::new())
     });
@@ -126,6 +132,8 @@ pub(super) fn attach(
     }
     let old = old.map(|(aside, _)| aside);
     filter.apply(&policy)?;
+    let mut bound = bound;
+    bound.extend(binder.quarantine(filter.maps_mut(), &[])?);
     let took_over = match old.filter(|old| old.link().exists()) {
         Some(old) => {
             let egress = old.egress_link();
@@ -182,10 +190,28 @@ pub(super) fn attach(
     if let Err(e) = filter.remove_replaced() {
         eprintln!("pkeyfw: warning: {e:#}");
     }
-    if let Some(old) = old.filter(|old| old.dir.exists()) {
-        old.remove()?;
-    }
     Ok((filter, mode, bound))
+}
+
+/// Ends a replaced attachment (`old`) once this one's probes run (or
+/// could not): what its probes saw since [`attach`] carried their state
+/// over is carried too, so that no QP was created unseen, and its pins
+/// and filters go.
+pub(super) fn replaced(filter: &mut Filter, old: Option<&(Aside, Result<Maps>)>) -> Result<()> {
+    let Some((aside, maps)) = old else {
+        return Ok(());
+    };
+    if let Ok(maps) = maps
+        && let Err(e) = filter.maps_mut().inherit_late(maps)
+    {
+        eprintln!(
+            "pkeyfw: warning: what the replaced attachment's probes saw in the last moments is lost ({e:#}): QPs created then are bound from /proc"
+        );
+    }
+    if aside.dir.exists() {
+        aside.remove()?;
+    }
+    Ok(())
 }
 
 /// QPs the QP-creation probe may bind at once: what the interface's RDMA

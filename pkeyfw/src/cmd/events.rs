@@ -142,14 +142,17 @@ pub fn run(args: &EventsArgs) -> Result<()> {
             eprintln!("pkeyfw: {named}: its events are read by {who}; not here");
             continue;
         };
-        let path = a.pins.dir.join(name::EVENTS);
-        let map =
-            MapData::from_pin(&path).with_context(|| format!("opening {}", path.display()))?;
-        rings.push(Ring {
-            iface: a.pins.iface.clone(),
-            ring: RingBuf::try_from(Map::RingBuf(map))?,
-            _reader: reader,
-        });
+        // Refused frames, and the probes' reports on a ring of their own.
+        for ring in [name::EVENTS, name::REPORTS] {
+            let path = a.pins.dir.join(ring);
+            let map =
+                MapData::from_pin(&path).with_context(|| format!("opening {}", path.display()))?;
+            rings.push(Ring {
+                iface: a.pins.iface.clone(),
+                ring: RingBuf::try_from(Map::RingBuf(map))?,
+                _reader: reader.try_clone()?,
+            });
+        }
         held.push(HeldBack::new(a.pins.iface.clone(), a.maps)?);
     }
     if rings.is_empty() {

@@ -182,6 +182,11 @@ pub fn exposition() -> Result<String> {
         "Events the kernel counted but did not send, over its budget for their kind (64 per CPU per second each)",
         &[at[0], at[1], "kind"],
     )?;
+    let lost = f.counter(
+        "pkeyfw_events_lost_total",
+        "Events within the kernel's budget that found their ring full (the probes' reports have a ring of their own, sized for every CPU's budget)",
+        &[at[0], at[1], "kind"],
+    )?;
     let bound = f.gauge(
         "pkeyfw_qps_bound",
         "QPs the policy in force binds, by what bound them: a [[qp]] entry, a rule applied by pkeyfw, or by the QP-creation probe",
@@ -274,6 +279,8 @@ pub fn exposition() -> Result<String> {
             suppressed
                 .with_label_values(&[at[0], at[1], kind.name()])
                 .inc_by(snap.suppressed[kind.index() as usize]);
+            lost.with_label_values(&[at[0], at[1], kind.name()])
+                .inc_by(snap.lost[kind.index() as usize]);
         }
         for (by, n) in snap.bound_by {
             bound

@@ -70,8 +70,16 @@ pub fn run(args: &QpsArgs) -> Result<()> {
             "no RDMA device is bound to {iface} (soft-RoCE makes one: rdma link add rxe0 type rxe netdev {iface})"
         );
     }
-    let qps = rdma::qps_of(&devices)?;
     let pins = Pins::of(iface);
+    let maps = if pins.exists() && matches!(pins.state(), Ok(State::Live { .. })) {
+        Some(Maps::from_pins(&pins.dir)?)
+    } else {
+        None
+    };
+    // Who made each QP as the attachment's probes saw it, where they did.
+    let mut qps = rdma::qps_of(&devices)?;
+    let records = maps.as_ref().map(Maps::creations).transpose()?;
+    rdma::identify(&mut qps, &records.unwrap_or_default());
     let path = match policy {
         Some(p) => Some(p.to_path_buf()),
         None if pins.exists() => pins.remembered_policy().ok(),
@@ -85,13 +93,9 @@ pub fn run(args: &QpsArgs) -> Result<()> {
         }
         None => None,
     };
-    let counters = if pins.exists() && matches!(pins.state(), Ok(State::Live { .. })) {
-        Maps::from_pins(&pins.dir)?
-            .qp_counters()?
-            .into_iter()
-            .collect()
-    } else {
-        BTreeMap::new()
+    let counters = match &maps {
+        Some(maps) => maps.qp_counters()?.into_iter().collect(),
+        None => BTreeMap::new(),
     };
     let view = View {
         iface: iface.to_string(),
@@ -273,6 +277,7 @@ fn binding_text(policy: &Policy, qp: &Qp, binding: &Binding) -> String {
         }
         Binding::Taken(r) => format!("QPN bound for another device's QP: {}", rule_text(r)),
         Binding::Unbound => unknown,
+        Binding::Unidentified => "quarantined: who made it cannot be told".to_string(),
     }
 }
 
@@ -283,6 +288,7 @@ fn binding_json(policy: &Policy, binding: &Binding) -> Value {
         Binding::Rule { rule, line, bound } => ("bind", Some(rule), Some(line), Some(bound)),
         Binding::Taken(r) => ("taken", None, None, Some(r)),
         Binding::Unbound => ("unknown_qp", None, None, None),
+        Binding::Unidentified => ("unidentified", None, None, None),
     };
     json!({
         "by": by,

@@ -56,10 +56,14 @@ pub fn run(args: &ReloadArgs) -> Result<()> {
         Holder::Foreground(pid) => ask(pid, &maps)?,
         Holder::Pinned | Holder::Gone(_) => {
             let mut binder = Binder::new(netlink::if_index(iface)?, policy.clone());
-            let applied = binder.effective().and_then(|(effective, bound)| {
-                maps.apply(&effective)?;
-                Ok(bound)
-            });
+            let applied = maps
+                .creations()
+                .and_then(|records| binder.effective(&records))
+                .and_then(|(effective, mut bound)| {
+                    maps.apply(&effective)?;
+                    bound.extend(binder.quarantine(&mut maps, &[])?);
+                    Ok(bound)
+                });
             pins.note_policy(match applied {
                 Ok(_) => PolicyEvent::Reloaded,
                 Err(_) => PolicyEvent::Refused,

@@ -1,6 +1,8 @@
 //! Keeping a filter's QP table in step with the QPs that exist: real
 //! programs get new QPNs every run, so `[[bind]]` rules are applied to what
-//! RDMA netlink reports, and re-applied whenever that changes.
+//! RDMA netlink reports, and re-applied whenever that changes — each QP by
+//! who made it as the QP-creation probe recorded it, never as `/proc`
+//! says later (see [`rdma::identify`]).
 //!
 //! RDMA netlink (Linux 6.1) sends no notification when a QP is created, so
 //! a foreground attachment reads it every [`POLL`], and at once when the
@@ -14,7 +16,7 @@ use std::{collections::BTreeMap, time::Duration};
 use anyhow::Result;
 
 use crate::{
-    control::rdma::{self, Qp},
+    control::rdma::{self, Qp, Records},
     loading::maps::Maps,
     policy::{Binding, Policy, QpRule},
 };
@@ -27,8 +29,11 @@ pub const POLL: Duration = Duration::from_millis(5);
 pub struct Binder {
     ifindex: u32,
     base: Policy,
-    /// The QPs of the last snapshot.
+    /// The QPs of the last snapshot, as RDMA netlink reported them.
     seen: Option<Vec<Qp>>,
+    /// QPs no rule can be matched against (see
+    /// [`Binding::Unidentified`](crate::policy::Binding)), as last planned.
+    unidentified: Vec<u32>,
     /// The policy last applied with them.
     applied: Option<Policy>,
     /// QPs bound by rules, as last applied, for the messages.
@@ -49,6 +54,7 @@ impl Binder {
             ifindex,
             base,
             seen: None,
+            unidentified: Vec::new(),
             applied: None,
             bound: BTreeMap::new(),
         }
@@ -69,6 +75,7 @@ impl Binder {
         self.ifindex
     }
 
+    /// The QPs RDMA netlink reports, if the policy binds by rule.
     fn qps(&self) -> Result<Vec<Qp>> {
         if self.active() {
             rdma::qps_on(self.ifindex)
@@ -77,20 +84,52 @@ impl Binder {
         }
     }
 
-    /// The policy to enforce for the QPs that exist now, and one line per
-    /// QP bound or released since the last call; recorded as applied (the
-    /// caller applies it).
-    pub fn effective(&mut self) -> Result<(Policy, Vec<String>)> {
+    /// The policy to enforce for the QPs that exist now, who made them
+    /// told by `records` (the probes' records, of the attachment replaced,
+    /// or none), and one line per QP bound or released since the last call;
+    /// recorded as applied (the caller applies it, and quarantines
+    /// [`Binder::unidentified`]).
+    pub fn effective(&mut self, records: &Records) -> Result<(Policy, Vec<String>)> {
         let qps = self.qps()?;
-        let (effective, bound) = self.plan(&qps);
+        let (effective, bound) = self.plan(&qps, records);
         let lines = self.commit(qps, effective.clone(), bound);
         Ok((effective, lines))
     }
 
-    /// What the base policy makes of a snapshot.
-    fn plan(&self, qps: &[Qp]) -> (Policy, BTreeMap<u32, Bound>) {
-        let (effective, bindings) = self.base.with_discovered(qps);
-        (effective, bound(qps, &bindings))
+    /// The QPs last planned that no rule can be matched against: to be
+    /// quarantined.
+    pub fn unidentified(&self) -> &[u32] {
+        &self.unidentified
+    }
+
+    /// What the base policy makes of a snapshot (its QPs told apart by
+    /// `records`); notes the QPs no rule can be matched against.
+    fn plan(&mut self, qps: &[Qp], records: &Records) -> (Policy, BTreeMap<u32, Bound>) {
+        let mut qps = qps.to_vec();
+        rdma::identify(&mut qps, records);
+        let (effective, bindings) = self.base.with_discovered(&qps);
+        self.unidentified = qps
+            .iter()
+            .zip(&bindings)
+            .filter(|(_, b)| matches!(b, Binding::Unidentified))
+            .map(|(qp, _)| qp.qpn)
+            .collect();
+        (effective, bound(&qps, &bindings))
+    }
+
+    /// Quarantines the QPs no rule can be matched against, with a line
+    /// for each not quarantined before.
+    pub fn quarantine(&self, maps: &mut Maps, before: &[u32]) -> Result<Vec<String>> {
+        let mut lines = Vec::new();
+        for &qpn in &self.unidentified {
+            maps.quarantine(qpn)?;
+            if !before.contains(&qpn) {
+                lines.push(format!(
+                    "pkeyfw: quarantined QP {qpn:#08x}: it was made before any QP-creation probe ran and who made it cannot be read now (its thread is gone), so no [[bind]] rule can be matched against it; its frames are refused until it is destroyed"
+                ));
+            }
+        }
+        Ok(lines)
     }
 
     /// Records a snapshot as applied; the lines saying what changed.
@@ -115,7 +154,8 @@ impl Binder {
         if self.seen.as_ref() == Some(&qps) {
             return Ok(Vec::new());
         }
-        let (effective, bound) = self.plan(&qps);
+        let before = self.unidentified.clone();
+        let (effective, bound) = self.plan(&qps, &maps.creations()?);
         match &self.applied {
             Some(old) if same_but_qps(old, &effective) => {
                 for (qpn, rule) in &effective.qps {
@@ -131,7 +171,9 @@ impl Binder {
             }
             _ => maps.apply(&effective)?,
         }
-        Ok(self.commit(qps, effective, bound))
+        let mut lines = self.quarantine(maps, &before)?;
+        lines.extend(self.commit(qps, effective, bound));
+        Ok(lines)
     }
 
     /// Switches to a new base policy (a reload), with the QPs that exist;
@@ -139,12 +181,18 @@ impl Binder {
     pub fn replace(&mut self, base: Policy, maps: &mut Maps) -> Result<Vec<String>> {
         // The new policy decides whether there are QPs to read.
         let old = std::mem::replace(&mut self.base, base);
+        let before = self.unidentified.clone();
         let applied = self.qps().and_then(|qps| {
-            let (effective, bound) = self.plan(&qps);
-            maps.apply(&effective).map(|()| (qps, effective, bound))
+            let (effective, bound) = self.plan(&qps, &maps.creations()?);
+            maps.apply(&effective)?;
+            let lines = self.quarantine(maps, &before)?;
+            Ok((qps, effective, bound, lines))
         });
         match applied {
-            Ok((qps, effective, bound)) => Ok(self.commit(qps, effective, bound)),
+            Ok((qps, effective, bound, mut lines)) => {
+                lines.extend(self.commit(qps, effective, bound));
+                Ok(lines)
+            }
             Err(e) => {
                 self.base = old;
                 Err(e)
@@ -187,6 +235,9 @@ fn owner(qp: &Qp) -> String {
     }
     if let Some(comm) = &qp.comm {
         s += &format!(" {}", crate::reporting::describe::name(comm));
+    }
+    if matches!(qp.maker, rdma::Maker::Seen(_)) {
+        s += ", as seen at creation";
     }
     s
 }

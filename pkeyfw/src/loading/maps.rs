@@ -8,7 +8,7 @@
 //! attached it would.
 
 use std::{
-    collections::{HashMap as StdHashMap, HashSet},
+    collections::{BTreeMap, HashMap as StdHashMap, HashSet},
     os::fd::{AsFd as _, AsRawFd as _},
     path::Path,
     time::{Duration, Instant},
@@ -25,8 +25,8 @@ use aya::{
 use pkeyfw_common::{
     Capture, Reason, Stamp, Verdict,
     abi::{
-        BindSpec, Config, EventBudget, EventKind, GENERATIONS, GROUP_CAPACITY, GroupEntry,
-        GroupKey, JoinAction, KernelSlot, LAYOUT_VERSION, MAPS, MAX_RULES, MapKind,
+        BindSpec, Config, Creation, EventBudget, EventKind, GENERATIONS, GROUP_CAPACITY,
+        GroupEntry, GroupKey, JoinAction, KernelSlot, LAYOUT_VERSION, MAPS, MAX_RULES, MapKind,
         OTHER_PARTITION, PARTITIONS, PORT_SERIAL_BITS, QPN_MASK, QpEntry, QpStats,
         counters::{REASON_SLOTS, reason_slot},
         listed_key, matcher, name, port_entry, port_key_index, qp_flags, qp_key, qp_stats_index,
@@ -125,6 +125,7 @@ pub struct Maps {
     /// The possible CPUs `qp_stats` has a run for.
     cpus: u32,
     events: RingBuf<MapData>,
+    reports: RingBuf<MapData>,
     event_budget: PerCpuArray<MapData, EventBudget>,
     stamps: PerCpuArray<MapData, u64>,
     captures: PerCpuArray<MapData, u64>,
@@ -132,6 +133,7 @@ pub struct Maps {
     bind_rules: Array<MapData, BindSpec>,
     qkeys: HashMap<MapData, u32, u32>,
     kslots: HashMap<MapData, u32, KernelSlot>,
+    creations: HashMap<MapData, u32, Creation>,
     free_slots: Stack<MapData, u32>,
     next_slot: Array<MapData, u64>,
     quarantine: Array<MapData, u64>,
@@ -265,6 +267,7 @@ impl Maps {
             qp_stats: typed(take(name::QP_STATS), name::QP_STATS)?,
             cpus,
             events: typed(take(name::EVENTS), name::EVENTS)?,
+            reports: typed(take(name::REPORTS), name::REPORTS)?,
             event_budget: typed(take(name::EVENT_BUDGET), name::EVENT_BUDGET)?,
             stamps: typed(take(name::STAMPS), name::STAMPS)?,
             captures: typed(take(name::CAPTURES), name::CAPTURES)?,
@@ -272,6 +275,7 @@ impl Maps {
             bind_rules: typed(take(name::BIND_RULES), name::BIND_RULES)?,
             qkeys: typed(take(name::QKEYS), name::QKEYS)?,
             kslots: typed(take(name::KSLOTS), name::KSLOTS)?,
+            creations: typed(take(name::CREATIONS), name::CREATIONS)?,
             free_slots: typed(take(name::FREE_SLOTS), name::FREE_SLOTS)?,
             next_slot: typed(take(name::NEXT_SLOT), name::NEXT_SLOT)?,
             quarantine: typed(take(name::QUARANTINE), name::QUARANTINE)?,
@@ -284,6 +288,11 @@ impl Maps {
     /// The ring buffer of violation events.
     pub fn events(&mut self) -> &mut RingBuf<MapData> {
         &mut self.events
+    }
+
+    /// The ring buffer of the probes' reports (joins, Q_Keys, quarantines).
+    pub fn reports(&mut self) -> &mut RingBuf<MapData> {
+        &mut self.reports
     }
 
     /// The generation the program reads.
@@ -352,13 +361,24 @@ impl Maps {
     /// Events the kernel held back per kind (over its budget), summed over
     /// CPUs.
     pub fn suppressed(&self) -> Result<SuppressedCounts> {
+        self.per_kind(|b| b.suppressed)
+    }
+
+    /// Events per kind the budget let through that found their ring full,
+    /// summed over CPUs.
+    pub fn lost(&self) -> Result<SuppressedCounts> {
+        self.per_kind(|b| b.lost)
+    }
+
+    /// One `EVENT_BUDGET` count per kind, summed over CPUs.
+    fn per_kind(&self, count: impl Fn(&EventBudget) -> u64) -> Result<SuppressedCounts> {
         let mut counts = [0; EventKind::COUNT];
-        for (kind, count) in counts.iter_mut().enumerate() {
+        for (kind, n) in counts.iter_mut().enumerate() {
             let per_cpu = self
                 .event_budget
                 .get(&(kind as u32), 0)
                 .context("reading EVENT_BUDGET")?;
-            *count = per_cpu.iter().map(|b| b.suppressed).sum();
+            *n = per_cpu.iter().map(&count).sum();
         }
         Ok(counts)
     }
@@ -527,6 +547,10 @@ impl Maps {
     /// its stats slots and their counts, and the quarantine. A binding whose
     /// slot this filter has no room for is quarantined, not lost.
     pub fn inherit(&mut self, old: &Maps) -> Result<()> {
+        let creations: Vec<(u32, Creation)> =
+            batch::entries(old.creations.map()).context("reading the old CREATIONS")?;
+        batch::update(self.creations.map(), &creations)
+            .map_err(|f| anyhow!(f.error).context("writing CREATIONS"))?;
         for item in old.qkeys.iter() {
             let (qpn, qkey) = item.context("reading the old QKEYS")?;
             self.qkeys.insert(&qpn, &qkey, 0).context("writing QKEYS")?;
@@ -578,6 +602,31 @@ impl Maps {
         let words: Vec<(u32, u64)> = (0..).zip(quarantine).filter(|&(_, w)| w != 0).collect();
         batch::update(self.quarantine.map(), &words)
             .map_err(|f| anyhow!(f.error).context("writing QUARANTINE"))
+    }
+
+    /// What the replaced attachment's probes saw after [`Maps::inherit`]
+    /// and before this attachment's probes ran (they run until these do):
+    /// the records and Q_Keys of the QPs created meanwhile. What this
+    /// attachment's probes wrote since is theirs, and newer.
+    pub fn inherit_late(&mut self, old: &Maps) -> Result<()> {
+        let creations: Vec<(u32, Creation)> =
+            batch::entries(old.creations.map()).context("reading the old CREATIONS")?;
+        for (qpn, c) in creations {
+            ignore_exists(self.creations.insert(&qpn, &c, BPF_NOEXIST))
+                .context("writing CREATIONS")?;
+        }
+        for item in old.qkeys.iter() {
+            let (qpn, qkey) = item.context("reading the old QKEYS")?;
+            ignore_exists(self.qkeys.insert(&qpn, &qkey, BPF_NOEXIST)).context("writing QKEYS")?;
+        }
+        Ok(())
+    }
+
+    /// Who made each QP the probes saw created, by QPN (see [`Creation`]).
+    pub fn creations(&self) -> Result<BTreeMap<u32, Creation>> {
+        let entries: Vec<(u32, Creation)> =
+            batch::entries(self.creations.map()).context("reading CREATIONS")?;
+        Ok(entries.into_iter().collect())
     }
 
     /// Switches the program to `policy`. The policy is written into the idle
@@ -1036,6 +1085,18 @@ fn data(map: &Map) -> Result<&MapData> {
 /// `remove` of a key that is not there is not an error when clearing.
 /// (aya reports a delete's ENOENT as a failed syscall; the QP-creation
 /// and destroy probes may remove an entry first.)
+/// `BPF_NOEXIST`: an update that adds, never replaces.
+const BPF_NOEXIST: u64 = 1;
+
+/// An add that found the key there already is no error: what is there is
+/// newer.
+fn ignore_exists(r: Result<(), MapError>) -> Result<()> {
+    match r {
+        Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::EEXIST) => Ok(()),
+        r => Ok(r?),
+    }
+}
+
 fn ignore_missing(r: Result<(), MapError>) -> Result<()> {
     match r {
         Ok(()) | Err(MapError::KeyNotFound) => Ok(()),

@@ -13,7 +13,7 @@
 use std::{collections::btree_map::Entry, ops::RangeInclusive, path::Path};
 
 use pkeyfw_common::{
-    abi::{BindSpec, MAX_RULES, QpType, comm_bytes, matcher, qp_flags},
+    abi::{BindSpec, CGROUP_LEVELS, MAX_RULES, QpType, comm_bytes, matcher, qp_flags},
     verdict::MULTICAST_QPN,
 };
 use serde::Deserialize;
@@ -25,7 +25,7 @@ use super::{
     error::position,
     identity::{self, Cgroup, Netns},
 };
-use crate::control::rdma::Qp;
+use crate::control::rdma::{Maker, Qp};
 
 /// Longest command name the kernel keeps (`TASK_COMM_LEN` - 1).
 const MAX_COMM: usize = 15;
@@ -160,34 +160,24 @@ pub enum Binding {
     Taken(QpRule),
     /// No rule matches: the unknown-QP rule judges its frames.
     Unbound,
+    /// Who made it cannot be told (a QP made before any probe ran whose
+    /// thread is gone): no rule can be said to match, nor none to; it is
+    /// quarantined, its frames refused both ways until it is destroyed.
+    Unidentified,
 }
 
 impl BindRule {
-    /// Whether it matches `qp`, as RDMA netlink and its owner's `/proc`
-    /// entry describe it (the probe matches the creating task itself).
+    /// Whether it matches `qp`, by who made it: what the QP-creation probe
+    /// saw, or `/proc` for a QP made before any probe ran (see
+    /// [`Maker`](crate::control::rdma::Maker)); the very match the probe
+    /// makes. Nothing matches a QP whose maker is unknown.
     pub fn matches(&self, qp: &Qp) -> bool {
-        let owner = qp.owner.as_ref();
-        let task = self.cgroup.is_some() || self.uid.is_some() || self.gid.is_some();
-        if qp.kernel != self.kernel || (task && owner.is_none()) {
+        let Some(transport) = qp.qp_type.transport() else {
             return false;
-        }
-        self.comm
-            .as_deref()
-            .is_none_or(|c| qp.comm.as_deref() == Some(c))
-            && self.pid.is_none_or(|p| qp.pid == Some(p))
-            && self.uid.is_none_or(|u| owner.is_some_and(|o| o.uid == u))
-            && self.gid.is_none_or(|g| owner.is_some_and(|o| o.gid == g))
-            && self.netns.as_ref().is_none_or(|n| {
-                owner.is_some_and(|o| o.netns == Some(n.inode)) && same_netns(qp, n)
-            })
-            && self
-                .cgroup
-                .as_ref()
-                .is_none_or(|c| owner.is_some_and(|o| within(&o.cgroup, &c.name)))
-            && self.qpns.as_ref().is_none_or(|r| r.contains(&qp.qpn))
-            && self
-                .qp_type
-                .is_none_or(|t| qp.qp_type.transport() == Some(t))
+        };
+        qp.maker
+            .creation()
+            .is_some_and(|c| self.spec().matches(c, qp.qpn, transport))
     }
 
     /// How it binds a QP of `transport`: a UD QP without a Q_Key in the
@@ -205,22 +195,6 @@ impl BindRule {
             flags: qp_flags::RULE | if own { qp_flags::OWN_QKEY } else { 0 },
         }
     }
-}
-
-/// Whether the process that owns `qp` is in namespace `n` by its cookie (its
-/// inode number, equal, may be a reused one's).
-fn same_netns(qp: &Qp, n: &Netns) -> bool {
-    qp.pid
-        .and_then(crate::control::netns::cookie_of_pid)
-        .is_some_and(|c| c == n.cookie)
-}
-
-/// Whether cgroup `member` ("/a/b") is `dir` or below it.
-fn within(member: &str, dir: &str) -> bool {
-    dir == "/"
-        || member
-            .strip_prefix(dir)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 impl Policy {
@@ -245,7 +219,10 @@ impl Policy {
                     return Binding::Entry(*entry);
                 }
                 let Some((rule, r)) = matched else {
-                    return Binding::Unbound;
+                    return match qp.maker {
+                        Maker::Unknown => Binding::Unidentified,
+                        _ => Binding::Unbound,
+                    };
                 };
                 let bound = r.bind(transport);
                 let ruled = Binding::Rule {
@@ -317,6 +294,21 @@ fn rule(
         &format!("{field}.cgroup"),
         identity::cgroup,
     )?;
+    if let (Some(c), Some(path)) = (&cgroup, &raw.cgroup)
+        && c.level as usize >= CGROUP_LEVELS
+    {
+        return Err(cx.err(
+            path.span(),
+            &format!("{field}.cgroup"),
+            format!(
+                "`{}` is {} levels below the root; the QP-creation probe records a creator's cgroups {} levels deep, so a rule may name one at most {} below the root",
+                path.get_ref(),
+                c.level,
+                CGROUP_LEVELS,
+                CGROUP_LEVELS - 1
+            ),
+        ));
+    }
     let netns = resolved(cx, &raw.netns, &format!("{field}.netns"), identity::netns)?;
     let kernel = raw.kernel.as_ref().is_some_and(|k| *k.get_ref());
     if let Some(k) = &raw.kernel

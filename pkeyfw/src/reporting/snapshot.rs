@@ -39,6 +39,8 @@ pub struct Snapshot {
     pub captures: CaptureCounts,
     /// Events the kernel's per-kind budgets held back.
     pub suppressed: SuppressedCounts,
+    /// Events per kind the budget let through that found their ring full.
+    pub lost: SuppressedCounts,
     /// P_Key and Q_Key violations per partition: (reason, partition, frames).
     pub violations: Vec<(Reason, u16, u64)>,
     /// Who holds it, when known (else `pinned` says).
@@ -85,6 +87,7 @@ impl Snapshot {
             stamps: maps.stamps()?,
             captures: maps.captures()?,
             suppressed: maps.suppressed()?,
+            lost: maps.lost()?,
             violations: maps.violations()?,
             holder: None,
             netns: None,
@@ -218,6 +221,11 @@ impl Snapshot {
             })
             .collect::<serde_json::Map<_, _>>()
             .into();
+        out["events_lost"] = EventKind::ALL
+            .iter()
+            .map(|k| (k.name().to_string(), json!(self.lost[k.index() as usize])))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
         out["quarantined"] = json!(self.quarantined);
         out["gone_netns_rules"] = self
             .gone_netns
@@ -313,17 +321,24 @@ impl Snapshot {
                 )?;
             }
         }
-        if self.suppressed.iter().any(|&n| n != 0) {
+        for (counts, what) in [
+            (
+                &self.suppressed,
+                "events over the kernel's budget (counted, not sent)",
+            ),
+            (
+                &self.lost,
+                "events lost, their ring full (counted, not sent; is a reader keeping up?)",
+            ),
+        ] {
             let held: Vec<String> = EventKind::ALL
                 .iter()
-                .filter(|k| self.suppressed[k.index() as usize] != 0)
-                .map(|k| format!("{} {}", k.name(), self.suppressed[k.index() as usize]))
+                .filter(|k| counts[k.index() as usize] != 0)
+                .map(|k| format!("{} {}", k.name(), counts[k.index() as usize]))
                 .collect();
-            writeln!(
-                out,
-                "  events over the kernel's budget (counted, not sent): {}",
-                held.join(", ")
-            )?;
+            if !held.is_empty() {
+                writeln!(out, "  {what}: {}", held.join(", "))?;
+            }
         }
         if !self.quarantined.is_empty() {
             let qps: Vec<String> = self.quarantined.iter().map(|q| format!("{q:#x}")).collect();

@@ -1,7 +1,9 @@
 //! The RDMA devices bound to an interface and their QPs, as the kernel's
 //! RDMA netlink reports them (what `rdma link` and `rdma resource show qp`
-//! print): which QPs exist, who owns them, and for rdma_cm connections the
-//! addresses at both ends. `[[bind]]` rules bind QPs found here.
+//! print): which QPs exist, who made them, and for rdma_cm connections the
+//! addresses at both ends. `[[bind]]` rules bind QPs found here, by who
+//! made them: what the QP-creation probe saw ([`Maker::Seen`]), or for a
+//! QP made before any probe ran, what `/proc` says ([`Maker::Read`]).
 //!
 //! Which driver runs each device comes from sysfs ([`Driver`]).
 //!
@@ -14,10 +16,10 @@ mod nldev;
 mod socket;
 pub mod verbs;
 
-use std::{collections::BTreeMap, fmt, net::SocketAddr};
+use std::{collections::BTreeMap, fmt, net::SocketAddr, path::Path};
 
 use anyhow::{Context as _, Result};
-use pkeyfw_common::abi::QpType;
+use pkeyfw_common::abi::{CGROUP_LEVELS, Creation, QpType, comm_bytes};
 
 pub use self::{driver::Driver, socket::NoRdmaNetlink};
 use self::{
@@ -56,8 +58,8 @@ pub struct Qp {
     /// The owner's command (`/proc/PID/comm`), or for kernel QPs the name
     /// of the kernel module that made it.
     pub comm: Option<String>,
-    /// What `/proc/PID` says of the owning process (user QPs).
-    pub owner: Option<Owner>,
+    /// Who made it, as the rules match it ([`identify`]).
+    pub maker: Maker,
     /// Made by the kernel (a ULP or ib_core itself), not by a process.
     pub kernel: bool,
     /// For a QP made through rdma_cm: its local address and port.
@@ -66,21 +68,33 @@ pub struct Qp {
     pub peer: Option<SocketAddr>,
 }
 
-/// What `[[bind]]` rules match of a QP's owning process, from `/proc/PID`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Owner {
-    /// Effective ids.
-    pub uid: u32,
-    pub gid: u32,
-    /// Network namespace inode number; `None` where `/proc/PID/ns/net`
-    /// cannot be read. That takes ptrace access, which a service without
-    /// CAP_SYS_PTRACE (the shipped unit) lacks to another user's process:
-    /// then a `netns` rule does not match, while the ids and the cgroup,
-    /// from files anyone may read, still bind the QP.
-    pub netns: Option<u32>,
-    /// Its cgroup v2, as `/proc/PID/cgroup` names it ("/a/b").
-    pub cgroup: String,
+/// Who made a QP, as `[[bind]]` rules match it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Maker {
+    /// Not asked yet (RDMA netlink alone).
+    Unasked,
+    /// What the QP-creation probe saw as the kernel created it.
+    Seen(Creation),
+    /// What `/proc` and RDMA netlink say now: for a QP made before any
+    /// probe ran.
+    Read(Creation),
+    /// Neither: a process's QP whose thread is gone, or whose `/proc`
+    /// entry cannot be read. No rule can tell whose it is.
+    Unknown,
 }
+
+impl Maker {
+    /// What the rules match, if anything is known.
+    pub fn creation(&self) -> Option<&Creation> {
+        match self {
+            Maker::Seen(c) | Maker::Read(c) => Some(c),
+            Maker::Unasked | Maker::Unknown => None,
+        }
+    }
+}
+
+/// The QP-creation probe's records, by QPN.
+pub type Records = BTreeMap<u32, Creation>;
 
 /// `enum ib_qp_type`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -119,6 +133,24 @@ impl From<u8> for IbQpType {
 }
 
 impl IbQpType {
+    /// As `enum ib_qp_type` numbers it.
+    pub fn raw(self) -> u8 {
+        match self {
+            IbQpType::Smi => 0,
+            IbQpType::Gsi => 1,
+            IbQpType::Rc => 2,
+            IbQpType::Uc => 3,
+            IbQpType::Ud => 4,
+            IbQpType::RawIpv6 => 5,
+            IbQpType::RawEthertype => 6,
+            IbQpType::RawPacket => 8,
+            IbQpType::XrcIni => 9,
+            IbQpType::XrcTgt => 10,
+            IbQpType::Driver => 0xff,
+            IbQpType::Other(v) => v,
+        }
+    }
+
     /// The RoCE transport a policy binds it as; None for QP0 and QP1 (fixed
     /// rules) and for QPs that carry no RoCE transport (raw, driver).
     pub fn transport(self) -> Option<QpType> {
@@ -235,7 +267,8 @@ pub fn devices_on(ifindex: u32) -> Result<Vec<Device>> {
     Ok(devices)
 }
 
-/// The QPs of `devices` on their bound ports, sorted by device and QPN.
+/// The QPs of `devices` on their bound ports, sorted by device and QPN, as
+/// RDMA netlink reports them: who made them not yet asked ([`identify`]).
 pub fn qps_of(devices: &[Device]) -> Result<Vec<Qp>> {
     let mut nl = Connection::open()?;
     let mut comms = BTreeMap::new();
@@ -256,10 +289,7 @@ pub fn qps_of(devices: &[Device]) -> Result<Vec<Qp>> {
             );
         }
         all.extend(assemble(device, qps, &cm_ids, &mut |pid| {
-            comms
-                .entry(pid)
-                .or_insert_with(|| (comm_of(pid), owner_of(pid)))
-                .clone()
+            comms.entry(pid).or_insert_with(|| comm_of(pid)).clone()
         }));
     }
     all.sort_by(|a, b| (&a.device, a.qpn).cmp(&(&b.device, b.qpn)));
@@ -267,9 +297,44 @@ pub fn qps_of(devices: &[Device]) -> Result<Vec<Qp>> {
 }
 
 /// Every QP of every RDMA device bound to interface `ifindex`; empty when
-/// no device is.
+/// no device is. Who made them not yet asked ([`identify`]).
 pub fn qps_on(ifindex: u32) -> Result<Vec<Qp>> {
     qps_of(&devices_on(ifindex)?)
+}
+
+/// Who made each of `qps`: the probe's record of its creation where there
+/// is one of this QP (a kernel user's or a process's as RDMA netlink says,
+/// and of its type: else an earlier QP's with the number), else `/proc`.
+pub fn identify(qps: &mut [Qp], records: &Records) {
+    let mut read = BTreeMap::new();
+    for qp in qps {
+        let seen = records
+            .get(&qp.qpn)
+            .filter(|c| (c.kernel != 0) == qp.kernel && c.ib_qp_type == qp.qp_type.raw());
+        qp.maker = match seen {
+            Some(c) => Maker::Seen(*c),
+            None if qp.kernel => Maker::Read(kernel_user(qp.comm.as_deref().unwrap_or(""), qp)),
+            None => match qp.pid {
+                Some(pid) => *read
+                    .entry(pid)
+                    .or_insert_with(|| creation_of(pid, qp).map_or(Maker::Unknown, Maker::Read)),
+                None => Maker::Unknown,
+            },
+        };
+    }
+}
+
+/// A kernel user's QP, by its module's name: every task field matches
+/// nothing, as the probe records it.
+fn kernel_user(module: &str, qp: &Qp) -> Creation {
+    Creation {
+        comm: comm_bytes(module.as_bytes()),
+        uid: u32::MAX,
+        gid: u32::MAX,
+        kernel: 1,
+        ib_qp_type: qp.qp_type.raw(),
+        ..Creation::default()
+    }
 }
 
 /// The attributes of every reply of a dump of `command`.
@@ -293,7 +358,7 @@ fn assemble(
     device: &Device,
     qps: Vec<Qp>,
     cm_ids: &[CmId],
-    owner: &mut impl FnMut(u32) -> (Option<String>, Option<Owner>),
+    comm: &mut impl FnMut(u32) -> Option<String>,
 ) -> Vec<Qp> {
     let every_port = device.ports.len() as u32 == device.port_count;
     qps.into_iter()
@@ -302,7 +367,7 @@ fn assemble(
             if !qp.kernel
                 && let Some(pid) = qp.pid
             {
-                (qp.comm, qp.owner) = owner(pid);
+                qp.comm = comm(pid);
             }
             if let Some(id) = cm_ids.iter().find(|id| id.qpn == qp.qpn) {
                 qp.local = id.local;
@@ -314,38 +379,67 @@ fn assemble(
 }
 
 /// `/proc/PID/comm`, as `rdma` prints it; None once the process is gone.
+/// (A name need not be UTF-8: shown with replacement characters.)
 fn comm_of(pid: u32) -> Option<String> {
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-    Some(comm.trim_end_matches('\n').to_string())
+    let comm = std::fs::read(format!("/proc/{pid}/comm")).ok()?;
+    let comm = comm.strip_suffix(b"\n").unwrap_or(&comm);
+    Some(String::from_utf8_lossy(comm).into_owned())
 }
 
-/// `/proc/PID`'s effective ids, network namespace and cgroup v2; None once
-/// the process is gone.
-pub fn owner_of(pid: u32) -> Option<Owner> {
-    use std::os::unix::fs::MetadataExt as _;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+/// What `/proc/PID` says of the process that made `qp`, as the probe
+/// would have recorded it: its command, effective ids, network namespace
+/// cookie and cgroups. Read as bytes: no name a process gives itself makes
+/// it unreadable. None once the process is gone (or its cgroup is).
+pub fn creation_of(pid: u32, qp: &Qp) -> Option<Creation> {
+    let status = std::fs::read(format!("/proc/{pid}/status")).ok()?;
     // "Uid:\treal\teffective\tsaved\tfs"
-    let effective = |field: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(field))?
+    let effective = |field: &[u8]| -> Option<u32> {
+        let line = status
+            .split(|&b| b == b'\n')
+            .find_map(|l| l.strip_prefix(field))?;
+        std::str::from_utf8(line)
+            .ok()?
             .split_whitespace()
             .nth(1)?
             .parse()
             .ok()
     };
-    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    Some(Owner {
-        uid: effective("Uid:")?,
-        gid: effective("Gid:")?,
-        netns: std::fs::metadata(format!("/proc/{pid}/ns/net"))
-            .ok()
-            .map(|m| m.ino() as u32),
-        cgroup: cgroups
-            .lines()
-            .find_map(|l| l.strip_prefix("0::"))?
-            .to_string(),
+    let comm = std::fs::read(format!("/proc/{pid}/comm")).ok()?;
+    let cgroups = std::fs::read(format!("/proc/{pid}/cgroup")).ok()?;
+    let cgroup = cgroups
+        .split(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(b"0::"))?;
+    Some(Creation {
+        // The namespace's cookie takes ptrace access, which a service
+        // without CAP_SYS_PTRACE lacks to another user's process: then 0,
+        // which no `netns` rule matches.
+        netns: crate::control::netns::cookie_of_pid(pid).unwrap_or(0),
+        cgroups: cgroup_ids(cgroup)?,
+        comm: comm_bytes(comm.strip_suffix(b"\n").unwrap_or(&comm)),
+        pid,
+        uid: effective(b"Uid:")?,
+        gid: effective(b"Gid:")?,
+        kernel: 0,
+        ib_qp_type: qp.qp_type.raw(),
+        ..Creation::default()
     })
+}
+
+/// The ids of cgroup `path` ("/a/b", as `/proc/PID/cgroup` names it) and
+/// its ancestors, by level from the root, as the probe records them.
+fn cgroup_ids(path: &[u8]) -> Option<[u64; CGROUP_LEVELS]> {
+    use std::os::unix::{ffi::OsStrExt as _, fs::MetadataExt as _};
+    let mut dir = crate::policy::identity::cgroup2_mount()?;
+    let mut ids = [0; CGROUP_LEVELS];
+    let names = path.split(|&b| b == b'/').filter(|n| !n.is_empty());
+    for (level, name) in std::iter::once(&b""[..]).chain(names).enumerate() {
+        if level >= CGROUP_LEVELS {
+            break;
+        }
+        dir.push(Path::new(std::ffi::OsStr::from_bytes(name)));
+        ids[level] = std::fs::metadata(&dir).ok()?.ino();
+    }
+    Some(ids)
 }
 
 #[cfg(test)]
@@ -361,11 +455,30 @@ impl Qp {
             state: QpState::Rts,
             pid: Some(pid),
             comm: Some(comm.into()),
-            owner: None,
+            // Named and numbered, in no cgroup and with no ids a rule
+            // names.
+            maker: Maker::Read(Creation {
+                comm: comm_bytes(comm.as_bytes()),
+                pid,
+                uid: u32::MAX,
+                gid: u32::MAX,
+                ib_qp_type: qp_type.raw(),
+                ..Creation::default()
+            }),
             kernel: false,
             local: None,
             peer: None,
         }
+    }
+
+    /// The QP, made by effective ids `uid` and `gid` in the cgroup whose
+    /// ids from the root down are `cgroups`.
+    pub(crate) fn made_by(mut self, uid: u32, gid: u32, cgroups: &[u64]) -> Qp {
+        if let Maker::Read(c) | Maker::Seen(c) = &mut self.maker {
+            (c.uid, c.gid) = (uid, gid);
+            c.cgroups[..cgroups.len()].copy_from_slice(cgroups);
+        }
+        self
     }
 }
 

@@ -257,7 +257,7 @@ pub fn qps(attrs: &[u8]) -> Result<Vec<Qp>, DecodeError> {
                 pid: e.u32(attr::RES_PID)?.filter(|&p| p != 0),
                 kernel: kern_name.is_some(),
                 comm: kern_name,
-                owner: None,
+                maker: super::Maker::Unasked,
                 local: None,
                 peer: None,
             })

@@ -237,7 +237,7 @@ fn user_qp(qpn: u32, qp_type: IbQpType, state: QpState, pid: u32) -> Qp {
         state,
         pid: Some(pid),
         comm: None,
-        owner: None,
+        maker: super::Maker::Unasked,
         kernel: false,
         local: None,
         peer: None,
@@ -563,7 +563,7 @@ fn assembling_selects_bound_ports_and_fills_owners() {
         local: Some("10.0.0.1:18515".parse().unwrap()),
         peer: Some("10.0.0.2:41234".parse().unwrap()),
     }];
-    let mut comm = |pid: u32| ((pid == 5151).then(|| "rping".to_string()), None);
+    let mut comm = |pid: u32| (pid == 5151).then(|| "rping".to_string());
 
     // Port 1 of two: port 2's QP and the one on no port yet are left out.
     let two_ports = Device {
@@ -597,11 +597,11 @@ fn assembling_selects_bound_ports_and_fills_owners() {
 
 /// Without CAP_SYS_PTRACE (as under the shipped systemd unit) another
 /// user's `/proc/PID/ns/net` cannot be read; its ids and cgroup, which
-/// anyone may read, still make its owner, so a cgroup or uid rule still
-/// binds its QPs when they are matched from `/proc`. Capabilities are per
-/// thread: only this test's thread gives CAP_SYS_PTRACE up.
+/// anyone may read, still tell who made its QPs, so a cgroup or uid rule
+/// still binds them when they are matched from `/proc`. Capabilities are
+/// per thread: only this test's thread gives CAP_SYS_PTRACE up.
 #[test]
-fn an_owner_is_read_without_ptrace_access() {
+fn a_maker_is_read_without_ptrace_access() {
     use std::os::unix::process::CommandExt as _;
     let mut child = std::process::Command::new("sleep")
         .arg("30")
@@ -616,15 +616,50 @@ fn an_owner_is_read_without_ptrace_access() {
             std::fs::metadata(format!("/proc/{pid}/ns/net")).is_err(),
             "without CAP_SYS_PTRACE another user's namespace is hidden"
         );
-        super::owner_of(pid)
+        super::creation_of(pid, &user_qp(0x11, IbQpType::Ud, QpState::Rts, pid))
     })
     .join()
     .unwrap();
     let _ = child.kill();
     let _ = child.wait();
-    let owner = owner.expect("the owner, all but its namespace");
-    assert_eq!((owner.uid, owner.gid, owner.netns), (65534, 65534, None));
-    assert!(owner.cgroup.starts_with('/'), "{}", owner.cgroup);
+    let made = owner.expect("who made it, all but its namespace");
+    assert_eq!((made.uid, made.gid, made.netns), (65534, 65534, 0));
+    assert_eq!(made.cgroups[0], 1, "the root cgroup, at level 0");
+}
+
+/// A tenant names its process with bytes that are not UTF-8 (exec through
+/// a link named `\xff`; the kernel does not escape them in
+/// `/proc/PID/status`). Who made its QPs is still read, name and all.
+#[test]
+fn a_maker_named_with_any_bytes_is_read() {
+    use std::os::unix::{ffi::OsStrExt as _, process::CommandExt as _};
+    let dir = std::env::temp_dir().join(format!("pkeyfw-name-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join(std::ffi::OsStr::from_bytes(b"\xff\xfeapp"));
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("/bin/sleep", &link).unwrap();
+    let mut child = std::process::Command::new(&link)
+        .arg("30")
+        .uid(65534)
+        .gid(65534)
+        .spawn()
+        .expect("sleep through the link, as nobody");
+    let pid = child.id();
+    let mut made = None;
+    for _ in 0..100 {
+        made = super::creation_of(pid, &user_qp(0x11, IbQpType::Ud, QpState::Rts, pid))
+            .filter(|c| c.comm[0] == 0xff);
+        if made.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let made = made.expect("who made it, though its name is no UTF-8");
+    assert_eq!(&made.comm[..6], b"\xff\xfeapp\0");
+    assert_eq!((made.uid, made.gid, made.pid), (65534, 65534, pid));
 }
 
 /// linux/capability.h.

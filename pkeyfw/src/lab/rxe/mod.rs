@@ -215,6 +215,12 @@ fn attack_failed(sc: &Scenario, o: &Observed) -> bool {
         Some(Attack::Fill(_)) => server(Capture::Quarantined) > 0 && o.rebound == Some(true),
         // The programs completing says it.
         Some(Attack::Restart) => true,
+        // ... and no frame of theirs left unstamped, as an unbound QP's.
+        Some(Attack::Rebind) => o.unbound == 0,
+        // The victim's Q_Key was captured while the return probes starved.
+        Some(Attack::Starve(_)) => {
+            server(Capture::QkeyCaptured) > 0 && o.reasons.refused_by(Reason::QkeyViolation) == 0
+        }
         // The server's QP holds the entry's QPN; the verdict (refused, and
         // `unknown_qp = "drop"` moving nothing) says its tenant's rule
         // bound it.

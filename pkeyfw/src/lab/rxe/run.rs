@@ -6,8 +6,10 @@
 //! them), and every captured frame's ICRC is recomputed.
 
 use std::{
+    ffi::OsStr,
     fs,
     io::{BufRead as _, BufReader},
+    os::unix::ffi::OsStrExt as _,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{Arc, Mutex},
@@ -304,9 +306,10 @@ pub fn scenario(
         .map(|(path, end)| tcpdump(None, &end.iface, "out", path))
         .collect::<Result<Vec<_>>>()?;
     let rcvd_before = [server_end, client_end].map(rxe_rcvd);
+    let mut starvers = Vec::new();
     let attacker = sc
         .attack
-        .map(|a| attack(a, server_end, client_end, entry))
+        .map(|a| attack(a, server_end, client_end, entry, &mut starvers))
         .transpose()?
         .flatten();
 
@@ -314,6 +317,14 @@ pub fn scenario(
     let log = |role: &str| fs::File::create(logs.join(format!("{}.{role}.log", sc.name)));
     let program = sc.program;
     let (server_comm, client_comm) = sc.comms();
+    // Names that are not UTF-8, for the rebinding attack.
+    let (server_comm, client_comm): (&OsStr, &OsStr) = match sc.attack {
+        Some(Attack::Rebind) => (
+            OsStr::from_bytes(UNREADABLE_SERVER),
+            OsStr::from_bytes(UNREADABLE_CLIENT),
+        ),
+        _ => (server_comm.as_ref(), client_comm.as_ref()),
+    };
     let [server_tenant, client_tenant] = sc.tenants;
     // No waiting for pkeyfw to bind the server's QP: the probe binds it as
     // it is created, before any peer can learn its number.
@@ -342,6 +353,20 @@ pub fn scenario(
                 .map(|a| a.replaced(&client_end.iface, &policy))
                 .transpose()?;
         }
+        Some(Attack::Rebind) => {
+            let grown = work.join(format!("{}.grown.toml", sc.name));
+            fs::write(&grown, sc.grown_policy_text())?;
+            for end in [server_end]
+                .into_iter()
+                .chain(client_attach.as_ref().map(|_| client_end))
+            {
+                reload(&end.iface, &grown)?;
+            }
+            attach = attach.replaced(&server_end.iface, &grown)?;
+            client_attach = client_attach
+                .map(|a| a.replaced(&client_end.iface, &grown))
+                .transpose()?;
+        }
         _ => {}
     }
     let mut client = Command::new(named(program.name(), client_comm, work)?);
@@ -361,7 +386,7 @@ pub fn scenario(
         LINGER
     })?;
     let attacker_signal = attacker.and_then(|mut a| a.signal_that_ended());
-    drop((client, server));
+    drop((client, server, starvers));
     let rebound = match sc.attack {
         Some(Attack::Fill(_)) => Some(rebinds(server_end)?),
         _ => None,
@@ -567,7 +592,13 @@ fn next_qpn(end: &End) -> Result<u32> {
 /// another partition (D's) or to none; it runs until dropped. (A foreign
 /// Q_Key is sent from here; a QPN is taken, the `entry`'s, before this
 /// returns.)
-fn attack(attack: Attack, server: &End, client: &End, entry: Option<u32>) -> Result<Option<Proc>> {
+fn attack(
+    attack: Attack,
+    server: &End,
+    client: &End,
+    entry: Option<u32>,
+    starvers: &mut Vec<Proc>,
+) -> Result<Option<Proc>> {
     let mut cmd = as_nobody()?;
     if let Attack::Squat | Attack::TakeQpn | Attack::Join { .. } = attack {
         // In the cgroup a rule binds to another partition.
@@ -623,7 +654,15 @@ fn attack(attack: Attack, server: &End, client: &End, entry: Option<u32>) -> Res
             }
             return Ok(None);
         }
-        Attack::ForeignQkey(_) | Attack::Restart => return Ok(None),
+        Attack::Starve(n) => {
+            // The others, each a process of its own.
+            for _ in 1..n {
+                starvers.push(Proc(starving(server)?.spawn()?));
+            }
+            cmd = starving(server)?;
+            1500
+        }
+        Attack::ForeignQkey(_) | Attack::Restart | Attack::Rebind => return Ok(None),
     };
     let child = cmd
         .stdout(Stdio::null())
@@ -631,6 +670,18 @@ fn attack(attack: Attack, server: &End, client: &End, entry: Option<u32>) -> Res
         .context("starting the attacker as nobody")?;
     std::thread::sleep(Duration::from_millis(ready));
     Ok(Some(Proc(child)))
+}
+
+/// A process of [`Attack::Starve`]: modifies to RTR on `end`'s device, in a
+/// loop, naming a peer whose ARP never resolves.
+fn starving(end: &End) -> Result<Command> {
+    let mut cmd = as_nobody()?;
+    cmd.args(["--device", &end.device, "--gid-index"])
+        .arg(end.gid_index.to_string())
+        .args(["--flood", &u64::MAX.to_string(), "--peer"])
+        .arg(super::scenario::UNANSWERED.to_string())
+        .stdout(Stdio::null());
+    Ok(cmd)
 }
 
 /// Sends malformed frames to port 4791 of `to` from `from`, 3,000 a second
@@ -722,7 +773,7 @@ fn attacker() -> Result<PathBuf> {
 
 /// A path that runs `program` under the command name `comm`: a link named
 /// so in `work` (the kernel names a task after the file it executes).
-fn named(program: &str, comm: &str, work: &Path) -> Result<PathBuf> {
+fn named(program: &str, comm: &OsStr, work: &Path) -> Result<PathBuf> {
     if program == comm {
         return Ok(PathBuf::from(program));
     }
@@ -737,6 +788,27 @@ fn named(program: &str, comm: &str, work: &Path) -> Result<PathBuf> {
     std::os::unix::fs::symlink(&target, &link)
         .with_context(|| format!("linking {} to {}", link.display(), target.display()))?;
     Ok(link)
+}
+
+/// The command names [`Attack::Rebind`] runs the programs under: bytes that
+/// are not UTF-8.
+const UNREADABLE_SERVER: &[u8] = b"\xff\xfeserver";
+const UNREADABLE_CLIENT: &[u8] = b"\xff\xfeclient";
+
+/// `pkeyfw reload IFACE --policy POLICY`, as an operator would run it.
+fn reload(iface: &str, policy: &Path) -> Result<()> {
+    let out = Command::new(std::env::current_exe()?)
+        .args(["reload", iface, "--policy"])
+        .arg(policy)
+        .output()
+        .context("running pkeyfw reload")?;
+    if !out.status.success() {
+        bail!(
+            "pkeyfw reload {iface} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
 }
 
 /// The frames `end`'s rxe device has taken in so far.

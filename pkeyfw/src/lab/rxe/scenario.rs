@@ -162,6 +162,19 @@ pub enum Attack {
     /// every attachment is SIGKILLed and a new attach replaces it, as a
     /// crash and systemd's `Restart=` would.
     Restart,
+    /// Both programs run through links whose names are not UTF-8 (the
+    /// kernel does not escape them in `/proc/PID/status`). Once the
+    /// server's QP is up, every attachment reloads a policy that adds a
+    /// rule for another tenant, then is SIGKILLed and replaced by a new
+    /// attach of that policy: each re-match must read who made the QPs as
+    /// the probe saw it, not `/proc`.
+    Rebind,
+    /// As an unprivileged user, this many processes loop modifies to RTR
+    /// on the server's device naming a peer address that never answers
+    /// ARP ([`UNANSWERED`]): each call sleeps up to a second resolving it,
+    /// holding a return probe's instance (at most max(10, 2·CPUs) exist)
+    /// while the server's UD QP sets its Q_Key.
+    Starve(u32),
     /// As the server's tenant (`D`, whose rule binds another partition),
     /// makes and destroys QPs on the server's device until the QPN the
     /// policy's `[[qp]]` entry names ([`ENTRY_QPN`]) comes next: the
@@ -173,6 +186,14 @@ pub enum Attack {
 /// server's device as the scenario starts (rxe hands QPNs out in
 /// sequence, so a fixed number may be long past).
 pub const ENTRY_QPN: &str = "@ENTRY_QPN@";
+/// What [`Attack::Rebind`] adds to a scenario's policy: a rule for another
+/// tenant, after the scenario's own.
+pub const ANOTHER_TENANT: &str = "[[bind]]\ncgroup = \"@CGROUPS@/app\"\npkey = 0x8002\n";
+
+/// An address on the lab's link that no host has: ARP for it never
+/// resolves.
+pub const UNANSWERED: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 250);
+
 /// The first QPN rxe hands out: the entry's apart from a run.
 const FIRST_QPN: u32 = 0x11;
 
@@ -183,6 +204,11 @@ impl Scenario {
     pub fn policy_text(&self, entry: Option<u32>) -> String {
         let entry = format!("{:#x}", entry.unwrap_or(FIRST_QPN));
         tenants::fill(&format!("{PORT}{}", self.rules)).replace(ENTRY_QPN, &entry)
+    }
+
+    /// The policy [`Attack::Rebind`] reloads: another tenant's rule added.
+    pub fn grown_policy_text(&self) -> String {
+        self.policy_text(None) + &tenants::fill(ANOTHER_TENANT)
     }
 
     /// The policy, as pkeyfw reads it.
@@ -728,6 +754,24 @@ pub fn all() -> Vec<Scenario> {
             why: "the replacing attach keeps the Q_Key the probe saw",
         },
         Scenario {
+            name: "stamp-unreadable-rebind",
+            client_comm: None,
+            program: Program::UdPingpong,
+            rules: concat!(
+                "[enforcement]\nstamp = true\nunknown_qp = \"default-pkey\"\n",
+                roles!()
+            ),
+            binding: "A 0x8001 ⟵ B 0x0001, named \\xff, stamped, reloaded, restarted",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0x0001, 0x8001],
+            wire_qkeys: &[PP_QKEY],
+            attack: Some(Attack::Rebind),
+            tenants: [A, B],
+            pinned: false,
+            why: "re-matches read the creation the probe recorded, never /proc",
+        },
+        Scenario {
             name: "stamp-rc-restart",
             client_comm: None,
             program: Program::RcPingpong,
@@ -777,6 +821,21 @@ pub fn all() -> Vec<Scenario> {
             tenants: [D, A],
             pinned: false,
             why: "a QPN taken in sequence does not beat D's cgroup",
+        },
+        Scenario {
+            name: "ud-own-qkey-starved",
+            client_comm: None,
+            program: Program::UdPingpong,
+            rules: "[[bind]]\ncgroup = \"@CGROUPS@/app\"\npkey = 0xffff\n",
+            binding: "UD, P_Key 0xffff, its own Q_Key, set while 24 modifies sleep",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0xffff],
+            wire_qkeys: &[PP_QKEY],
+            attack: Some(Attack::Starve(24)),
+            tenants: [APP; 2],
+            pinned: false,
+            why: "the Q_Key is taken at the modify's entry, which no one can starve",
         },
         Scenario {
             name: "ud-own-qkey",

@@ -308,7 +308,6 @@ fn entries_win_over_rules() {
 /// not beat the entry.
 #[test]
 fn boundary_rules_beat_entries_by_number() {
-    use crate::control::rdma::Owner;
     let p = parse(
         "[port]\npkeys = [0xffff, 0x8001, 0x8002]\n\
          [[qp]]\nqpn = 0x11\ntype = \"rc\"\npkey = 0x8001\n\
@@ -317,22 +316,8 @@ fn boundary_rules_beat_entries_by_number() {
          [[bind]]\ncomm = \"squatter\"\npkey = 0x8002\n",
     )
     .unwrap();
-    let tenant = |qpn, comm| Qp {
-        owner: Some(Owner {
-            uid: 1001,
-            gid: 1001,
-            netns: Some(1),
-            cgroup: "/tenants/b".into(),
-        }),
-        ..Qp::user(qpn, IbQpType::Rc, 7, comm)
-    };
-    let mut by_name = Qp::user(0x12, IbQpType::Rc, 8, "squatter");
-    by_name.owner = Some(Owner {
-        uid: 1002,
-        gid: 1002,
-        netns: Some(1),
-        cgroup: "/tenants/c".into(),
-    });
+    let tenant = |qpn, comm| Qp::user(qpn, IbQpType::Rc, 7, comm).made_by(1001, 1001, &[1, 20]);
+    let by_name = Qp::user(0x12, IbQpType::Rc, 8, "squatter").made_by(1002, 1002, &[1, 30]);
     let (effective, bindings) = p.with_discovered(&[tenant(0x11, "app"), by_name]);
     let tenants = by_rule(QpType::Rc, 0x8002, None);
     assert_eq!(
@@ -454,31 +439,16 @@ fn matchers_combine() {
     .unwrap();
     let yes = Qp::user(0x10, IbQpType::Rc, 5, "app");
     assert!(p.binds[0].matches(&yes));
+    let unknown = Qp {
+        maker: crate::control::rdma::Maker::Unknown,
+        ..yes.clone()
+    };
     for no in [
-        Qp {
-            comm: Some("ap".into()),
-            ..yes.clone()
-        },
-        Qp {
-            comm: None,
-            ..yes.clone()
-        },
-        Qp {
-            pid: Some(6),
-            ..yes.clone()
-        },
-        Qp {
-            pid: None,
-            ..yes.clone()
-        },
-        Qp {
-            qpn: 0x20,
-            ..yes.clone()
-        },
-        Qp {
-            qp_type: IbQpType::Uc,
-            ..yes.clone()
-        },
+        Qp::user(0x10, IbQpType::Rc, 5, "ap"),
+        Qp::user(0x10, IbQpType::Rc, 6, "app"),
+        unknown,
+        Qp::user(0x20, IbQpType::Rc, 5, "app"),
+        Qp::user(0x10, IbQpType::Uc, 5, "app"),
     ] {
         assert!(!p.binds[0].matches(&no), "{no:?}");
     }
@@ -486,11 +456,12 @@ fn matchers_combine() {
     // process of that name does not, nor does a user rule match the ULP.
     let kernel = parse(&bind("kernel = true\ncomm = \"rdma_cm\"\npkey = 0xffff\n")).unwrap();
     let user = parse(&bind("comm = \"rdma_cm\"\npkey = 0xffff\n")).unwrap();
-    let ulp = Qp {
+    let mut ulp = Qp {
         pid: None,
         kernel: true,
         ..Qp::user(0x50, IbQpType::Rc, 0, "rdma_cm")
     };
+    crate::control::rdma::identify(std::slice::from_mut(&mut ulp), &Default::default());
     let posing = Qp::user(0x51, IbQpType::Rc, 7, "rdma_cm");
     assert!(kernel.binds[0].matches(&ulp));
     assert!(!kernel.binds[0].matches(&posing));
@@ -608,11 +579,10 @@ fn creator_matchers_are_checked_and_compiled() {
     assert_eq!(Some(spec.netns), cookie);
 }
 
-/// On the host side, creator matchers read the owner from /proc: a QP
-/// whose owner is unknown (gone, or a kernel QP) matches none of them.
+/// Creator matchers read who made the QP: a QP whose maker is unknown
+/// (its thread gone before any probe saw it) matches none of them.
 #[test]
-fn creator_matchers_match_the_owner() {
-    use crate::control::rdma::Owner;
+fn creator_matchers_match_the_maker() {
     let p = parse(&format!(
         "{PORT}[[bind]]\ncgroup = \"{}\"\nuid = 1001\npkey = 0x8001\n",
         crate::policy::identity::cgroup2_mount()
@@ -622,15 +592,12 @@ fn creator_matchers_match_the_owner() {
     .unwrap();
     let mut qp = Qp::user(0x40, IbQpType::Rc, 1, "app");
     let rule = &p.binds[0];
-    assert!(!rule.matches(&qp), "no owner, no match");
-    qp.owner = Some(Owner {
-        uid: 1001,
-        gid: 5,
-        netns: Some(1),
-        cgroup: "/tenants/a".into(),
-    });
+    assert!(!rule.matches(&qp), "no ids, no match");
+    qp = qp.made_by(1001, 5, &[1, 40]);
     assert!(rule.matches(&qp), "the root cgroup holds every cgroup");
-    qp.owner.as_mut().unwrap().uid = 1002;
+    qp.maker = crate::control::rdma::Maker::Unknown;
+    assert!(!rule.matches(&qp), "an unknown maker matches nothing");
+    qp = Qp::user(0x40, IbQpType::Rc, 1, "app").made_by(1002, 5, &[1, 40]);
     assert!(!rule.matches(&qp));
 }
 
@@ -693,7 +660,7 @@ fn a_reused_namespace_inode_is_not_the_rules_namespace() {
 
 /// One attempt of the test above: whether the newcomer got the number.
 fn namespace_squatted() -> bool {
-    use crate::control::rdma::Owner;
+    use crate::control::rdma::{Maker, creation_of};
     let tenant = Unshared::start();
     let gone = tenant.netns();
     let p = parse(&format!(
@@ -708,14 +675,11 @@ fn namespace_squatted() -> bool {
         gone.cookie,
         "the kernel's rule holds the cookie"
     );
-    let qp_of = |u: &Unshared, inode| Qp {
-        owner: Some(Owner {
-            uid: 65534,
-            gid: 65534,
-            netns: Some(inode),
-            cgroup: "/".into(),
-        }),
-        ..Qp::user(0x11, IbQpType::Ud, u.pid(), "tenant")
+    // As /proc tells it, for a QP made before any probe ran.
+    let qp_of = |u: &Unshared, _inode| {
+        let mut qp = Qp::user(0x11, IbQpType::Ud, u.pid(), "tenant");
+        qp.maker = creation_of(u.pid(), &qp).map_or(Maker::Unknown, Maker::Read);
+        qp
     };
     assert!(
         rule.matches(&qp_of(&tenant, gone.inode)),
