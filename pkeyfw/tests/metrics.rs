@@ -7,6 +7,8 @@
 //! clean. Every query of the Grafana dashboard (deploy/monitoring) runs
 //! against that Prometheus and must return the series the frames made; the
 //! alerting rules pass `promtool check rules` and their unit tests.
+//! Connections of user nobody's that pipeline requests and never read the
+//! answers keep neither a scrape nor that Prometheus from being answered.
 
 mod common;
 
@@ -565,4 +567,352 @@ fn the_alerting_rules_pass_promtool() {
             "{name} is not a metric `pkeyfw metrics` exports"
         );
     }
+}
+
+/// User nobody, who runs the flood.
+const NOBODY: libc::uid_t = 65534;
+
+/// Connections the flood keeps open: more than the server once served at
+/// once (32), and more than one address may hold now.
+const FLOOD_CONNECTIONS: usize = 64;
+
+/// How long a scrape may take, connecting included, while the flood runs.
+const SCRAPE_DEADLINE: Duration = Duration::from_secs(2);
+
+/// `pkeyfw metrics` on a free port of 127.0.0.1, once it answers; killed
+/// on drop. Its port.
+fn start_metrics() -> (common::Killed, u16) {
+    let port = free_port();
+    let server = common::Killed(
+        Command::new(env!("CARGO_BIN_EXE_pkeyfw"))
+            .args(["metrics", "--listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while get(port, "/metrics").is_none() {
+        assert!(Instant::now() < deadline, "pkeyfw metrics never answered");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (server, port)
+}
+
+/// One scrape of 127.0.0.1:`port` as a scraper does it: a connection of
+/// its own, `GET /metrics`, the answer read at once; all of it within
+/// `deadline`. How long it took.
+fn scrape(port: u16, deadline: Duration) -> Result<Duration, String> {
+    let start = Instant::now();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = TcpStream::connect_timeout(&addr, deadline).map_err(|e| format!("connect: {e}"))?;
+    let left = || {
+        deadline
+            .checked_sub(start.elapsed())
+            .filter(|d| !d.is_zero())
+            .ok_or("out of time")
+    };
+    s.set_write_timeout(Some(left()?)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .map_err(|e| format!("sending the request: {e}"))?;
+    let mut text = Vec::new();
+    let mut buf = [0u8; 16384];
+    loop {
+        s.set_read_timeout(Some(left()?)).unwrap();
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => text.extend_from_slice(&buf[..n]),
+            Err(e) => return Err(format!("reading the answer: {e}")),
+        }
+    }
+    let text = String::from_utf8_lossy(&text);
+    if !text.starts_with("HTTP/1.1 200") || !text.contains("\npkeyfw_build_info{") {
+        return Err(format!("not the exposition: {text:.200}"));
+    }
+    Ok(start.elapsed())
+}
+
+/// What the flood did, as it reports when it stops.
+#[derive(Debug)]
+struct Flooded {
+    /// Connections it made.
+    connections: u64,
+    /// Bytes of pipelined requests the server took.
+    sent: u64,
+    /// Connections the server closed on it.
+    closed: u64,
+}
+
+/// A flood of `FLOOD_CONNECTIONS` connections to 127.0.0.1:`port`, for
+/// `secs` seconds, from a forked child that drops to user `nobody` first:
+/// each pipelines `GET /metrics` requests as fast as the server takes them
+/// and never reads an answer (its receive buffer as small as may be); one
+/// the server closes is made again. Killed when dropped.
+struct Flood {
+    pid: libc::pid_t,
+    report: std::fs::File,
+}
+
+impl Flood {
+    fn start(port: u16, secs: i64) -> Flood {
+        use std::os::fd::FromRawFd as _;
+        // Everything the child uses is made before the fork: it only makes
+        // system calls (async-signal-safe) on it, then _exits.
+        let requests = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n".repeat(1000);
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
+            },
+            sin_zero: [0; 8],
+        };
+        let mut pipe = [0; 2];
+        // SAFETY: a two-element array for pipe(2).
+        assert_eq!(
+            unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) },
+            0
+        );
+        // SAFETY: the child only makes system calls on memory prepared
+        // before the fork, then _exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            // SAFETY: plain system calls; see above.
+            unsafe { flood(pipe[1], &addr, &requests, secs) }
+        }
+        // SAFETY: the write end is the child's; the read end is ours alone.
+        let report = unsafe {
+            libc::close(pipe[1]);
+            std::fs::File::from_raw_fd(pipe[0])
+        };
+        Flood { pid, report }
+    }
+
+    /// Waits for the flood to stop by itself; what it did. It must have
+    /// run as nobody, for as long as it was told.
+    fn report(mut self) -> Flooded {
+        let mut status = 0;
+        // SAFETY: our own child.
+        unsafe { libc::waitpid(self.pid, &mut status, 0) };
+        self.pid = 0;
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the flood failed (status {status:#x}; exit codes: 10-13 dropping privileges)"
+        );
+        let mut counts = [0u8; 24];
+        self.report.read_exact(&mut counts).unwrap();
+        let at = |i: usize| u64::from_ne_bytes(counts[i * 8..i * 8 + 8].try_into().unwrap());
+        Flooded {
+            connections: at(0),
+            sent: at(1),
+            closed: at(2),
+        }
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        if self.pid > 0 {
+            // SAFETY: our own child, not yet reaped.
+            unsafe {
+                libc::kill(self.pid, libc::SIGKILL);
+                libc::waitpid(self.pid, std::ptr::null_mut(), 0);
+            }
+        }
+    }
+}
+
+/// The flood's child: drops to nobody, floods, writes its counts to
+/// `report` and _exits.
+///
+/// # Safety
+/// Only in the child of a fork: makes system calls alone.
+unsafe fn flood(report: i32, addr: &libc::sockaddr_in, requests: &[u8], secs: i64) -> ! {
+    unsafe {
+        let step = |ok: bool, code: i32| {
+            if !ok {
+                libc::_exit(code)
+            }
+        };
+        step(libc::setgroups(0, std::ptr::null()) == 0, 10);
+        step(libc::setresgid(NOBODY, NOBODY, NOBODY) == 0, 11);
+        step(libc::setresuid(NOBODY, NOBODY, NOBODY) == 0, 12);
+        step(libc::geteuid() == NOBODY && libc::getuid() == NOBODY, 13);
+        let now = || {
+            let mut t = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t);
+            t.tv_sec
+        };
+        let end = now() + secs;
+        let int = size_of::<libc::c_int>() as libc::socklen_t;
+        let (mut connections, mut sent, mut closed) = (0u64, 0u64, 0u64);
+        let mut fds = [-1; FLOOD_CONNECTIONS];
+        while now() < end {
+            for fd in &mut fds {
+                if *fd < 0 {
+                    let s = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+                    if s < 0 {
+                        continue;
+                    }
+                    // The smallest receive buffer: the server's answers
+                    // stall at once.
+                    let small: libc::c_int = 1;
+                    libc::setsockopt(
+                        s,
+                        libc::SOL_SOCKET,
+                        libc::SO_RCVBUF,
+                        (&raw const small).cast(),
+                        int,
+                    );
+                    // connect(2) gives up after this (a backlog nobody
+                    // accepts from).
+                    let wait = libc::timeval {
+                        tv_sec: 0,
+                        tv_usec: 200_000,
+                    };
+                    libc::setsockopt(
+                        s,
+                        libc::SOL_SOCKET,
+                        libc::SO_SNDTIMEO,
+                        (&raw const wait).cast(),
+                        size_of::<libc::timeval>() as libc::socklen_t,
+                    );
+                    let size = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+                    if libc::connect(s, (addr as *const libc::sockaddr_in).cast(), size) != 0 {
+                        libc::close(s);
+                        continue;
+                    }
+                    connections += 1;
+                    *fd = s;
+                }
+                // What the server has not taken yet stays in the buffer;
+                // more is sent while it takes it.
+                let n = libc::send(
+                    *fd,
+                    requests.as_ptr().cast(),
+                    requests.len(),
+                    libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+                );
+                let mut p = libc::pollfd {
+                    fd: *fd,
+                    events: libc::POLLRDHUP,
+                    revents: 0,
+                };
+                libc::poll(&mut p, 1, 0);
+                let gone = p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0;
+                if n > 0 {
+                    sent += n as u64;
+                }
+                if gone || (n < 0 && *libc::__errno_location() != libc::EAGAIN) {
+                    libc::close(*fd);
+                    *fd = -1;
+                    closed += 1;
+                }
+            }
+            let pause = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 20_000_000,
+            };
+            libc::nanosleep(&pause, std::ptr::null_mut());
+        }
+        let mut counts = [0u8; 24];
+        for (i, n) in [connections, sent, closed].into_iter().enumerate() {
+            counts[i * 8..i * 8 + 8].copy_from_slice(&n.to_ne_bytes());
+        }
+        step(
+            libc::write(report, counts.as_ptr().cast(), counts.len()) == counts.len() as isize,
+            14,
+        );
+        libc::_exit(0)
+    }
+}
+
+/// Sixty-four connections of user nobody's from 127.0.0.1, the address a
+/// local Prometheus scrapes from too, that pipeline requests and never
+/// read the answers, made again as the server closes them (issue 36 §4:
+/// thirty-two such connections once held every slot, and the server
+/// stopped accepting): every scrape still gets its answer within
+/// [`SCRAPE_DEADLINE`], again and again, and a real Prometheus scraping
+/// meanwhile never misses (`up` stays 1).
+#[test]
+fn scrapes_are_answered_through_a_flood_of_unread_connections() {
+    common::require_root();
+    let (_metrics, port) = start_metrics();
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: pkeyfw\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+        ),
+    )
+    .unwrap();
+    let prometheus_port = free_port();
+    let _prometheus = common::Killed(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                data.path().join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{prometheus_port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus (cargo xtask test installs it)"),
+    );
+    let up = "up{job=\"pkeyfw\"}";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while query(prometheus_port, up) != Some(1) {
+        assert!(Instant::now() < deadline, "Prometheus never scraped");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+
+    const SECS: u64 = 15;
+    let flood = Flood::start(port, SECS as i64 + 1);
+    // Long enough for the flood to hold what it can.
+    std::thread::sleep(Duration::from_secs(1));
+    let start = Instant::now();
+    let mut failed = Vec::new();
+    let mut slowest = Duration::ZERO;
+    let mut scrapes = 0;
+    while start.elapsed() < Duration::from_secs(SECS - 2) {
+        scrapes += 1;
+        match scrape(port, SCRAPE_DEADLINE) {
+            Ok(took) => slowest = slowest.max(took),
+            Err(e) => failed.push(format!("{:.1?}: {e}", start.elapsed())),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Every scrape Prometheus made meanwhile succeeded (what
+    // PkeyfwMetricsDown alerts on), and it made them.
+    let window = format!("[{}s]", start.elapsed().as_secs());
+    let prometheus_min = query(prometheus_port, &format!("min_over_time({up}{window})"));
+    let prometheus_count = query(prometheus_port, &format!("count_over_time({up}{window})"));
+    let flooded = flood.report();
+    println!(
+        "{scrapes} scrapes, the slowest {slowest:.1?}; the flood: {flooded:?}; Prometheus: up at least {prometheus_min:?} in {prometheus_count:?} scrapes"
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of {scrapes} scrapes failed during the flood:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+    assert!(
+        flooded.connections >= FLOOD_CONNECTIONS as u64 && flooded.sent > 0 && flooded.closed > 0,
+        "the flood did not take hold, or the server shed none of it: {flooded:?}"
+    );
+    assert_eq!(
+        prometheus_min,
+        Some(1),
+        "Prometheus missed scrapes during the flood"
+    );
+    assert!(
+        prometheus_count.is_some_and(|n| n >= SECS - 5),
+        "Prometheus scraped {prometheus_count:?} times during the flood"
+    );
 }

@@ -3,20 +3,29 @@
 //! Each scrape reads the pinned maps afresh (the counters live in the
 //! kernel, not in this process), so it needs no other pkeyfw process and
 //! loses nothing when it restarts.
+//!
+//! No client can wedge it ([`server`]): an answer left unread is given up
+//! on after 2 s (5 s for a whole answer), a connection waits at most 5 s
+//! for a request, makes at most 100 and lives at most 60 s; past 16
+//! connections from one address (every loopback address counting as one)
+//! or 64 in all, the one least worth keeping is closed at once (one whose
+//! answer has waited 0.5 s unread, else the one idle longest): accepting
+//! never stops, and a scraper that reads its answer is served through a
+//! flood.
+
+mod server;
 
 use std::{
-    convert::Infallible,
     net::SocketAddr,
-    sync::{Arc, Mutex},
+    sync::Mutex,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result};
 use http_body_util::Full;
-use hyper::{Request, Response, StatusCode, body::Bytes, header, service::service_fn};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper::{Request, Response, StatusCode, body::Bytes, header};
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
-use tokio::{net::TcpListener, sync::Semaphore};
+use tokio::net::TcpListener;
 
 use pkeyfw_common::{Capture, Reason, Stamp, Verdict, abi::EventKind};
 
@@ -45,42 +54,15 @@ pub fn run(args: &MetricsArgs) -> Result<()> {
     runtime.block_on(serve(args.listen))
 }
 
-/// Connections served at once; more wait to be accepted. A scraper needs
-/// one; the bound keeps a flood of idle clients from holding descriptors.
-const CONNECTIONS: usize = 32;
-/// How long a client may take to send its request's headers.
-const HEADERS: Duration = Duration::from_secs(5);
-
 async fn serve(addr: SocketAddr) -> Result<()> {
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("listening on {addr}"))?;
     println!("pkeyfw: serving metrics on http://{addr}/metrics");
-    let slots = Arc::new(Semaphore::new(CONNECTIONS));
-    loop {
-        let slot = slots.clone().acquire_owned().await?;
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            // Out of descriptors, say: wait, do not end the service.
-            Err(e) => {
-                eprintln!("pkeyfw: accepting a metrics client: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        tokio::spawn(async move {
-            // A client that goes away mid-answer is its own business.
-            let _ = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADERS)
-                .serve_connection(TokioIo::new(stream), service_fn(answer))
-                .await;
-            drop(slot);
-        });
-    }
+    server::serve(listener, answer).await
 }
 
-async fn answer(req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+fn answer(req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
     let (status, kind, body) = match req.uri().path() {
         "/metrics" => match shared_exposition() {
             Ok(text) => (StatusCode::OK, CONTENT_TYPE, text),
@@ -97,7 +79,7 @@ async fn answer(req: Request<hyper::body::Incoming>) -> Result<Response<Full<Byt
     response
         .headers_mut()
         .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(kind));
-    Ok(response)
+    response
 }
 
 /// How long one read of the maps answers every scrape: clients polling at
