@@ -31,6 +31,11 @@ pub trait Creator {
     /// The id of the task's cgroup's ancestor at `level` (itself at its
     /// own level), 0 when it is not that deep.
     fn cgroup_at(&self, level: u32) -> u64;
+    /// The RDMA device's index.
+    fn device(&self) -> u32;
+    /// A kernel user's rdma_cm ports: served (local) and connected to
+    /// (peer); 0 where none.
+    fn ports(&self) -> [u16; 2];
 }
 
 /// What the QP-creation probe recorded is what every later match reads:
@@ -60,6 +65,12 @@ impl Creator for Creation {
             None => 0,
         }
     }
+    fn device(&self) -> u32 {
+        self.device
+    }
+    fn ports(&self) -> [u16; 2] {
+        self.ports
+    }
 }
 
 impl BindSpec {
@@ -86,6 +97,12 @@ impl BindSpec {
             | (((r0 ^ c0) | (r1 ^ c1)) & given(matcher::COMM))
             | ((self.cgroup ^ c.cgroup_at(self.cgroup_level)) & given(matcher::CGROUP))
             | ((below(qpn, self.qpn_lo) | below(self.qpn_hi, qpn)) & given(matcher::QPN))
+            | (differs(self.device, c.device()) & given(matcher::DEVICE))
+            // Either port: zero when one of them is the rule's (0 is no
+            // port, and no rule's).
+            | ((differs(self.port.into(), c.ports()[0].into())
+                & differs(self.port.into(), c.ports()[1].into()))
+                & given(matcher::PORT))
             // Kernel QPs for kernel rules, user QPs for the others.
             | (u64::from(c.kernel()) ^ (given(matcher::KERNEL) & 1))
             | (u64::from(m >> 31) ^ 1);
@@ -180,6 +197,8 @@ mod tests {
         netns: u64,
         /// Cgroup ids from the root down.
         cgroups: [u64; 4],
+        device: u32,
+        ports: [u16; 2],
     }
 
     impl Creator for Task {
@@ -203,6 +222,12 @@ mod tests {
         }
         fn cgroup_at(&self, level: u32) -> u64 {
             self.cgroups.get(level as usize).copied().unwrap_or(0)
+        }
+        fn device(&self) -> u32 {
+            self.device
+        }
+        fn ports(&self) -> [u16; 2] {
+            self.ports
         }
     }
 
@@ -297,6 +322,42 @@ mod tests {
         assert!(by_name.matches(&posing, 0x11, QpType::Rc));
         assert!(!rule(matcher::UID).matches(&kernel, 0x11, QpType::Rc));
         assert!(!BindSpec::default().matches(&tenant_a(), 0x11, QpType::Rc));
+    }
+
+    /// A kernel rule by port binds what serves or connects to it, on the
+    /// device it names: NVMe over Fabrics (4420) both ends, not RDS
+    /// (18634), which an unprivileged user can make the kernel connect.
+    #[test]
+    fn a_kernel_rule_by_port_and_device_binds_only_that_service() {
+        let mut nvme = rule(matcher::KERNEL | matcher::PORT | matcher::DEVICE);
+        (nvme.port, nvme.device) = (4420, 3);
+        let kernel = |ports, device| Task {
+            kernel: true,
+            comm: comm_bytes(b"rdma_cm"),
+            ports,
+            device,
+            ..Task::default()
+        };
+        assert!(
+            nvme.matches(&kernel([4420, 51000], 3), 0x11, QpType::Rc),
+            "target"
+        );
+        assert!(
+            nvme.matches(&kernel([51000, 4420], 3), 0x11, QpType::Rc),
+            "initiator"
+        );
+        assert!(
+            !nvme.matches(&kernel([18634, 51000], 3), 0x11, QpType::Rc),
+            "RDS"
+        );
+        assert!(
+            !nvme.matches(&kernel([0, 0], 3), 0x11, QpType::Rc),
+            "no rdma_cm port"
+        );
+        assert!(
+            !nvme.matches(&kernel([4420, 51000], 4), 0x11, QpType::Rc),
+            "another device"
+        );
     }
 
     #[test]

@@ -45,13 +45,18 @@ use kernel::read;
 use pkeyfw_common::{
     Capture,
     abi::{
-        BindSpec, CGROUP_LEVELS, Config, Creation, DEFAULT_QP_CAPACITY, DEVICES, Event,
-        EventBudget, EventKind, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction,
-        KERNEL_SLOTS, KernelSlot, MAX_RULES, NO_DEVICE, QPN_MASK, QUARANTINE_WORDS, QpEntry,
-        QpLayout, QpStats, QpType, REPORTS_BYTES, qp_flags, qp_key, qp_stats_index, quarantine_bit,
+        BindSpec, Config, Creation, DEFAULT_QP_CAPACITY, DEVICES, Event, EventBudget, EventKind,
+        GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, KERNEL_SLOTS, KernelSlot,
+        MAX_RULES, NO_DEVICE, QPN_MASK, QUARANTINE_WORDS, QpEntry, QpLayout, QpStats, QpType,
+        REPORTS_BYTES, qp_flags, qp_key, qp_stats_index, quarantine_bit,
     },
     capture, tenant,
 };
+
+/// The rdma_cm ports of the QP the thread's rdma_create_qp is making, until
+/// its creation is seen (the same thread, within the call).
+#[btf_map]
+static CM_PORTS: LruHashMap<u64, [u16; 2], 4096> = LruHashMap::new();
 
 /// A wake-up per QP created, for a foreground attachment.
 #[btf_map]
@@ -125,6 +130,8 @@ static LAYOUT: Global<QpLayout> = Global::new(QpLayout {
     first_slot: 0,
     probe_slots: 0,
     cpus: 0,
+    cm_src: 0,
+    cm_dst: 0,
 });
 
 /// What the modify's entry probe keeps for its return probe: the Q_Key to
@@ -185,7 +192,7 @@ pub fn pkeyfw_modified(ctx: RetProbeContext) -> u32 {
     let _ = PENDING.remove(&id);
     if ctx.ret::<i32>() != 0 {
         if p.had != 0 {
-            qkey_set(p.qpn, p.qkey);
+            set_qkey(p.qpn, p.qkey, false);
         } else {
             qkey_unset(p.qpn);
         }
@@ -211,6 +218,13 @@ fn qkey_unset(qpn: u32) {
 /// and applied to its rule bindings in both generations (counted and
 /// reported by the live one).
 fn qkey_set(qpn: u32, qkey: u32) {
+    set_qkey(qpn, qkey, true);
+}
+
+/// QP `qpn`'s Q_Key is `qkey`: kept and applied; counted and reported
+/// (`tell`) as the program's move, or not (a failed modify undone).
+#[inline(always)]
+fn set_qkey(qpn: u32, qkey: u32, tell: bool) {
     let _ = QKEYS.insert(&qpn, &qkey, 0);
     let live = Live::now().generation;
     for g in [live, 1 - live] {
@@ -226,7 +240,7 @@ fn qkey_set(qpn: u32, qkey: u32) {
         if let Some(new) = new {
             let _ = QPS.insert(&key, &new, 0);
         }
-        if g == live {
+        if g == live && tell {
             count(outcome);
             if outcome == Capture::QkeyMismatch {
                 report(Event {
@@ -390,12 +404,19 @@ fn report(event: Event) {
 /// The QPN of `qp`, if it is on one of the attachment's RDMA devices.
 #[inline(always)]
 fn our_qp(layout: &QpLayout, qp: *const u8) -> Option<u32> {
+    our_device_qp(layout, qp).map(|(_, qpn)| qpn)
+}
+
+/// The device index and the QPN of `qp`, if it is on one of the
+/// attachment's RDMA devices.
+#[inline(always)]
+fn our_device_qp(layout: &QpLayout, qp: *const u8) -> Option<(u32, u32)> {
     let device: *const u8 = read(qp, layout.qp_device)?;
     let index: u32 = read(device, layout.device_index)?;
     if !layout.devices.contains(&index) {
         return None;
     }
-    Some(read::<u32>(qp, layout.qp_num)? & QPN_MASK)
+    Some((index, read::<u32>(qp, layout.qp_num)? & QPN_MASK))
 }
 
 fn count(outcome: Capture) {
@@ -485,7 +506,21 @@ pub fn pkeyfw_resource_added(ctx: ProbeContext) -> u32 {
     } else {
         [c0, c1]
     };
-    created(&layout, qp, kernel);
+    // An rdma_cm QP's ports, taken whatever this QP is: none is left for
+    // another of the thread's QPs.
+    let id = bpf_get_current_pid_tgid();
+    // SAFETY: the value is copied out at once.
+    let ports = unsafe { CM_PORTS.get(&id) }.copied();
+    if ports.is_some() {
+        let _ = CM_PORTS.remove(&id);
+    }
+    // SAFETY: 16 bytes either way.
+    let [r0, r1]: [u64; 2] = unsafe { core::mem::transmute(RDMA_CM) };
+    let ports = match ports {
+        Some(p) if ((c0 ^ r0) | (c1 ^ r1)) == 0 => p,
+        _ => [0; 2],
+    };
+    created(&layout, qp, kernel, ports);
     0
 }
 
@@ -503,25 +538,59 @@ fn restrack_qp(ctx: &ProbeContext, layout: &QpLayout) -> Option<(*const u8, *con
 /// The module name uverbs gives the QPs it makes for a process.
 const UVERBS: [u8; 16] = *b"ib_uverbs\0\0\0\0\0\0\0";
 
+/// rdma_create_qp(id, pd, attr): a kernel user of rdma_cm makes a QP for a
+/// connection. What port it serves (its address's) and connects to (its
+/// peer's) is kept for the creation probe, which runs within this call.
+#[kprobe]
+pub fn pkeyfw_cm_qp(ctx: ProbeContext) -> u32 {
+    let layout = LAYOUT.load();
+    if let Some(id) = ctx.arg::<*const u8>(0)
+        && layout.cm_src != 0
+    {
+        let ports = [cm_port(id, layout.cm_src), cm_port(id, layout.cm_dst)];
+        let _ = CM_PORTS.insert(&bpf_get_current_pid_tgid(), &ports, 0);
+    }
+    0
+}
+
+/// The port of the `sockaddr_storage` at `id + at`: an IPv4 or IPv6
+/// address's (`sin_port`, `sin6_port`, both at offset 2), else 0.
+#[inline(always)]
+fn cm_port(id: *const u8, at: u32) -> u16 {
+    const AF_INET: u16 = 2;
+    const AF_INET6: u16 = 10;
+    match read::<u16>(id, at) {
+        Some(AF_INET | AF_INET6) => read::<u16>(id, at + 2).map_or(0, u16::from_be),
+        _ => 0,
+    }
+}
+
+/// The rdma_cm module's name, which its kernel QPs carry.
+const RDMA_CM: [u8; 16] = *b"rdma_cm\0\0\0\0\0\0\0\0\0";
+
 /// A QP was created: who made it is recorded, and it is bound; userspace
 /// is woken to reconcile. `kernel`: the module name of the kernel user that
 /// made it, as two words; zero for a process's QP.
 #[inline(always)]
-fn created(layout: &QpLayout, qp: *const u8, kernel: [u64; 2]) {
+fn created(layout: &QpLayout, qp: *const u8, kernel: [u64; 2], ports: [u16; 2]) {
     // An error pointer is no QP: reading through it fails.
-    if let Some(qpn) = our_qp(layout, qp) {
+    if let Some((device, qpn)) = our_device_qp(layout, qp) {
         match read::<u32>(qp, layout.qp_type) {
             Some(t) => {
-                if let Some(transport) = transport(t) {
-                    let mut matching = Matching {
-                        creator: creation(layout, qp, t, kernel),
-                        rules: 0,
-                        qpn,
-                        transport: transport as u32,
-                        found: MAX_RULES,
-                    };
-                    if CREATIONS.insert(&qpn, &matching.creator, 0).is_ok() {
-                        bind(qp, transport, &mut matching);
+                if let Some(transport) = transport(t)
+                    && let Some(m) = SCRATCH.get_ptr_mut(0)
+                {
+                    // SAFETY: this CPU's scratch value, which no other run
+                    // of the probe on this CPU can reach while this one
+                    // runs (kprobe programs do not nest).
+                    let m = unsafe { &mut *m };
+                    (m.qpn, m.transport) = (qpn, transport as u32);
+                    record(&mut m.creator, layout, qp, t, (device, ports), kernel);
+                    // A new QP has set no Q_Key: none an earlier QP of the
+                    // number left (its destruction unseen) is its.
+                    let _ = QKEYS.remove(&qpn);
+                    if CREATIONS.insert(&qpn, &m.creator, 0).is_ok() {
+                        bind(qp, transport, m);
                     } else {
                         unrecorded(qpn);
                     }
@@ -558,6 +627,14 @@ fn transport(ib_qp_type: u32) -> Option<QpType> {
 /// `/proc` says then.
 #[inline(never)]
 fn unrecorded(qpn: u32) {
+    // No earlier QP's rule binding of the number is this one's.
+    for g in 0..GENERATIONS {
+        let key = qp_key(g, qpn);
+        // SAFETY: the value is copied out at once.
+        if unsafe { QPS.get(&key) }.is_some_and(|e| e.flags & qp_flags::RULE != 0) {
+            let _ = QPS.remove(&key);
+        }
+    }
     quarantine(qpn, true);
     count(Capture::Quarantined);
     report(Event {
@@ -673,18 +750,26 @@ fn quarantine(qpn: u32, on: bool) {
 fn first_match(g: u32, m: &mut Matching) -> u32 {
     m.rules = g * MAX_RULES;
     m.found = MAX_RULES;
-    // SAFETY: the callback takes the `Matching` this passes, for the call's
-    // length.
+    // bpf_loop's context is on the stack: a pointer to the scratch value.
+    let mut at: *mut Matching = m;
+    // SAFETY: the callback takes the pointer this passes, to a live
+    // `Matching`, for the call's length.
     unsafe {
         generated::bpf_loop(
             MAX_RULES,
             match_rule as *mut core::ffi::c_void,
-            (m as *mut Matching).cast(),
+            (&raw mut at).cast(),
             0,
         );
     }
     m.found
 }
+
+/// Per CPU, the QP being bound: who made it (recorded as it is, no copy
+/// on the stack, where Linux 6.1 allows 512 bytes to a chain of calls),
+/// and what `match_rule` compares each rule with.
+#[btf_map]
+static SCRATCH: PerCpuArray<Matching, 1> = PerCpuArray::new();
 
 /// What `match_rule` compares each rule with, and the first that matched.
 #[repr(C)]
@@ -703,8 +788,8 @@ struct Matching {
 /// branch on them.
 #[inline(never)]
 extern "C" fn match_rule(i: u64, ctx: *mut core::ffi::c_void) -> i64 {
-    // SAFETY: `ctx` is the `Matching` first_match passes.
-    let m = unsafe { &mut *ctx.cast::<Matching>() };
+    // SAFETY: `ctx` is the pointer to the `Matching` first_match passes.
+    let m = unsafe { &mut **ctx.cast::<*mut Matching>() };
     let Some(transport) = QpType::from_repr(m.transport as u8) else {
         return 1;
     };
@@ -804,47 +889,69 @@ unsafe fn fetch_add(counter: *mut u64) -> u64 {
     value
 }
 
-/// Who made QP `qp` (of `enum ib_qp_type` `ib_qp_type`): the current task,
+/// Records in `c` who made QP `qp` (of `enum ib_qp_type` `ib_qp_type`, on
+/// device index `device`, for rdma_cm `ports`): the current task,
 /// or a kernel user of ib_core (a ULP), by its module's name (`kernel`, as
 /// two words; zero for the current task), for which every task field reads
 /// as matching nothing. Chosen without a branch (by masks), so that the
 /// rules are matched in one verifier state. An unreadable field keeps its
 /// "matches nothing" value (u32::MAX is no uid or gid).
 #[inline(always)]
-fn creation(layout: &QpLayout, qp: *const u8, ib_qp_type: u32, kernel: [u64; 2]) -> Creation {
+fn record(
+    c: &mut Creation,
+    layout: &QpLayout,
+    qp: *const u8,
+    ib_qp_type: u32,
+    (device, ports): (u32, [u16; 2]),
+    kernel: [u64; 2],
+) {
     let mask = (u64::from((kernel[0] | kernel[1]) != 0)).wrapping_neg();
     // SAFETY: no preconditions.
     let task = unsafe { bpf_get_current_task() } as *const u8;
     let cred: *const u8 = read_or(task, layout.task_cred, ptr::null());
     let nsproxy: *const u8 = read_or(task, layout.task_nsproxy, ptr::null());
     let net: *const u8 = read_or(nsproxy, layout.nsproxy_net, ptr::null());
-    let mut comm = [0u8; 16];
     // SAFETY: a buffer of the size given.
     unsafe {
-        generated::bpf_get_current_comm(comm.as_mut_ptr().cast(), comm.len() as u32);
+        generated::bpf_get_current_comm(c.comm.as_mut_ptr().cast(), c.comm.len() as u32);
     }
     // SAFETY: 16 bytes either way.
-    let [t0, t1]: [u64; 2] = unsafe { core::mem::transmute(comm) };
+    let [t0, t1]: [u64; 2] = unsafe { core::mem::transmute(c.comm) };
     let words = [(t0 & !mask) | kernel[0], (t1 & !mask) | kernel[1]];
-    let mut cgroups = [0u64; CGROUP_LEVELS];
-    for (level, id) in cgroups.iter_mut().enumerate() {
+    // SAFETY: 16 bytes either way.
+    c.comm = unsafe { core::mem::transmute::<[u64; 2], [u8; 16]>(words) };
+    for (level, id) in c.cgroups.iter_mut().enumerate() {
         // SAFETY: no preconditions; 0 when the task is not that deep.
         *id = unsafe { bpf_get_current_ancestor_cgroup_id(level as i32) } & !mask;
     }
     let m32 = mask as u32;
-    Creation {
-        qp: qp as u64,
-        netns: read_or(net, layout.net_cookie, 0) & !mask,
-        cgroups,
-        // SAFETY: 16 bytes either way.
-        comm: unsafe { core::mem::transmute::<[u64; 2], [u8; 16]>(words) },
-        pid: (bpf_get_current_pid_tgid() >> 32) as u32 & !m32,
-        uid: read_or(cred, layout.cred_euid, u32::MAX) | m32,
-        gid: read_or(cred, layout.cred_egid, u32::MAX) | m32,
-        kernel: (mask & 1) as u8,
-        ib_qp_type: ib_qp_type as u8,
-        _pad: [0; 2],
-    }
+    c.qp = qp as u64;
+    c.netns = read_or(net, layout.net_cookie, 0) & !mask;
+    c.pid = (bpf_get_current_pid_tgid() >> 32) as u32 & !m32;
+    c.uid = read_id(cred, layout.cred_euid) | m32;
+    c.gid = read_id(cred, layout.cred_egid) | m32;
+    c.device = device;
+    c.ports = ports;
+    c.kernel = (mask & 1) as u8;
+    c.ib_qp_type = ib_qp_type as u8;
+    c._pad = [0; 2];
+}
+
+/// A uid or gid at `base + offset` in kernel memory; u32::MAX (no id,
+/// which no rule names) if unreadable, where a failed read would leave 0,
+/// root's.
+#[inline(always)]
+fn read_id(base: *const u8, offset: u32) -> u32 {
+    let mut v = 0u32;
+    // SAFETY: bpf_probe_read_kernel checks the address.
+    let failed = unsafe {
+        generated::bpf_probe_read_kernel(
+            (&mut v as *mut u32).cast(),
+            size_of::<u32>() as u32,
+            base.wrapping_add(offset as usize).cast(),
+        )
+    } != 0;
+    v | u32::from(failed).wrapping_neg()
 }
 
 /// A `T` at `base + offset` in kernel memory, `or` if unreadable, with no

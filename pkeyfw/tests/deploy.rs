@@ -394,6 +394,7 @@ fn qp_of(pid: u32, qpn: u32) -> pkeyfw::control::rdma::Qp {
     use pkeyfw::control::rdma::{IbQpType, QpState};
     let mut qp = pkeyfw::control::rdma::Qp {
         device: "rxe0".into(),
+        device_index: 0,
         port: Some(1),
         qpn,
         remote_qpn: None,

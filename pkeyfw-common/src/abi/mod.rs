@@ -50,7 +50,7 @@ pub mod name {
 pub const LAYOUT_VERSION: u32 =
     LAYOUT << 24 | (REASON_SLOTS as u32) << 16 | (Stamp::COUNT as u32) << 8 | Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 19;
+const LAYOUT: u32 = 20;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -478,6 +478,10 @@ pub struct QpLayout {
     /// The system's possible CPUs: each has its copy of a per-CPU map's
     /// values (`QP_STATS`), all of which a new QP's slot starts from zero.
     pub cpus: u32,
+    /// `struct rdma_cm_id`: `route.addr.src_addr`, `route.addr.dst_addr`
+    /// (rdma_cm's BTF); 0 where unknown: no rdma_cm port is read.
+    pub cm_src: u32,
+    pub cm_dst: u32,
 }
 
 impl QpLayout {
@@ -584,6 +588,11 @@ pub struct Creation {
     /// Effective ids; `u32::MAX` (no id) for a kernel user's QP.
     pub uid: u32,
     pub gid: u32,
+    /// The RDMA device's index.
+    pub device: u32,
+    /// For a kernel user's QP made through rdma_cm: the rdma_cm ports it
+    /// serves (local) and connects to (peer); 0 where none.
+    pub ports: [u16; 2],
     /// Non-zero: a kernel user made it.
     pub kernel: u8,
     /// `enum ib_qp_type`, to tell a record from a later QP's of the number.
@@ -612,6 +621,10 @@ pub mod matcher {
     /// The rule is for QPs the kernel makes (a ULP's), which no process
     /// can make; without it, for user QPs only.
     pub const KERNEL: u32 = 1 << 8;
+    /// The rdma_cm port a kernel user's QP serves or connects to.
+    pub const PORT: u32 = 1 << 9;
+    /// The RDMA device (by index).
+    pub const DEVICE: u32 = 1 << 10;
     /// Matchers that describe a task, which a kernel QP has none of.
     pub const TASK: u32 = PID | CGROUP | UID | GID | NETNS;
     /// Matchers a process cannot choose: only the administrator moves it
@@ -648,6 +661,11 @@ pub struct BindSpec {
     pub pinned_qkey: u8,
     /// Command name, NUL-padded, with [`matcher::COMM`].
     pub comm: [u8; 16],
+    /// With [`matcher::DEVICE`]: the RDMA device's index.
+    pub device: u32,
+    /// With [`matcher::PORT`]: the rdma_cm port.
+    pub port: u16,
+    pub _pad: u16,
 }
 
 /// `comm` as the kernel keeps it: at most 15 bytes, NUL-padded.
@@ -799,12 +817,12 @@ const _: () = {
     assert!(size_of::<GroupEntry>() == 8);
     assert!(size_of::<QpStats>() == 16);
     assert!(size_of::<KernelSlot>() == 16);
-    assert!(size_of::<Creation>() == 48 + 8 * CGROUP_LEVELS);
+    assert!(size_of::<Creation>() == 56 + 8 * CGROUP_LEVELS);
     assert!(size_of::<Event>() == 52);
     assert!(size_of::<EventBudget>() == 40);
-    assert!(size_of::<QpLayout>() == 72 + 4 * DEVICES);
+    assert!(size_of::<QpLayout>() == 80 + 4 * DEVICES);
     assert!(size_of::<SenderLayout>() == 32 + 4 * DEVICES);
-    assert!(size_of::<BindSpec>() == 72);
+    assert!(size_of::<BindSpec>() == 80);
 };
 
 #[cfg(feature = "user")]

@@ -240,6 +240,20 @@ pub(super) async fn foreground(
                 }
                 guard.clear_ready();
             }
+            // Then the signals and the policy file, ahead of the QPs' re-reads:
+            // a tenant making QPs in a loop keeps those ready, and must not
+            // hold off a reload or a stop.
+            _ = signals.interrupt.recv() => break Exit::Detach,
+            _ = signals.terminate.recv() => break Exit::Detach,
+            _ = signals.quit.recv() => break Exit::KeepEnforcing,
+            _ = signals.hangup.recv() => match att.reload() {
+                Ok((path, bound)) => {
+                    println!("pkeyfw: reloaded {}: {}", opts.iface, summary(att.binder.policy(), &path));
+                    bound.iter().for_each(|line| println!("{line}"));
+                }
+                Err(e) => println!("pkeyfw: reload refused, the running policy stays: {e:#}"),
+            },
+            _ = follow.tick(), if opts.watch => att.follow_file(&mut refused),
             _ = second.tick() => {
                 kernel_log.tick();
                 let now = att.refused_so_far()?;
@@ -253,17 +267,6 @@ pub(super) async fn foreground(
                 att.resync(&mut poll_error);
             }
             _ = poll.tick(), if att.binder.active() => att.resync(&mut poll_error),
-            _ = follow.tick(), if opts.watch => att.follow_file(&mut refused),
-            _ = signals.hangup.recv() => match att.reload() {
-                Ok((path, bound)) => {
-                    println!("pkeyfw: reloaded {}: {}", opts.iface, summary(att.binder.policy(), &path));
-                    bound.iter().for_each(|line| println!("{line}"));
-                }
-                Err(e) => println!("pkeyfw: reload refused, the running policy stays: {e:#}"),
-            },
-            _ = signals.interrupt.recv() => break Exit::Detach,
-            _ = signals.terminate.recv() => break Exit::Detach,
-            _ = signals.quit.recv() => break Exit::KeepEnforcing,
         }
     };
     kernel_log.finish();
@@ -297,7 +300,15 @@ pub(super) fn start_probes(
         OnForeignJoin::Report => "",
     };
     let mut said = None;
+    let mut said_cm = None;
     let registered = Probes::start(&pins.dir, binder.ifindex(), log.clone()).and_then(|w| {
+        if let Err(why) = &w.cm_ports
+            && binder.policy().binds.iter().any(|r| r.port.is_some())
+        {
+            said_cm = Some(format!(
+                "pkeyfw: the rdma_cm ports of kernel users' QPs are not read as they are made ({why}): a QP a `port` rule binds is bound at the next re-read of the QPs (rdma_cm must be loaded when pkeyfw attaches)"
+            ));
+        }
         if let Err(why) = &w.readers {
             said = Some(format!(
                 "pkeyfw: the Q_Keys programs set and multicast joins are not probed ({why}): a UD QP a rule binds with its own Q_Key refuses every frame, joins go unreported{kill}"
@@ -309,7 +320,10 @@ pub(super) fn start_probes(
             .map_err(|e| e.into_parts().1.into())
     });
     match registered {
-        Ok(w) => (Some(w), said.filter(|_| needed)),
+        Ok(w) => {
+            let lines: Vec<String> = said.filter(|_| needed).into_iter().chain(said_cm).collect();
+            (Some(w), (!lines.is_empty()).then(|| lines.join("\n")))
+        }
         Err(e) => (
             None,
             needed.then(|| {

@@ -171,7 +171,12 @@ pub fn run(opts: &Options) -> Result<()> {
         let _entered = runtime.enter();
         start_probes(&binder, &pins, &kernel_log)
     };
-    start::replaced(&mut filter, old.as_ref())?;
+    start::replaced(&mut filter, &mut binder, old.as_ref(), probes.is_some())?;
+    if probes.is_some()
+        && let Err(e) = binder.probes_started()
+    {
+        eprintln!("pkeyfw: warning: cannot read the QPs as the probes start ({e:#})");
+    }
     // QPs made between the snapshot the attach bound and the probes' start
     // are bound now.
     let mut caught = Vec::new();

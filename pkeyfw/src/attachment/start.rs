@@ -193,22 +193,45 @@ pub(super) fn attach(
     Ok((filter, mode, bound))
 }
 
-/// Ends a replaced attachment (`old`) once this one's probes run (or
-/// could not): what its probes saw since [`attach`] carried their state
-/// over is carried too, so that no QP was created unseen, and its pins
-/// and filters go.
-pub(super) fn replaced(filter: &mut Filter, old: Option<&(Aside, Result<Maps>)>) -> Result<()> {
-    let Some((aside, maps)) = old else {
-        return Ok(());
+/// Ends a replaced attachment (`old`) once this one's probes run
+/// (`probing`) or could not: what its probes saw since [`attach`] carried
+/// their state over is carried too, so that no QP was created unseen, and
+/// its pins and filters go. Records of who made the QPs that no probe kept
+/// current throughout (the old probes gone first, or no new ones) are
+/// dropped: a later QP with a number would be taken for the last one's.
+pub(super) fn replaced(
+    filter: &mut Filter,
+    binder: &mut Binder,
+    old: Option<&(Aside, Result<Maps>)>,
+    probing: bool,
+) -> Result<()> {
+    let kept = match old {
+        Some((aside, Ok(maps))) if probing && aside.dir.exists() => {
+            match filter.maps_mut().inherit_late(maps) {
+                Ok(changed) => {
+                    if !changed.is_empty() {
+                        binder.forget_snapshot();
+                    }
+                    true
+                }
+                Err(e) => {
+                    eprintln!(
+                        "pkeyfw: warning: what the replaced attachment's probes saw in its last moments is lost ({e:#})"
+                    );
+                    false
+                }
+            }
+        }
+        Some(_) => false,
+        None => probing,
     };
-    if let Ok(maps) = maps
-        && let Err(e) = filter.maps_mut().inherit_late(maps)
-    {
-        eprintln!(
-            "pkeyfw: warning: what the replaced attachment's probes saw in the last moments is lost ({e:#}): QPs created then are bound from /proc"
-        );
+    if !kept {
+        filter.maps_mut().forget_creations()?;
+        binder.forget_snapshot();
     }
-    if aside.dir.exists() {
+    if let Some((aside, _)) = old
+        && aside.dir.exists()
+    {
         aside.remove()?;
     }
     Ok(())

@@ -252,7 +252,10 @@ async fn stream(
         tokio::select! {
             got = rx.recv() => {
                 let Some((iface, e)) = got else { return Ok(()) };
-                if budget.allow((e.kind, source(&e))) {
+                // The probes' reports (no source address: `::`) are each a
+                // verb, budgeted in the kernel, and not one tenant's to
+                // crowd out: only refused frames meet the per-source budget.
+                if !is_frame(&e) || budget.allow((e.kind, source(&e))) {
                     use std::io::Write as _;
                     writeln!(out, "{}", if args.json { trap_json(&iface, &e).to_string() } else { trap_line(&iface, &e) })?;
                     if let Some(log) = &syslog {
@@ -334,6 +337,11 @@ impl Budget {
         self.seen.clear();
         hidden
     }
+}
+
+/// Whether an event is a refused frame's, not a probe's report.
+fn is_frame(e: &Event) -> bool {
+    e.kind == EventKind::Frame as u8 || e.kind == EventKind::SwitchPort as u8
 }
 
 fn source(e: &Event) -> IpAddr {

@@ -11,7 +11,10 @@
 //! entry whole or not at all); anything else that changes switches
 //! generations as a reload does.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
 
 use anyhow::Result;
 
@@ -31,6 +34,11 @@ pub struct Binder {
     base: Policy,
     /// The QPs of the last snapshot, as RDMA netlink reported them.
     seen: Option<Vec<Qp>>,
+    /// The QPs that existed when this process's probes started (device,
+    /// QPN): only those may be read from `/proc`. A later one the probe
+    /// has no record of (its record map full) is not told by `/proc`, which
+    /// a tenant can steer, but quarantined.
+    before_probes: Option<BTreeSet<(String, u32)>>,
     /// QPs no rule can be matched against (see
     /// [`Binding::Unidentified`](crate::policy::Binding)), as last planned.
     unidentified: Vec<u32>,
@@ -54,6 +62,7 @@ impl Binder {
             ifindex,
             base,
             seen: None,
+            before_probes: None,
             unidentified: Vec::new(),
             applied: None,
             bound: BTreeMap::new(),
@@ -96,6 +105,20 @@ impl Binder {
         Ok((effective, lines))
     }
 
+    /// Notes the QPs that exist as this process's probes start: every later
+    /// one's maker comes from the probe's record, or is unknown.
+    pub fn probes_started(&mut self) -> Result<()> {
+        let qps = rdma::qps_on(self.ifindex)?;
+        self.before_probes = Some(qps.into_iter().map(|q| (q.device, q.qpn)).collect());
+        Ok(())
+    }
+
+    /// Forgets the last snapshot: the next [`Binder::sync`] plans afresh
+    /// (who made the QPs changed under it).
+    pub fn forget_snapshot(&mut self) {
+        self.seen = None;
+    }
+
     /// The QPs last planned that no rule can be matched against: to be
     /// quarantined.
     pub fn unidentified(&self) -> &[u32] {
@@ -107,6 +130,16 @@ impl Binder {
     fn plan(&mut self, qps: &[Qp], records: &Records) -> (Policy, BTreeMap<u32, Bound>) {
         let mut qps = qps.to_vec();
         rdma::identify(&mut qps, records);
+        if let Some(before) = &self.before_probes {
+            for qp in &mut qps {
+                if matches!(qp.maker, rdma::Maker::Read(_))
+                    && !qp.kernel
+                    && !before.contains(&(qp.device.clone(), qp.qpn))
+                {
+                    qp.maker = rdma::Maker::Unknown;
+                }
+            }
+        }
         let (effective, bindings) = self.base.with_discovered(&qps);
         self.unidentified = qps
             .iter()

@@ -42,6 +42,9 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pk
 
 /// The probe on where every QP becomes visible (user and kernel QPs).
 const BINDER: (&str, &str) = ("pkeyfw_resource_added", "rdma_restrack_add");
+/// The probe on where a kernel user of rdma_cm makes a QP for a connection:
+/// which rdma_cm ports it serves and connects to, for `port` rules.
+const CM_PORTS: (&str, &str) = ("pkeyfw_cm_qp", "rdma_create_qp");
 /// The probe on where a QP leaves the table once destroyed, and the
 /// functions that are that place, newest kernels first: a destroy that
 /// succeeds ends in rdma_restrack_finish_del where the kernel deletes in
@@ -72,6 +75,9 @@ pub struct Probes {
     ring: RingBuf<MapData>,
     /// Why the connection and multicast probes are not attached, if not.
     pub readers: Result<(), String>,
+    /// Why the rdma_cm ports of kernel users' QPs are not read at their
+    /// creation, if not.
+    pub cm_ports: Result<(), String>,
     /// Their rare failures (a table full, a structure unreadable), for the
     /// attachment to print, or why they cannot be read; taken once.
     pub log: Option<Result<EbpfLogger<KernelLog>>>,
@@ -89,11 +95,19 @@ impl Probes {
             bail!("the probes need Linux 6.1 or later, this is {kernel}");
         }
         let mut layout = layout(ifindex);
+        let cm = cm_offsets();
+        if let (Ok(layout), Ok((src, dst))) = (&mut layout, &cm) {
+            (layout.cm_src, layout.cm_dst) = (*src, *dst);
+        }
         let mut ebpf = object(pins, layout.as_mut().ok())?;
         let readers = layout.map_err(|e| format!("{e:#}")).and_then(|_| {
             READERS
                 .iter()
                 .try_for_each(|&(p, f)| attach(&mut ebpf, p, f, pins))
+        });
+        let cm_ports = cm.map_err(|e| format!("{e:#}")).and_then(|_| {
+            let (p, f) = CM_PORTS;
+            attach(&mut ebpf, p, f, pins)
         });
         let (p, f) = BINDER;
         attach(&mut ebpf, p, f, pins).map_err(|e| anyhow!("{e} (is ib_core loaded?)"))?;
@@ -118,6 +132,7 @@ impl Probes {
             _ebpf: ebpf,
             ring,
             readers,
+            cm_ports,
             log: Some(log),
         })
     }
@@ -194,6 +209,8 @@ pub fn costs(pins: &Path) -> Result<Vec<Cost>> {
             first_slot: 0,
             probe_slots: 0,
             cpus: 0,
+            cm_src: 8,
+            cm_dst: 8,
         });
     let mut ebpf = object(pins, Some(&mut layout))?;
     let names: Vec<String> = ebpf.programs().map(|(n, _)| n.to_string()).collect();
@@ -267,7 +284,19 @@ fn layout_of(btf: &Btf, devices: impl ExactSizeIterator<Item = u32>) -> Result<Q
         first_slot: 0,
         probe_slots: 0,
         cpus: 0,
+        cm_src: 0,
+        cm_dst: 0,
     })
+}
+
+/// Where a `struct rdma_cm_id` keeps its own and its peer's address
+/// (rdma_cm's BTF), for [`CM_PORTS`]'s probe.
+fn cm_offsets() -> Result<(u32, u32)> {
+    let btf = Btf::of_module("rdma_cm")?;
+    Ok((
+        btf.offset("rdma_cm_id", &["route", "addr", "src_addr"])?,
+        btf.offset("rdma_cm_id", &["route", "addr", "dst_addr"])?,
+    ))
 }
 
 /// The layout's device slots for these device indices.

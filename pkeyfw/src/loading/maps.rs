@@ -473,8 +473,10 @@ impl Maps {
     }
 
     /// Puts QPN `qpn` in quarantine as the QP-creation probe does when it
-    /// has no room to bind a QP, for the tests and the bench, which have no
-    /// rdma_rxe to make the probe do it (not atomic beside the probe).
+    /// has no room to bind a QP: the binder's QPs whose maker cannot be
+    /// told, and the tests'. A read and a write of the QPN's word, not one
+    /// atomic operation: a bit the probe sets in the same word at that
+    /// moment (for another QP it had no room for) can be lost.
     pub fn quarantine(&mut self, qpn: u32) -> Result<()> {
         let (word, bit) = quarantine_bit(qpn);
         let old = self
@@ -605,19 +607,78 @@ impl Maps {
     }
 
     /// What the replaced attachment's probes saw after [`Maps::inherit`]
-    /// and before this attachment's probes ran (they run until these do):
-    /// the records and Q_Keys of the QPs created meanwhile. What this
-    /// attachment's probes wrote since is theirs, and newer.
-    pub fn inherit_late(&mut self, old: &Maps) -> Result<()> {
-        let creations: Vec<(u32, Creation)> =
-            batch::entries(old.creations.map()).context("reading the old CREATIONS")?;
-        for (qpn, c) in creations {
-            ignore_exists(self.creations.insert(&qpn, &c, BPF_NOEXIST))
-                .context("writing CREATIONS")?;
+    /// and until now: they ran until this attachment's probes did, and
+    /// both since, so theirs is the whole story. Its records and Q_Keys
+    /// become this filter's; the QPNs whose record changed meanwhile (a QP
+    /// destroyed, or its number handed to a new one) lose what the probes
+    /// bound here for them, and are returned: to be bound afresh.
+    pub fn inherit_late(&mut self, old: &Maps) -> Result<Vec<u32>> {
+        let then = self.creations()?;
+        let now = old.creations()?;
+        let mut changed = Vec::new();
+        for (qpn, c) in &then {
+            if now.get(qpn) != Some(c) {
+                changed.push(*qpn);
+                ignore_missing(self.creations.remove(qpn)).context("writing CREATIONS")?;
+            }
         }
-        for item in old.qkeys.iter() {
-            let (qpn, qkey) = item.context("reading the old QKEYS")?;
-            ignore_exists(self.qkeys.insert(&qpn, &qkey, BPF_NOEXIST)).context("writing QKEYS")?;
+        for (qpn, c) in &now {
+            if then.get(qpn) != Some(c) {
+                self.creations
+                    .insert(qpn, c, 0)
+                    .context("writing CREATIONS")?;
+                changed.push(*qpn);
+            }
+        }
+        changed.sort_unstable();
+        changed.dedup();
+        for &qpn in &changed {
+            self.forget_probed(qpn)?;
+        }
+        let keys: Vec<(u32, u32)> = old
+            .qkeys
+            .iter()
+            .collect::<Result<_, _>>()
+            .context("reading the old QKEYS")?;
+        for qpn in self.qkeys.keys().collect::<Result<Vec<u32>, _>>()? {
+            if !keys.iter().any(|(q, _)| *q == qpn) {
+                ignore_missing(self.qkeys.remove(&qpn)).context("writing QKEYS")?;
+            }
+        }
+        for (qpn, qkey) in keys {
+            self.qkeys.insert(&qpn, &qkey, 0).context("writing QKEYS")?;
+        }
+        Ok(changed)
+    }
+
+    /// Drops what the probes bound for QPN `qpn` (its entries in both
+    /// generations, its stats slot): a QP gone, or another's now.
+    fn forget_probed(&mut self, qpn: u32) -> Result<()> {
+        for g in 0..GENERATIONS {
+            let key = qp_key(g, qpn);
+            if self
+                .qps
+                .get(&key, 0)
+                .is_ok_and(|e| e.flags & qp_flags::PROBE != 0)
+            {
+                ignore_missing(self.qps.remove(&key)).context("writing QPS")?;
+            }
+        }
+        if let Ok(k) = self.kslots.get(&qpn, 0) {
+            ignore_missing(self.kslots.remove(&qpn)).context("writing KSLOTS")?;
+            self.free_slots
+                .push(&k.slot, 0)
+                .context("writing FREE_SLOTS")?;
+        }
+        Ok(())
+    }
+
+    /// Forgets every record of who made the QPs: no probe keeps them
+    /// current (a later QP with a number would be taken for the last
+    /// one's), so every QP is read from `/proc` again.
+    pub fn forget_creations(&mut self) -> Result<()> {
+        for qpn in self.creations.keys().collect::<Result<Vec<u32>, _>>()? {
+            ignore_missing(self.creations.remove(&qpn)).context("writing CREATIONS")?;
         }
         Ok(())
     }
@@ -1085,18 +1146,6 @@ fn data(map: &Map) -> Result<&MapData> {
 /// `remove` of a key that is not there is not an error when clearing.
 /// (aya reports a delete's ENOENT as a failed syscall; the QP-creation
 /// and destroy probes may remove an entry first.)
-/// `BPF_NOEXIST`: an update that adds, never replaces.
-const BPF_NOEXIST: u64 = 1;
-
-/// An add that found the key there already is no error: what is there is
-/// newer.
-fn ignore_exists(r: Result<(), MapError>) -> Result<()> {
-    match r {
-        Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::EEXIST) => Ok(()),
-        r => Ok(r?),
-    }
-}
-
 fn ignore_missing(r: Result<(), MapError>) -> Result<()> {
     match r {
         Ok(()) | Err(MapError::KeyNotFound) => Ok(()),

@@ -42,6 +42,8 @@ pub(super) struct RawBind {
     gid: Option<Spanned<i64>>,
     netns: Option<Spanned<String>>,
     kernel: Option<Spanned<bool>>,
+    port: Option<Spanned<i64>>,
+    device: Option<Spanned<String>>,
     qpn: Option<Spanned<toml::Value>>,
     #[serde(rename = "type")]
     qp_type: Option<Spanned<String>>,
@@ -68,8 +70,14 @@ pub struct BindRule {
     /// The creator's network namespace.
     pub netns: Option<Netns>,
     /// For the QPs kernel users make (ULPs), matched by module name (`comm`),
-    /// QPN and type; else for user QPs only.
+    /// rdma_cm port, QPN and type; else for user QPs only.
     pub kernel: bool,
+    /// A kernel user's QP by the rdma_cm port it serves or connects to
+    /// (NVMe over Fabrics 4420, iSER 3260, NFS/RDMA 20049, SMB Direct 5445,
+    /// RDS 18634).
+    pub port: Option<u16>,
+    /// The RDMA device, by name and (what the probe compares) index.
+    pub device: Option<(String, u32)>,
     pub qpns: Option<RangeInclusive<u32>>,
     pub qp_type: Option<QpType>,
     pub pkey: u16,
@@ -133,6 +141,14 @@ impl BindRule {
         }
         if self.kernel {
             s.matchers |= matcher::KERNEL;
+        }
+        if let Some(p) = self.port {
+            s.matchers |= matcher::PORT;
+            s.port = p;
+        }
+        if let Some((_, index)) = &self.device {
+            s.matchers |= matcher::DEVICE;
+            s.device = *index;
         }
         if let Some(q) = self.qkey {
             (s.qkey, s.pinned_qkey) = (q, 1);
@@ -279,13 +295,15 @@ fn rule(
         && raw.gid.is_none()
         && raw.netns.is_none()
         && raw.kernel.is_none()
+        && raw.port.is_none()
+        && raw.device.is_none()
         && raw.qpn.is_none()
         && raw.qp_type.is_none()
     {
         return Err(cx.err(
             b.span(),
             field,
-            "matches every QP; give at least one of cgroup, uid, gid, netns, kernel, comm, pid, qpn, type",
+            "matches every QP; give at least one of cgroup, uid, gid, netns, kernel, port, device, comm, pid, qpn, type",
         ));
     }
     let cgroup = resolved(
@@ -335,6 +353,40 @@ fn rule(
             "ib_uverbs makes QPs for processes, which are bound as the process's, never by a kernel rule",
         ));
     }
+    let port = match &raw.port {
+        Some(p) if !kernel => {
+            return Err(cx.err(
+                p.span(),
+                &format!("{field}.port"),
+                "is for kernel = true rules: the rdma_cm port a kernel user's QP serves or connects to (a process's QPs are bound by who made them)",
+            ));
+        }
+        Some(p) => Some(
+            u16::try_from(*p.get_ref())
+                .ok()
+                .filter(|&n| n != 0)
+                .ok_or_else(|| {
+                    cx.err(
+                        p.span(),
+                        &format!("{field}.port"),
+                        format!(
+                            "{} is out of range; expected an rdma_cm port in 1..=65535 (NVMe over Fabrics 4420, iSER 3260, NFS/RDMA 20049, SMB Direct 5445, RDS 18634)",
+                            p.get_ref()
+                        ),
+                    )
+                })?,
+        ),
+        None => None,
+    };
+    let device = raw
+        .device
+        .as_ref()
+        .map(|d| {
+            crate::control::rdma::device_index(d.get_ref())
+                .map(|index| (d.get_ref().clone(), index))
+                .map_err(|why| cx.err(d.span(), &format!("{field}.device"), why))
+        })
+        .transpose()?;
     let uid = raw
         .uid
         .as_ref()
@@ -399,6 +451,8 @@ fn rule(
         gid,
         netns,
         kernel,
+        port,
+        device,
         qpns,
         qp_type,
         pkey,

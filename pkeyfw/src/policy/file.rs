@@ -149,6 +149,13 @@ pub(super) fn parse(cx: &Ctx, port_guid: Option<u64>) -> Result<Policy, PolicyEr
                 b.line
             )
         }));
+        warnings.extend(binds.iter().filter(|b| b.kernel && b.port.is_none()).map(|b| {
+            format!(
+                "{}:{}: this kernel = true rule names no port: it binds every QP of its kernel users alike, whatever they serve (NVMe over Fabrics, iSER, NFS/RDMA, SMB Direct and RDS all make rdma_cm QPs, and an unprivileged user can make the kernel open RDS connections); add port (e.g. 4420 for NVMe over Fabrics)",
+                cx.path.display(),
+                b.line
+            )
+        }));
         warnings.extend(first_line.iter().map(|(qpn, line)| {
             format!(
                 "{}:{line}: this [[qp]] entry binds QPN {qpn:#x} by number alone, which any process can come to hold (rxe hands QPNs out in sequence): no boundary between tenants; a cgroup, uid, gid or netns rule that matches the QP's creator binds it instead",

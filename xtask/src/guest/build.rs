@@ -40,9 +40,10 @@ pub const PACKAGES: &[&str] = &[
 /// bridge (switch mode's switch), the clsact qdisc and the BPF classifier
 /// (6.1 has no tcx, so the stamping program attaches through them), and
 /// rdma_rxe with the CRC-32 implementations it asks for by name (kernels
-/// from 6.14 have them in the kernel's CRC library instead) and the rdma_cm
-/// user interface. Their dependencies come along (modprobe); one a kernel
-/// does not have is left out.
+/// from 6.14 have them in the kernel's CRC library instead), the rdma_cm
+/// user interface, and NVMe over Fabrics' RDMA target and initiator with a
+/// null block device to export (rdma_cm's kernel users). Their dependencies
+/// come along (modprobe); one a kernel does not have is left out.
 pub const MODULES: &[&str] = &[
     "virtio_pci",
     "9pnet_virtio",
@@ -56,6 +57,9 @@ pub const MODULES: &[&str] = &[
     "rdma_rxe",
     "ib_uverbs",
     "rdma_ucm",
+    "nvmet_rdma",
+    "nvme_rdma",
+    "null_blk",
 ];
 
 /// Host tools the build and the boot use, with their Debian packages.

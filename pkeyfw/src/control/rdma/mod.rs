@@ -46,6 +46,8 @@ pub struct Device {
 pub struct Qp {
     /// The RDMA device, e.g. `rxe0`.
     pub device: String,
+    /// Its index.
+    pub device_index: u32,
     /// None until the QP is first moved to INIT.
     pub port: Option<u32>,
     pub qpn: u32,
@@ -267,6 +269,23 @@ pub fn devices_on(ifindex: u32) -> Result<Vec<Device>> {
     Ok(devices)
 }
 
+/// The index of the RDMA device named `name`; the error says it is none.
+pub fn device_index(name: &str) -> Result<u32, String> {
+    let found = Connection::open()
+        .and_then(|mut nl| {
+            dump(&mut nl, command::GET, None)?
+                .iter()
+                .map(|reply| nldev::device(reply).context("decoding an RDMA device"))
+                .collect::<Result<Vec<_>>>()
+        })
+        .map_err(|e| format!("cannot list the RDMA devices: {e:#}"))?;
+    found
+        .into_iter()
+        .find(|d| d.name == name)
+        .map(|d| d.index)
+        .ok_or_else(|| format!("`{name}` is no RDMA device here (`rdma link` lists them)"))
+}
+
 /// The QPs of `devices` on their bound ports, sorted by device and QPN, as
 /// RDMA netlink reports them: who made them not yet asked ([`identify`]).
 pub fn qps_of(devices: &[Device]) -> Result<Vec<Qp>> {
@@ -308,29 +327,47 @@ pub fn qps_on(ifindex: u32) -> Result<Vec<Qp>> {
 pub fn identify(qps: &mut [Qp], records: &Records) {
     let mut read = BTreeMap::new();
     for qp in qps {
+        // uverbs makes a process's XRC target QPs as a kernel user would
+        // (RDMA netlink names them ib_uverbs's): they are the process's, as
+        // the probe records them.
+        let process = !qp.kernel || qp.comm.as_deref() == Some(UVERBS);
         let seen = records
             .get(&qp.qpn)
-            .filter(|c| (c.kernel != 0) == qp.kernel && c.ib_qp_type == qp.qp_type.raw());
+            .filter(|c| (c.kernel == 0) == process && c.ib_qp_type == qp.qp_type.raw());
         qp.maker = match seen {
             Some(c) => Maker::Seen(*c),
-            None if qp.kernel => Maker::Read(kernel_user(qp.comm.as_deref().unwrap_or(""), qp)),
-            None => match qp.pid {
-                Some(pid) => *read
-                    .entry(pid)
-                    .or_insert_with(|| creation_of(pid, qp).map_or(Maker::Unknown, Maker::Read)),
+            None if !process => Maker::Read(kernel_user(qp.comm.as_deref().unwrap_or(""), qp)),
+            // (An XRC target QP names no process.)
+            None => match qp.pid.filter(|_| !qp.kernel) {
+                Some(pid) => read.entry(pid).or_insert_with(|| creation_of(pid)).map_or(
+                    Maker::Unknown,
+                    |c| {
+                        Maker::Read(Creation {
+                            device: qp.device_index,
+                            ib_qp_type: qp.qp_type.raw(),
+                            ..c
+                        })
+                    },
+                ),
                 None => Maker::Unknown,
             },
         };
     }
 }
 
+/// The module name uverbs gives the QPs it makes for a process.
+const UVERBS: &str = "ib_uverbs";
+
 /// A kernel user's QP, by its module's name: every task field matches
 /// nothing, as the probe records it.
 fn kernel_user(module: &str, qp: &Qp) -> Creation {
+    let port = |a: Option<SocketAddr>| a.map_or(0, |a| a.port());
     Creation {
         comm: comm_bytes(module.as_bytes()),
         uid: u32::MAX,
         gid: u32::MAX,
+        device: qp.device_index,
+        ports: [port(qp.local), port(qp.peer)],
         kernel: 1,
         ib_qp_type: qp.qp_type.raw(),
         ..Creation::default()
@@ -364,6 +401,7 @@ fn assemble(
     qps.into_iter()
         .filter(|qp| qp.port.map_or(every_port, |p| device.ports.contains(&p)))
         .map(|mut qp| {
+            qp.device_index = device.index;
             if !qp.kernel
                 && let Some(pid) = qp.pid
             {
@@ -386,11 +424,12 @@ fn comm_of(pid: u32) -> Option<String> {
     Some(String::from_utf8_lossy(comm).into_owned())
 }
 
-/// What `/proc/PID` says of the process that made `qp`, as the probe
-/// would have recorded it: its command, effective ids, network namespace
-/// cookie and cgroups. Read as bytes: no name a process gives itself makes
-/// it unreadable. None once the process is gone (or its cgroup is).
-pub fn creation_of(pid: u32, qp: &Qp) -> Option<Creation> {
+/// What `/proc/PID` says of a process, as the probe would have recorded it
+/// as a QP's maker: its command, effective ids, network namespace cookie
+/// and cgroups (the QP's own fields left at 0). Read as bytes: no name a
+/// process gives itself makes it unreadable. None once the process is gone
+/// (or its cgroup is).
+pub fn creation_of(pid: u32) -> Option<Creation> {
     let status = std::fs::read(format!("/proc/{pid}/status")).ok()?;
     // "Uid:\treal\teffective\tsaved\tfs"
     let effective = |field: &[u8]| -> Option<u32> {
@@ -419,8 +458,6 @@ pub fn creation_of(pid: u32, qp: &Qp) -> Option<Creation> {
         pid,
         uid: effective(b"Uid:")?,
         gid: effective(b"Gid:")?,
-        kernel: 0,
-        ib_qp_type: qp.qp_type.raw(),
         ..Creation::default()
     })
 }
@@ -448,6 +485,7 @@ impl Qp {
     pub(crate) fn user(qpn: u32, qp_type: IbQpType, pid: u32, comm: &str) -> Qp {
         Qp {
             device: "rxe0".into(),
+            device_index: 0,
             port: Some(1),
             qpn,
             remote_qpn: None,

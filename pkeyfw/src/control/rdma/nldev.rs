@@ -247,6 +247,7 @@ pub fn qps(attrs: &[u8]) -> Result<Vec<Qp>, DecodeError> {
             let kern_name = e.string(attr::RES_KERN_NAME);
             Ok(Qp {
                 device: device.clone(),
+                device_index: 0,
                 port: e.u32(attr::PORT_INDEX)?,
                 qpn: e.need_u32(attr::RES_LQPN, "RES_LQPN")?,
                 // 0 until an RC or UC QP is connected: no peer yet.

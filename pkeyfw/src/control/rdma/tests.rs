@@ -230,6 +230,7 @@ fn attrs_of(message: &[u8]) -> &[u8] {
 fn user_qp(qpn: u32, qp_type: IbQpType, state: QpState, pid: u32) -> Qp {
     Qp {
         device: "rxe0".into(),
+        device_index: 0,
         port: Some(1),
         qpn,
         remote_qpn: None,
@@ -574,7 +575,13 @@ fn assembling_selects_bound_ports_and_fills_owners() {
         driver: Driver::Hardware("mlx4_core".into()),
     };
     let got = assemble(&two_ports, qps.clone(), &cm, &mut comm);
+    let on = |qp: Qp| Qp {
+        device_index: 3,
+        ..qp
+    };
+    let (kernel, gone) = (on(kernel), on(gone));
     let rc_named = Qp {
+        device_index: 3,
         comm: Some("rping".into()),
         local: cm[0].local,
         peer: cm[0].peer,
@@ -589,6 +596,7 @@ fn assembling_selects_bound_ports_and_fills_owners() {
     };
     let got = assemble(&one_port, qps, &cm, &mut comm);
     let fresh_named = Qp {
+        device_index: 3,
         comm: Some("rping".into()),
         ..fresh
     };
@@ -616,7 +624,7 @@ fn a_maker_is_read_without_ptrace_access() {
             std::fs::metadata(format!("/proc/{pid}/ns/net")).is_err(),
             "without CAP_SYS_PTRACE another user's namespace is hidden"
         );
-        super::creation_of(pid, &user_qp(0x11, IbQpType::Ud, QpState::Rts, pid))
+        super::creation_of(pid)
     })
     .join()
     .unwrap();
@@ -647,8 +655,7 @@ fn a_maker_named_with_any_bytes_is_read() {
     let pid = child.id();
     let mut made = None;
     for _ in 0..100 {
-        made = super::creation_of(pid, &user_qp(0x11, IbQpType::Ud, QpState::Rts, pid))
-            .filter(|c| c.comm[0] == 0xff);
+        made = super::creation_of(pid).filter(|c| c.comm[0] == 0xff);
         if made.is_some() {
             break;
         }
@@ -694,4 +701,52 @@ fn drop_effective(cap: u32) {
         data[(cap / 32) as usize].effective &= !(1 << (cap % 32));
         assert_eq!(libc::syscall(libc::SYS_capset, &header, data.as_ptr()), 0);
     }
+}
+
+/// Who made each QP: the probe's record where it is this QP's (a process's
+/// or a kernel user's as RDMA netlink says, of its type), `/proc` only for
+/// a process's QP without one, and nothing for a process's QP whose
+/// process RDMA netlink does not name. uverbs's XRC target QPs, which RDMA
+/// netlink reports as ib_uverbs's kernel QPs, are the process's.
+#[test]
+fn identify_reads_the_record_of_this_qp() {
+    use pkeyfw_common::abi::Creation;
+    let record = |kernel: u8, ib_qp_type: u8| Creation {
+        uid: 1001,
+        kernel,
+        ib_qp_type,
+        ..Creation::default()
+    };
+    let xrc = Qp {
+        pid: None,
+        comm: Some("ib_uverbs".into()),
+        kernel: true,
+        ..user_qp(0x20, IbQpType::XrcTgt, QpState::Rts, 0)
+    };
+    let gone = Qp {
+        pid: None,
+        ..user_qp(0x21, IbQpType::Ud, QpState::Rts, 0)
+    };
+    let retyped = user_qp(0x22, IbQpType::Rc, QpState::Rts, std::process::id());
+    let mut qps = [xrc.clone(), gone.clone(), retyped.clone()];
+    let records = super::Records::from([
+        (0x20, record(0, IbQpType::XrcTgt.raw())),
+        (0x21, record(0, IbQpType::Ud.raw())),
+        // An earlier QP's with the number, of another type.
+        (0x22, record(0, IbQpType::Ud.raw())),
+    ]);
+    super::identify(&mut qps, &records);
+    assert_eq!(qps[0].maker, super::Maker::Seen(records[&0x20]));
+    assert_eq!(qps[1].maker, super::Maker::Seen(records[&0x21]));
+    assert!(
+        matches!(qps[2].maker, super::Maker::Read(c) if c.uid != 1001),
+        "{:?}",
+        qps[2].maker
+    );
+    // Without records: /proc for the live process, nothing for the others.
+    let mut qps = [xrc, gone, retyped];
+    super::identify(&mut qps, &super::Records::new());
+    assert_eq!(qps[0].maker, super::Maker::Unknown);
+    assert_eq!(qps[1].maker, super::Maker::Unknown);
+    assert!(matches!(qps[2].maker, super::Maker::Read(_)));
 }

@@ -155,7 +155,7 @@ fn on_pair(scenarios: &[Scenario], work: &Path, captures: Option<&Path>) -> Resu
 /// a frame with either wrong before counting it); pkeyfw named the rxe
 /// device as in its reach.
 fn judge(sc: &Scenario, o: &Observed) -> bool {
-    let policy = sc.policy();
+    let policy = &o.policy;
     let refused_only = |counts: &ReasonCounts, allowed: Option<Reason>| {
         Reason::ALL
             .into_iter()
@@ -200,7 +200,7 @@ fn attack_failed(sc: &Scenario, o: &Observed) -> bool {
         // group's join (first) passed, the foreign one's was reported; the
         // joiner SIGKILLed for it where the policy says so, and only there.
         Some(Attack::Join { .. }) => {
-            let kill = sc.policy().foreign_join == OnForeignJoin::Kill;
+            let kill = o.policy.foreign_join == OnForeignJoin::Kill;
             let killed = o.attacker_signal == Some(libc::SIGKILL);
             server(Capture::Joined) > 0
                 && server(Capture::ForeignJoin) > 0

@@ -30,6 +30,7 @@ use crate::{
     capture,
     loading::maps::{CaptureCounts, Maps, ReasonCounts},
     loading::pins::Pins,
+    policy::Policy,
 };
 
 /// How long a client may run before it counts as stalled (soft-RoCE under
@@ -52,6 +53,9 @@ pub enum Exit {
 }
 
 pub struct Observed {
+    /// The scenario's policy, as read while its devices existed (a rule
+    /// may name one).
+    pub policy: Policy,
     pub server: Exit,
     pub client: Exit,
     /// The server end's filter counters for the whole scenario.
@@ -458,6 +462,7 @@ pub fn scenario(
         other => other,
     };
     Ok(Observed {
+        policy: rules,
         server: settle(server_exit, "server"),
         client: settle(client_exit, "client"),
         reasons,

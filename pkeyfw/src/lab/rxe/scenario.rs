@@ -21,7 +21,15 @@ pub enum Program {
     SendBw,
     Rping,
     Udaddy,
+    /// The kernel's NVMe over Fabrics: nvmet-rdma exporting a null block
+    /// device on the server's address, port 4420, and nvme-rdma connecting
+    /// to it and reading it (shell scripts over configfs and
+    /// /dev/nvme-fabrics: the QPs are the kernel's, rdma_cm's).
+    NvmeOf,
 }
+
+/// The NVMe over Fabrics subsystem the lab exports.
+const NQN: &str = "pkeyfw-lab";
 
 /// When a server is ready for its client.
 pub enum Ready {
@@ -40,6 +48,7 @@ impl Program {
             Program::SendBw => "ib_send_bw",
             Program::Rping => "rping",
             Program::Udaddy => "udaddy",
+            Program::NvmeOf => "sh",
         }
     }
 
@@ -54,6 +63,7 @@ impl Program {
             Program::Rping => strings(&["-s", "-a", &me, "-C", "10"]),
             // Its default message count: its QP is bound as it is created.
             Program::Udaddy => strings(&["-b", &me]),
+            Program::NvmeOf => strings(&["-ec", &nvmet_script(&me, dev)]),
         }
     }
 
@@ -65,6 +75,7 @@ impl Program {
             Program::UdPingpong | Program::RcPingpong | Program::SendBw => a.push(peer),
             Program::Rping => a = strings(&["-c", "-I", &me, "-a", &peer, "-C", "10"]),
             Program::Udaddy => a = strings(&["-b", &me, "-s", &peer]),
+            Program::NvmeOf => a = strings(&["-ec", &nvme_script(&me, &peer)]),
         }
         a
     }
@@ -73,6 +84,8 @@ impl Program {
         match self {
             Program::UdPingpong | Program::RcPingpong | Program::SendBw => Ready::Tcp(18515),
             Program::Rping | Program::Udaddy => Ready::Millis(500),
+            // Modules loaded, configfs written.
+            Program::NvmeOf => Ready::Millis(3000),
         }
     }
 
@@ -91,6 +104,42 @@ impl Program {
     pub fn qp_before_exchange(self) -> bool {
         matches!(self, Program::UdPingpong | Program::RcPingpong)
     }
+}
+
+/// The target: a null block device exported over RDMA at `addr`:4420 on
+/// `device`, until an initiator has come (within a minute) and gone.
+fn nvmet_script(addr: &str, device: &str) -> String {
+    format!(
+        "modprobe null_blk nr_devices=1; modprobe nvmet_rdma
+mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
+cd /sys/kernel/config/nvmet
+mkdir -p subsystems/{NQN}/namespaces/1 ports/1
+echo 1 > subsystems/{NQN}/attr_allow_any_host
+echo -n /dev/nullb0 > subsystems/{NQN}/namespaces/1/device_path
+echo 1 > subsystems/{NQN}/namespaces/1/enable
+echo rdma > ports/1/addr_trtype; echo ipv4 > ports/1/addr_adrfam
+echo {addr} > ports/1/addr_traddr; echo 4420 > ports/1/addr_trsvcid
+[ -e ports/1/subsystems/{NQN} ] || ln -s \"$PWD/subsystems/{NQN}\" ports/1/subsystems/{NQN}
+qps() {{ rdma resource show qp link {device}/1 | grep -c rdma_cm || true; }}
+i=0; while [ \"$(qps)\" -eq 0 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+while [ \"$(qps)\" -gt 0 ]; do sleep 0.1; done
+rm ports/1/subsystems/{NQN}
+rmdir ports/1 subsystems/{NQN}/namespaces/1 subsystems/{NQN}"
+    )
+}
+
+/// The initiator: connect from `me` to the target at `peer`:4420, read 1 MiB
+/// straight from the namespace, disconnect.
+fn nvme_script(me: &str, peer: &str) -> String {
+    format!(
+        "modprobe nvme_rdma
+echo transport=rdma,traddr={peer},trsvcid=4420,host_traddr={me},nqn={NQN} > /dev/nvme-fabrics
+ctrl=$(grep -l '^{NQN}$' /sys/class/nvme/nvme*/subsysnqn | head -1 | xargs dirname)
+dev=/dev/$(ls \"$ctrl\" | grep -m1 '^nvme[0-9]*n1$' || basename \"$ctrl\")n1
+i=0; while [ ! -b \"$dev\" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+dd if=\"$dev\" of=/dev/null bs=4096 count=256 iflag=direct
+echo 1 > \"$ctrl/delete_controller\""
+    )
 }
 
 fn strings(a: &[&str]) -> Vec<String> {
@@ -723,6 +772,23 @@ pub fn all() -> Vec<Scenario> {
             why: "bound as created: no frame is unknown",
         },
         Scenario {
+            name: "nvmeof-by-port",
+            client_comm: None,
+            program: Program::NvmeOf,
+            rules: "[enforcement]\nstamp = true\nunknown_qp = \"drop\"\n\
+                    [[bind]]\nkernel = true\ncomm = \"rdma_cm\"\nport = 4420\ndevice = \"pkfw_rxe1\"\npkey = 0x8001\n\
+                    [[bind]]\nkernel = true\ncomm = \"rdma_cm\"\nport = 4420\ndevice = \"pkfw_rxe0\"\npkey = 0x0001\n",
+            binding: "nvmet 0x8001 ⟵ nvme-rdma 0x0001, by port 4420 and device, stamped",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0x0001, 0x8001, 0xffff],
+            wire_qkeys: &[GSI_QKEY],
+            attack: None,
+            tenants: [Tenant::ANY; 2],
+            pinned: false,
+            why: "kernel users by the rdma_cm port they serve or connect to",
+        },
+        Scenario {
             name: "drop-bound-rping",
             client_comm: None,
             program: Program::Rping,
@@ -934,7 +1000,11 @@ mod tests {
     fn scenario_policies_are_what_they_say() {
         // The lab's cgroups and namespace, which the policies name.
         let _tenants = super::tenants::Tenants::create().expect("the lab's tenants (run as root)");
-        for sc in all() {
+        // (A rule naming a device is resolved against the guest's.)
+        for sc in all()
+            .into_iter()
+            .filter(|sc| !sc.rules.contains("device ="))
+        {
             let p = sc.policy();
             let unbound = sc.binding.starts_with("none");
             if unbound {

@@ -89,6 +89,8 @@ fn the_documented_example() {
                 gid: None,
                 netns: None,
                 kernel: false,
+                port: None,
+                device: None,
                 qpns: None,
                 qp_type: Some(QpType::Ud),
                 pkey: 0x8001,
@@ -103,6 +105,8 @@ fn the_documented_example() {
                 gid: None,
                 netns: None,
                 kernel: false,
+                port: None,
+                device: None,
                 qpns: Some(0x100..=0x1ff),
                 qp_type: None,
                 pkey: 0x0002,
@@ -117,6 +121,8 @@ fn the_documented_example() {
                 gid: None,
                 netns: None,
                 kernel: false,
+                port: None,
+                device: None,
                 qpns: None,
                 qp_type: None,
                 pkey: 0x8001,
@@ -136,7 +142,7 @@ fn a_rule_must_match_something() {
         &bind("pkey = 0x8001\n"),
         3,
         "bind[0]",
-        "at least one of cgroup, uid, gid, netns, kernel, comm, pid, qpn, type",
+        "at least one of cgroup, uid, gid, netns, kernel, port, device, comm, pid, qpn, type",
     );
     refused(
         &format!(
@@ -678,7 +684,7 @@ fn namespace_squatted() -> bool {
     // As /proc tells it, for a QP made before any probe ran.
     let qp_of = |u: &Unshared, _inode| {
         let mut qp = Qp::user(0x11, IbQpType::Ud, u.pid(), "tenant");
-        qp.maker = creation_of(u.pid(), &qp).map_or(Maker::Unknown, Maker::Read);
+        qp.maker = creation_of(u.pid()).map_or(Maker::Unknown, Maker::Read);
         qp
     };
     assert!(
@@ -701,4 +707,59 @@ fn namespace_squatted() -> bool {
     );
     assert_ne!(rule.spec().netns, now.cookie);
     true
+}
+
+/// A kernel rule may name the rdma_cm port its users serve or connect to;
+/// a process's rule may not (its QPs are bound by who made them), nor
+/// may a port be 0 or past 65535; a kernel rule without one is warned
+/// about, as it binds RDS's QPs with NVMe's.
+#[test]
+fn kernel_rules_by_port() {
+    let p = parse(&bind(
+        "kernel = true\ncomm = \"rdma_cm\"\nport = 4420\npkey = 0xffff\n",
+    ))
+    .unwrap();
+    assert_eq!(p.binds[0].port, Some(4420));
+    let spec = p.binds[0].spec();
+    assert_eq!(
+        (
+            spec.port,
+            spec.matchers & pkeyfw_common::abi::matcher::PORT != 0
+        ),
+        (4420, true)
+    );
+    assert!(
+        p.warnings.iter().all(|w| !w.contains("names no port")),
+        "{:?}",
+        p.warnings
+    );
+    let unported = parse(&bind("kernel = true\ncomm = \"rdma_cm\"\npkey = 0xffff\n")).unwrap();
+    assert!(
+        unported
+            .warnings
+            .iter()
+            .any(|w| w.contains("names no port")),
+        "{:?}",
+        unported.warnings
+    );
+    refused(
+        &bind("uid = 1001\nport = 4420\npkey = 0xffff\n"),
+        5,
+        "bind[0].port",
+        "kernel = true rules",
+    );
+    refused(
+        &bind("kernel = true\nport = 70000\npkey = 0xffff\n"),
+        5,
+        "bind[0].port",
+        "out of range",
+    );
+    // Named by what RDMA netlink says: "no RDMA device here", or here,
+    // with no RDMA netlink at all, that it cannot be asked.
+    refused(
+        &bind("kernel = true\ndevice = \"no-such-rdma-device\"\npkey = 0xffff\n"),
+        5,
+        "bind[0].device",
+        "RDMA device",
+    );
 }
