@@ -9,6 +9,9 @@
 //! - [`capture`]: frames read from pcap and pcapng captures;
 //! - [`cmd`]: the commands built on them, each with its arguments;
 //! - [`cli`]: the command line that names them;
+//! - [`cni`]: pkeyfw as a CNI plugin, which a container runtime runs for
+//!   each pod (a device of its own behind an access port of its
+//!   partition), built on the switch commands;
 //! - `lab`: the labs `pkeyfw lab` runs (veth, switch, soft-RoCE), behind
 //!   the default `lab` feature.
 //!
@@ -20,6 +23,7 @@ pub mod attachment;
 pub mod capture;
 pub mod cli;
 pub mod cmd;
+pub mod cni;
 pub mod control;
 // The frames and namespaces it uses are test equipment (pkeyfw-testkit).
 #[cfg(feature = "lab")]
