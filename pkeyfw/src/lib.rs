@@ -7,11 +7,9 @@
 //! - [`reporting`]: how frames, counters and violations read to a person;
 //! - [`attachment`]: an attachment's life, from start to detach, on them;
 //! - [`capture`]: frames read from pcap and pcapng captures;
-//! - [`cmd`]: the commands built on them, each with its arguments;
+//! - [`cmd`]: the commands built on them, each with its arguments, and
+//!   the one a container runtime runs (`cmd::cni`, the CNI plugin);
 //! - [`cli`]: the command line that names them;
-//! - [`cni`]: pkeyfw as a CNI plugin, which a container runtime runs for
-//!   each pod (a device of its own behind an access port of its
-//!   partition), built on the switch commands;
 //! - `lab`: the labs `pkeyfw lab` runs (veth, switch, soft-RoCE), behind
 //!   the default `lab` feature.
 //!
@@ -23,7 +21,6 @@ pub mod attachment;
 pub mod capture;
 pub mod cli;
 pub mod cmd;
-pub mod cni;
 pub mod control;
 // The frames and namespaces it uses are test equipment (pkeyfw-testkit).
 #[cfg(feature = "lab")]

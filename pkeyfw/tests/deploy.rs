@@ -581,7 +581,7 @@ fn the_cni_manifests_match_the_api_schema() {
 /// accepts.
 #[test]
 fn the_cni_manifests_hold_together() {
-    use pkeyfw::cni::{
+    use pkeyfw::cmd::cni::{
         config::NetConf,
         protocol::{Command, Invocation},
     };

@@ -17,9 +17,9 @@ use crate::{
 };
 
 /// What the guest holds besides the RDMA userland: the bridge and
-/// host-local plugins, podman (CNI network backend, crun, conmon), and jq
-/// for the scripts' runtime.
-pub const PACKAGES: &[&str] = &["containernetworking-plugins", "podman", "jq"];
+/// host-local plugins, podman (CNI network backend, crun, conmon), jq for
+/// the scripts' runtime and curl for a scrape of `pkeyfw metrics`.
+pub const PACKAGES: &[&str] = &["containernetworking-plugins", "podman", "jq", "curl"];
 
 /// The scripts' shared part: a runtime, networks, pods, checks.
 const LIB: &str = include_str!("cni_lab/lib.sh");

@@ -105,6 +105,20 @@ check podman-rc-a-b pp rc a b
 check podman-ud-a-b pp ud a b
 check podman-rc-b-c-stalls pp_stalls rc b c
 check podman-ud-b-c-stalls pp_stalls ud b c
+# The metrics name each port's pod (podman passes the container's name as
+# K8S_POD_NAME, and no namespace).
+$PKEYFW metrics --listen 127.0.0.1:9435 > /tmp/metrics.log 2>&1 &
+metrics=$!
+sleep 3
+scraped() {
+    curl -s http://127.0.0.1:9435/metrics > /tmp/metrics.txt &&
+        for p in a b c; do
+            grep -q "^pkeyfw_cni_port_info{.*pod=\"$p\"" /tmp/metrics.txt || return 1
+        done
+}
+check podman-metrics-name-pods scraped
+grep pkeyfw_cni_port_info /tmp/metrics.txt
+kill $metrics
 A=$(dev a)
 UA=""
 for u in /sys/class/infiniband_verbs/uverbs*; do
@@ -118,8 +132,7 @@ other_refused() {
 check podman-other-device-refused other_refused
 
 # A pod deleted: its port and its device go.
-PB=$(jq -r '.ports[] | select(.pod != null and (.pod | endswith("/b"))) | .interface' "$RECORDS/roce0.json")
-[ -n "$PB" ] || PB=$(jq -r '.ports[1].interface' "$RECORDS/roce0.json")
+PB=$(jq -r '.ports[] | select(.pod == "b") | .interface' "$RECORDS/roce0.json")
 B=$(dev b)
 started=$(now_ms)
 podman rm -f -t 0 b > /dev/null

@@ -84,21 +84,31 @@ pub struct Bridge {
 impl Bridge {
     /// The record of bridge `name`, or an empty one.
     pub fn load(name: &str) -> Result<Bridge> {
-        match fs::read_to_string(record_path(name)) {
-            Ok(text) => serde_json::from_str(&text)
-                .with_context(|| format!("reading {}", record_path(name).display())),
+        Bridge::read(&records(), name)
+    }
+
+    /// The record of bridge `name` in `dir`, or an empty one.
+    fn read(dir: &Path, name: &str) -> Result<Bridge> {
+        let path = dir.join(format!("{name}.json"));
+        match fs::read_to_string(&path) {
+            Ok(text) => {
+                serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))
+            }
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(Bridge {
                 name: name.to_string(),
                 ..Bridge::default()
             }),
-            Err(e) => Err(e).with_context(|| format!("reading {}", record_path(name).display())),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
         }
     }
 
-    /// Every bridge the node has a record of.
+    /// Every bridge of this namespace the node has a record of.
     pub fn all() -> Result<Vec<Bridge>> {
-        let dir = records();
-        let entries = match fs::read_dir(&dir) {
+        Bridge::all_in(&records())
+    }
+
+    fn all_in(dir: &Path) -> Result<Vec<Bridge>> {
+        let entries = match fs::read_dir(dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
@@ -113,7 +123,31 @@ impl Bridge {
             })
             .collect();
         names.sort();
-        names.iter().map(|n| Bridge::load(n)).collect()
+        names.iter().map(|n| Bridge::read(dir, n)).collect()
+    }
+
+    /// Every bridge of every namespace the plugin has run in, with that
+    /// namespace as the other commands label it (`host`, its `ip netns`
+    /// name, or `net:[INODE]`): what `pkeyfw metrics` says of pods.
+    pub fn everywhere() -> Vec<(String, Bridge)> {
+        let Ok(dirs) = fs::read_dir(DIR) else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        for dir in dirs.filter_map(|e| e.ok()).map(|e| e.path()) {
+            let Some(name) = dir.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            let label = match name.strip_prefix("net-").map(str::parse) {
+                Some(Ok(inode)) => NetnsId(inode).label(),
+                _ if name == "host" => "host".to_string(),
+                _ => continue,
+            };
+            for bridge in Bridge::all_in(&dir).unwrap_or_default() {
+                found.push((label.clone(), bridge));
+            }
+        }
+        found
     }
 
     /// Writes the record, or removes it (and the policy) once no pod is
