@@ -265,7 +265,8 @@ fn control(root: &Path, work: &Path, stage: &Path, version: &str, arch: &str) ->
     })?;
     files.sort();
     let mut sums = String::new();
-    for f in &files {
+    // As dh_md5sums: regular files only (a link has no contents of its own).
+    for f in files.iter().filter(|f| !f.is_symlink()) {
         let sum = output(Command::new("md5sum").arg(f)).context("md5sum")?;
         let hash = sum.split_whitespace().next().unwrap_or_default();
         let rel = f.strip_prefix(stage)?;
