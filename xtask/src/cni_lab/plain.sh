@@ -189,7 +189,7 @@ ten_ok() {
         [ "$(cat /tmp/t$i.status)" = 0 ] || { cat /tmp/t$i.json; return 1; }
         [ "$(ip netns exec t$i rdma dev | wc -l)" = 1 ] || return 1
     done
-    policy_ports 12 "$PA $PB"
+    policy_ports 12 "$PA $PB" && pinned $(jq -r '.ports[].interface' "$RECORDS/roce0.json")
 }
 check ten-concurrent-adds ten_ok
 T0=$(device p1-full t0); T1=$(device p1-limited t1); T2=$(device p1-limited t2)

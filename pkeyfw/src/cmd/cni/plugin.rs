@@ -1,9 +1,10 @@
 //! What each CNI command does on the node. ADD: the pod's RDMA device,
 //! confined to its namespace, its Q_Key guard where the network sets one,
-//! then its bridge port an access port of its partition; all or nothing. DEL: the port, then the device,
-//! whatever is left of either. CHECK: both as ADD left them. STATUS:
-//! whether the node can isolate a pod at all. GC: DEL for every attachment
-//! of the network the runtime no longer knows.
+//! then its bridge port an access port of its partition; all or nothing.
+//! DEL: the port, the guard and the device, whatever is left of them.
+//! CHECK: all three as ADD left them. STATUS: whether the node can isolate
+//! a pod at all. GC: DEL for every attachment of the network the runtime
+//! no longer knows.
 
 use std::{
     path::Path,
@@ -55,20 +56,8 @@ pub fn add(inv: &Invocation, conf: &NetConf) -> Result<Value, CniError> {
             "a runtime adds an attachment once: DEL it first",
         ));
     }
-    let gone = forget(port::prune(&mut bridge));
-    if !bridge.ports.is_empty() && bridge.trunk != conf.trunk {
-        return Err(CniError::config(
-            "trunk",
-            format!(
-                "{} differs from the {} of the other networks on bridge {}",
-                conf.trunk.as_deref().unwrap_or("none"),
-                bridge.trunk.as_deref().unwrap_or("none"),
-                bridge.name
-            ),
-            "the networks whose pods share a bridge must name the same uplink",
-        ));
-    }
-    bridge.trunk = conf.trunk.clone();
+    let mut gone = forget(port::prune(&mut bridge));
+    uplink(&mut bridge, conf.trunk.as_ref(), &mut gone)?;
     let name = node::device_name(&inv.container, &inv.ifname);
     device::make(&name, &inv.ifname, &netns)?;
     let undo_device = || {
@@ -127,6 +116,36 @@ pub fn add(inv: &Invocation, conf: &NetConf) -> Result<Value, CniError> {
         &name,
         netns_path,
     ))
+}
+
+/// Gives `bridge` the uplink the network names. The networks whose pods
+/// share a bridge name the same one; a bridge whose pods all went without
+/// a DEL takes the new one, and its old one, if another, is detached with
+/// them (`gone`).
+fn uplink(
+    bridge: &mut Bridge,
+    trunk: Option<&String>,
+    gone: &mut Vec<String>,
+) -> Result<(), CniError> {
+    if !bridge.ports.is_empty() && bridge.trunk.as_ref() != trunk {
+        return Err(CniError::config(
+            "trunk",
+            format!(
+                "{} differs from the {} of the other networks on bridge {}",
+                trunk.map_or("none", String::as_str),
+                bridge.trunk.as_deref().unwrap_or("none"),
+                bridge.name
+            ),
+            "the networks whose pods share a bridge must name the same uplink",
+        ));
+    }
+    if let Some(old) = bridge.trunk.take()
+        && Some(&old) != trunk
+    {
+        gone.push(old);
+    }
+    bridge.trunk = trunk.cloned();
+    Ok(())
 }
 
 /// DEL: the port out of its bridge's attachment, then the Q_Key guard
@@ -311,5 +330,54 @@ fn lock() -> Result<Lock, CniError> {
             ),
         )),
         Err(e) => Err(CniError::setup(e, "taking the node's lock")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bridge(trunk: Option<&str>, pods: usize) -> Bridge {
+        let port = |i: usize| Port {
+            interface: format!("veth{i}"),
+            pkey: 0x8001,
+            container: format!("c{i}"),
+            ifname: "eth0".to_string(),
+            netns: format!("/run/netns/p{i}"),
+            netns_inode: 4026532000 + i as u64,
+            network: "roce".to_string(),
+            device: node::device_name(&format!("c{i}"), "eth0"),
+            qkey: None,
+            pod: None,
+        };
+        Bridge {
+            name: "roce0".to_string(),
+            trunk: trunk.map(str::to_string),
+            ports: (0..pods).map(port).collect(),
+        }
+    }
+
+    /// Networks sharing a bridge agree on its uplink; a bridge left with no
+    /// pod takes another, and drops its old one.
+    #[test]
+    fn the_bridges_uplink() {
+        let (eth1, eth2) = ("eth1".to_string(), "eth2".to_string());
+        let mut gone = Vec::new();
+        let mut b = bridge(Some("eth1"), 2);
+        let e = uplink(&mut b, Some(&eth2), &mut gone).unwrap_err();
+        assert_eq!(e.code, code::CONFIG);
+        assert!(
+            e.msg.starts_with("trunk: eth2 differs from the eth1"),
+            "{e}"
+        );
+        assert!(uplink(&mut b, None, &mut gone).is_err());
+        uplink(&mut b, Some(&eth1), &mut gone).unwrap();
+        assert_eq!((b.trunk.as_deref(), gone.len()), (Some("eth1"), 0));
+        let mut b = bridge(Some("eth1"), 0);
+        uplink(&mut b, Some(&eth2), &mut gone).unwrap();
+        assert_eq!((b.trunk.as_deref(), &gone[..]), (Some("eth2"), &[eth1][..]));
+        let mut b = bridge(None, 0);
+        uplink(&mut b, None, &mut gone).unwrap();
+        assert_eq!(b.trunk, None);
     }
 }
