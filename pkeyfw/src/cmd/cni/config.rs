@@ -128,6 +128,17 @@ fn fields(
     let name = string(map, "name")?.ok_or_else(|| {
         CniError::config("name", "missing", "the runtime sets the network's name")
     })?;
+    // The specification's rule for network names.
+    let mut chars = name.chars();
+    let valid = chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if !valid {
+        return Err(CniError::config(
+            "name",
+            format!("`{name}` is not a network name"),
+            "expected an alphanumeric character, then alphanumerics, '_', '.' or '-'",
+        ));
+    }
     conf.name = name.to_string();
     string(map, "type")?
         .ok_or_else(|| CniError::config("type", "missing", "expected \"pkeyfw\""))?;
@@ -454,6 +465,11 @@ mod tests {
             with("name", json!(null)),
             code::CONFIG,
             "name: null is not a string",
+        );
+        refused(
+            with("name", json!("a b")),
+            code::CONFIG,
+            "name: `a b` is not a network name",
         );
         let mut v = base();
         v.as_object_mut().unwrap().remove("type");

@@ -37,11 +37,13 @@ fn policy_path(device: &str) -> PathBuf {
 /// The guard's policy: every UD QP made in namespace `netns` (a path)
 /// bound with `qkey` pinned.
 pub fn policy(netns: &str, qkey: u32) -> String {
+    // The path as a TOML string, quoted and escaped whatever it holds.
+    let path = toml::Value::String(netns.to_string());
     format!(
-        "# The Q_Key of the pod in {netns}, written by the pkeyfw CNI plugin.\n\
+        "# The Q_Key of a pod, written by the pkeyfw CNI plugin.\n\
          [port]\npkeys = [0xffff]\n\n\
          [enforcement]\nunknown_qp = \"default-pkey\"\n\n\
-         [[bind]]\nnetns = \"{netns}\"\ntype = \"ud\"\npkey = 0xffff\nqkey = {qkey:#010x}\n"
+         [[bind]]\nnetns = {path}\ntype = \"ud\"\npkey = 0xffff\nqkey = {qkey:#010x}\n"
     )
 }
 
@@ -104,6 +106,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pod.toml");
         fs::write(&path, policy("/proc/self/ns/net", 0x2222_2222)).unwrap();
+        let odd: toml::Table = policy("/a\"b\nc", 1).parse().unwrap();
+        assert_eq!(odd["bind"][0]["netns"].as_str(), Some("/a\"b\nc"));
         let p = crate::policy::Policy::load(&path).unwrap();
         assert_eq!(p.pkeys, [0xffff]);
         assert_eq!(p.binds.len(), 1);

@@ -203,14 +203,14 @@ impl Bridge {
             self.name
         );
         for p in &self.ports {
-            let who = p.pod.as_deref().unwrap_or("a container");
+            let who = comment(p.pod.as_deref().unwrap_or("a container"));
             let _ = write!(
                 text,
                 "\n[[switch.port]]  # {who}: {} ({}), network {}, device {}\n\
                  interface = \"{}\"\npkeys = [{:#06x}]\nstamp = {:#06x}\n",
                 p.ifname,
                 short(&p.container),
-                p.network,
+                comment(&p.network),
                 p.device,
                 p.interface,
                 p.pkey,
@@ -241,6 +241,14 @@ impl Bridge {
             .chain(self.trunk.clone())
             .collect()
     }
+}
+
+/// `text` fit for a comment of the policy: one line, whatever the runtime
+/// passed.
+fn comment(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 /// A container ID as people read one: its first 12 characters.
@@ -372,6 +380,19 @@ mod tests {
         let mut none = three();
         none.ports.clear();
         assert_eq!(none.policy(), None);
+    }
+
+    /// What the runtime passed stays in its comment: a pod's name cannot
+    /// add a line to the policy.
+    #[test]
+    fn names_stay_in_comments() {
+        let mut b = three();
+        b.ports[0].pod = Some("x\n[[switch.port]]\ninterface = \"eth9\"".to_string());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("roce0.toml");
+        fs::write(&path, b.policy().unwrap()).unwrap();
+        let switch = crate::policy::SwitchPolicy::load(&path).unwrap();
+        assert_eq!(switch.ports.len(), 4);
     }
 
     /// The default partition's limited key needs no second entry.

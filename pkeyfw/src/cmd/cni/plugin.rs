@@ -59,7 +59,9 @@ pub fn add(inv: &Invocation, conf: &NetConf) -> Result<Value, CniError> {
     let mut gone = forget(port::prune(&mut bridge));
     uplink(&mut bridge, conf.trunk.as_ref(), &mut gone)?;
     let name = node::device_name(&inv.container, &inv.ifname);
+    let started = Instant::now();
     device::make(&name, &inv.ifname, &netns)?;
+    let made = started.elapsed();
     let undo_device = || {
         let _ = device::remove(&name, Some(&netns));
     };
@@ -102,12 +104,14 @@ pub fn add(inv: &Invocation, conf: &NetConf) -> Result<Value, CniError> {
         return Err(CniError::setup(e, "recording the port"));
     }
     eprintln!(
-        "pkeyfw: {} {}: device {name}, port {} of {} stamps {:#06x}",
+        "pkeyfw: {} {}: device {name}, port {} of {} stamps {:#06x} (device {} ms, port {} ms)",
         inv.pod().unwrap_or_else(|| inv.container.clone()),
         inv.ifname,
         side.port,
         side.bridge,
-        conf.pkey
+        conf.pkey,
+        made.as_millis(),
+        (started.elapsed() - made).as_millis(),
     );
     Ok(prev::with_device(
         prev_result,
