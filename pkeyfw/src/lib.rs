@@ -7,7 +7,8 @@
 //! - [`reporting`]: how frames, counters and violations read to a person;
 //! - [`attachment`]: an attachment's life, from start to detach, on them;
 //! - [`capture`]: frames read from pcap and pcapng captures;
-//! - [`cmd`]: the commands built on them, each with its arguments;
+//! - [`cmd`]: the commands built on them, each with its arguments, and
+//!   the one a container runtime runs (`cmd::cni`, the CNI plugin);
 //! - [`cli`]: the command line that names them;
 //! - `lab`: the labs `pkeyfw lab` runs (veth, switch, soft-RoCE), behind
 //!   the default `lab` feature.

@@ -1,4 +1,6 @@
-//! The `pkeyfw` command: the command line ([`pkeyfw::cli`]) parsed and run.
+//! The `pkeyfw` command: the command line ([`pkeyfw::cli`]) parsed and run,
+//! or, started by a container runtime as its CNI plugin, the plugin
+//! ([`pkeyfw::cmd::cni`]).
 
 use std::process::ExitCode;
 
@@ -6,6 +8,9 @@ use clap::Parser as _;
 use pkeyfw::cli::Cli;
 
 fn main() -> ExitCode {
+    if pkeyfw::cmd::cni::invoked() {
+        return pkeyfw::cmd::cni::main();
+    }
     match Cli::parse().run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

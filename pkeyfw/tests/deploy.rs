@@ -6,7 +6,10 @@
 //! a policy pkeyfw accepts; both run commands pkeyfw's CLI accepts. The
 //! node-pool example (deploy/kubernetes-node-pools) replaces the policy
 //! with one every node of a pool loads with its pool's partition, whose
-//! rule binds a process in a cgroup shaped like a pod's.
+//! rule binds a process in a cgroup shaped like a pod's. The CNI plugin's
+//! manifests (deploy/kubernetes-cni) match the schemas too, their
+//! NetworkAttachmentDefinitions hold configurations the plugin accepts
+//! as they are, and the pod example names one of them.
 
 mod common;
 
@@ -17,7 +20,7 @@ use std::{
 };
 
 use k8s_openapi::api::{apps::v1::DaemonSet, core::v1::ConfigMap, core::v1::Namespace};
-use serde::{Serialize, de::DeserializeOwned};
+use serde::{Deserialize as _, Serialize, de::DeserializeOwned};
 
 const UNIT: &str = include_str!("../../contrib/systemd/pkeyfw@.service");
 
@@ -512,4 +515,133 @@ fn the_node_pool_example_binds_pods_to_their_nodes_partition() {
         spec.cgroup,
         "the rule's directory is the pods' slice"
     );
+}
+
+/// A NetworkAttachmentDefinition (Multus' CRD, k8s.cni.cncf.io/v1), as its
+/// schema has it: a `config` string and nothing else in `spec`.
+#[derive(serde::Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct NetworkAttachmentDefinition {
+    api_version: String,
+    kind: String,
+    metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    spec: NetworkAttachmentSpec,
+}
+
+#[derive(serde::Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct NetworkAttachmentSpec {
+    config: String,
+}
+
+/// deploy/kubernetes-cni's NetworkAttachmentDefinitions.
+fn cni_networks() -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(deploy("kubernetes-cni").join("networks.yaml")).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| serde_json::to_value(serde_yaml::Value::deserialize(doc).unwrap()).unwrap())
+        .collect()
+}
+
+#[test]
+fn the_cni_manifests_match_the_api_schema() {
+    let dir = deploy("kubernetes-cni");
+    let kustomization = read_yaml(&dir, "kustomization.yaml");
+    assert_eq!(kustomization["kind"], "Kustomization");
+    for r in kustomization["resources"].as_sequence().expect("resources") {
+        let m = serde_json::to_value(read_yaml(&dir, r.as_str().unwrap())).unwrap();
+        match m["kind"].as_str() {
+            Some("DaemonSet") => matches_schema::<DaemonSet>(&m),
+            Some("Namespace") => matches_schema::<Namespace>(&m),
+            other => panic!("no schema checked for kind {other:?}: add it here"),
+        }
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let pod = serde_json::to_value(read_yaml(&dir, "pod.yaml")).unwrap();
+    matches_schema::<k8s_openapi::api::core::v1::Pod>(&pod).unwrap_or_else(|e| panic!("{e}"));
+    let networks = cni_networks();
+    assert!(!networks.is_empty());
+    for n in &networks {
+        assert_eq!(
+            (&n["apiVersion"], &n["kind"]),
+            (
+                &serde_json::json!("k8s.cni.cncf.io/v1"),
+                &serde_json::json!("NetworkAttachmentDefinition")
+            )
+        );
+        matches_schema::<NetworkAttachmentDefinition>(n).unwrap_or_else(|e| panic!("{e}"));
+    }
+    // A misspelt field is caught.
+    let mut bad = networks[0].clone();
+    bad["spec"]["conifg"] = bad["spec"]["config"].clone();
+    assert!(matches_schema::<NetworkAttachmentDefinition>(&bad).is_err());
+}
+
+/// Each NetworkAttachmentDefinition's conflist chains pkeyfw after the
+/// bridge plugin, with a configuration the plugin takes as it is (what the
+/// runtime hands it: the plugin's object with the list's version and
+/// name); the pod example names one of them; the DaemonSet installs the
+/// image's binary as the runtime's `pkeyfw` and runs a command the CLI
+/// accepts.
+#[test]
+fn the_cni_manifests_hold_together() {
+    use pkeyfw::cmd::cni::{
+        config::NetConf,
+        protocol::{Command, Invocation},
+    };
+    let add = Invocation {
+        command: Command::Add,
+        container: "c1".to_string(),
+        ifname: "net1".to_string(),
+        netns: Some("/run/netns/p".to_string()),
+        args: BTreeMap::new(),
+    };
+    let mut names = Vec::new();
+    for n in cni_networks() {
+        let list: serde_json::Value =
+            serde_json::from_str(n["spec"]["config"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            list["name"], n["metadata"]["name"],
+            "the network is named as its object"
+        );
+        let plugins = list["plugins"].as_array().expect("a conflist");
+        assert_eq!(plugins[0]["type"], "bridge", "pkeyfw chains after bridge");
+        let mut plugin = plugins.last().unwrap().clone();
+        assert_eq!(plugin["type"], "pkeyfw");
+        plugin["cniVersion"] = list["cniVersion"].clone();
+        plugin["name"] = list["name"].clone();
+        let conf = NetConf::parse(plugin.to_string().as_bytes(), &add)
+            .unwrap_or_else(|(e, _)| panic!("{}: {e}", list["name"]));
+        assert_eq!(conf.trunk.as_deref(), Some("eth1"));
+        names.push(list["name"].as_str().unwrap().to_string());
+    }
+    let dir = deploy("kubernetes-cni");
+    let pod = read_yaml(&dir, "pod.yaml");
+    let wanted = pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
+        .as_str()
+        .expect("the pod names a network");
+    assert!(
+        names.iter().any(|n| n == wanted),
+        "{wanted} is not in networks.yaml"
+    );
+
+    let ds = read_yaml(&dir, "daemonset.yaml");
+    let spec = &ds["spec"]["template"]["spec"];
+    let install = spec["initContainers"][0]["command"][2].as_str().unwrap();
+    assert!(
+        install.contains("cp /usr/local/bin/pkeyfw ")
+            && install.ends_with(" /host/opt/cni/bin/pkeyfw"),
+        "{install}"
+    );
+    let containerfile = std::fs::read_to_string(deploy("Containerfile")).unwrap();
+    assert!(containerfile.contains("/usr/local/bin/pkeyfw"));
+    let args: Vec<String> = spec["containers"][0]["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    <pkeyfw::cli::Cli as clap::Parser>::try_parse_from(
+        std::iter::once("pkeyfw".to_string()).chain(args.clone()),
+    )
+    .unwrap_or_else(|e| panic!("pkeyfw {args:?}: {e}"));
 }

@@ -1,11 +1,12 @@
-//! Project tasks: `cargo xtask setup | build | package | lab | rxe-lab | test |
-//! bench | bench-readme`.
+//! Project tasks: `cargo xtask setup | build | package | lab | rxe-lab |
+//! cni-lab | test | bench | bench-readme`.
 //!
 //! xtask must build with whatever stable toolchain the machine has: it is what
 //! installs the pinned ones.
 
 mod bench;
 mod cmd;
+mod cni_lab;
 mod guest;
 mod kernels;
 mod package;
@@ -50,6 +51,10 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Set up, build, then run pkeyfw as a CNI plugin in the guest: pods as
+    /// namespaces and as podman containers on Linux 7.3, refusals on 6.12
+    /// (root; builds its guest once).
+    CniLab,
     /// Boot the soft-RoCE guest to run one shell script, with the release
     /// `pkeyfw` beside it in /share (for exploring; root).
     #[command(hide = true)]
@@ -58,6 +63,9 @@ enum Task {
         /// The guest's Linux: 5.10, 6.1, 6.12 or 7.3.
         #[arg(long, default_value = "6.1")]
         kernel: String,
+        /// The CNI lab's guest (CNI plugins, podman).
+        #[arg(long)]
+        containers: bool,
     },
     /// Set up, then run every test of the project (needs root).
     Test,
@@ -105,9 +113,22 @@ fn main() -> std::process::ExitCode {
             .and_then(|()| build())
             .and_then(|()| rxe_lab::run(&args))
             .and_then(rxe_lab::Outcome::ok),
-        Task::Guest { script, kernel } => setup::run()
+        Task::CniLab => setup::run()
             .and_then(|()| build())
-            .and_then(|()| rxe_lab::explore(&script, guest::Kernel::named(&kernel)?)),
+            .and_then(|()| cni_lab::run())
+            .and_then(rxe_lab::Outcome::ok),
+        Task::Guest {
+            script,
+            kernel,
+            containers,
+        } => setup::run().and_then(|()| build()).and_then(|()| {
+            let kernel = guest::Kernel::named(&kernel)?;
+            let guest = match containers {
+                true => cni_lab::guest(kernel)?,
+                false => guest::Guest::ensure(kernel)?,
+            };
+            rxe_lab::explore(&script, &guest)
+        }),
         Task::Test => setup::run().and_then(|()| test::run()),
         Task::Bench { json } => setup::run().and_then(|()| bench::run(json.as_deref())),
         Task::BenchReadme => bench::page(),

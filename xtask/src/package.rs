@@ -35,6 +35,11 @@ const TOOLS: &[(&str, &str)] = &[
 const HAND_INSTALLED: &str = "/usr/local/bin/pkeyfw";
 const PACKAGED: &str = "/usr/bin/pkeyfw";
 
+/// The CNI plugin (`"type": "pkeyfw"`): a link to the binary in the
+/// directory of Debian's CNI plugins (containernetworking-plugins), where
+/// podman and CRI runtimes configured for Debian look.
+pub const CNI_PLUGIN: &str = "usr/lib/cni/pkeyfw";
+
 /// The unit's place: bookworm's systemd and lintian want /lib, not
 /// /usr/lib (files may not move between aliased directories until trixie).
 pub const UNIT: &str = "lib/systemd/system/pkeyfw@.service";
@@ -84,6 +89,10 @@ pub fn run() -> Result<Package> {
             .arg(&bin),
     )?;
     let version = version(&bin)?;
+    // The CNI plugin is the same binary, where Debian's runtimes look.
+    let plugin = stage.join(CNI_PLUGIN);
+    fs::create_dir_all(plugin.parent().context("a file has a parent")?)?;
+    std::os::unix::fs::symlink("../../bin/pkeyfw", &plugin)?;
 
     man_pages(&generated.join("man"), &stage.join("usr/share/man/man8"))?;
     completions(&generated.join("completions"), &stage)?;
@@ -256,7 +265,8 @@ fn control(root: &Path, work: &Path, stage: &Path, version: &str, arch: &str) ->
     })?;
     files.sort();
     let mut sums = String::new();
-    for f in &files {
+    // As dh_md5sums: regular files only (a link has no contents of its own).
+    for f in files.iter().filter(|f| !f.is_symlink()) {
         let sum = output(Command::new("md5sum").arg(f)).context("md5sum")?;
         let hash = sum.split_whitespace().next().unwrap_or_default();
         let rel = f.strip_prefix(stage)?;

@@ -60,17 +60,22 @@ pub fn share_in(name: &str, script: &str) -> Result<PathBuf> {
     Ok(share)
 }
 
-/// `cargo xtask guest SCRIPT`.
-pub fn explore(script: &Path, kernel: Kernel) -> Result<()> {
+/// `cargo xtask guest SCRIPT`: runs it in `guest`.
+pub fn explore(script: &Path, guest: &Guest) -> Result<()> {
     let text =
         fs::read_to_string(script).with_context(|| format!("reading {}", script.display()))?;
-    self::script(&text, kernel)
+    run_in(&text, guest)
 }
 
 /// Runs `text` as the guest's script on `kernel`, with the release CLI and
 /// the attacker beside it.
 pub fn script(text: &str, kernel: Kernel) -> Result<()> {
-    let guest = Guest::ensure(kernel)?;
+    run_in(text, &Guest::ensure(kernel)?)
+}
+
+/// Runs `text` as the script of `guest`, with the release CLI and the
+/// attacker beside it.
+fn run_in(text: &str, guest: &Guest) -> Result<()> {
     let share = share(text)?;
     let code = guest.run(&share, TIMEOUT, Init::Shell)?;
     println!(

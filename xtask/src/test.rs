@@ -1,8 +1,9 @@
 //! `cargo xtask test`: formatting, lints, every test of the workspace, the
 //! kernel ones included (they load the real XDP program, hence root), the
 //! Debian package's checks, the soft-RoCE scenarios in the guest (the
-//! package's unit under systemd among them), and the kernel matrix (each
-//! kernel the guest boots), each counted as a test.
+//! package's unit under systemd among them), the kernel matrix (each
+//! kernel the guest boots) and the CNI lab (the plugin under a runtime
+//! and podman), each counted as a test.
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -50,6 +51,7 @@ pub fn run() -> Result<()> {
     let guests = [
         ("rxe-lab", crate::rxe_lab::run(&[])),
         ("kernels", crate::kernels::run(&crate::guest::KERNELS, None)),
+        ("cni-lab", crate::cni_lab::run()),
     ];
     for (name, outcome) in guests {
         match outcome {

@@ -29,7 +29,11 @@ use tokio::net::TcpListener;
 
 use pkeyfw_common::{Capture, Reason, Stamp, Verdict, abi::EventKind};
 
-use crate::{cmd::stats, loading::pins, reporting::describe};
+use crate::{
+    cmd::{cni, stats},
+    loading::pins,
+    reporting::describe,
+};
 
 /// Serve Prometheus metrics: frames per reason and verdict, P_Key and
 /// Q_Key violations per partition, stamping and probe outcomes, bound QPs.
@@ -199,6 +203,25 @@ pub fn exposition() -> Result<String> {
         "A port of a switch's bridge that its policy does not list: its RoCE reaches none of the switch's ports (always 1)",
         &["netns", "bridge", "port"],
     )?;
+    let pods = f.gauge(
+        "pkeyfw_cni_port_info",
+        "A bridge port the CNI plugin made an access port of a pod's partition: the pod as its runtime names it (empty where it does not), its network, RDMA device and key (always 1)",
+        &[at[0], at[1], "bridge", "pod", "network", "device", "pkey"],
+    )?;
+    for (netns, bridge) in cni::node::Bridge::everywhere() {
+        for p in &bridge.ports {
+            pods.with_label_values(&[
+                &p.interface,
+                &netns,
+                &bridge.name,
+                p.pod.as_deref().unwrap_or(""),
+                &p.network,
+                &p.device,
+                &format!("{:#06x}", p.pkey),
+            ])
+            .set(1);
+        }
+    }
     let build = f.gauge(
         "pkeyfw_build_info",
         "The pkeyfw serving these metrics (always 1)",

@@ -1,8 +1,11 @@
-//! The CLI's commands, one module each: its arguments (clap) and its `run`;
+//! The CLI's commands, one module each: its arguments (clap) and its `run`
+//! (and `cni`, the CNI plugin, whose arguments a runtime passes in its
+//! environment);
 //! here, beneath them, what several share (`--netns`, the port's GUID, how an
 //! interface is named), so that no command imports another's internals back.
 
 pub mod attach;
+pub mod cni;
 pub mod detach;
 pub mod events;
 pub mod kernel;

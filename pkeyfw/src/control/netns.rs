@@ -161,6 +161,14 @@ impl Netns {
     }
 }
 
+impl AsRawFd for Netns {
+    /// The open nsfs file, as `setns` and RDMA netlink's `NET_NS_FD` take
+    /// it.
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
 /// The cookie of the calling thread's network namespace, as a socket made
 /// here carries it.
 fn current_cookie() -> Result<u64> {

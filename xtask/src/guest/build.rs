@@ -193,9 +193,16 @@ fn mirror() -> String {
 const STEPS: u64 = 4;
 
 /// Builds the guest with `kernel` into `out` (vmlinuz + initrd.zst), from
-/// the root kept in `root` (built there first if missing); `work` is
-/// scratch.
-pub fn build(release: &str, kernel: Kernel, root: &Path, work: &Path, out: &Path) -> Result<()> {
+/// the root kept in `root` (built there first if missing, with the
+/// packages `extra` besides [`PACKAGES`]); `work` is scratch.
+pub fn build(
+    release: &str,
+    kernel: Kernel,
+    extra: &[&str],
+    root: &Path,
+    work: &Path,
+    out: &Path,
+) -> Result<()> {
     let _ = fs::remove_dir_all(work);
     fs::create_dir_all(work)?;
     let progress = cmd::Progress::start(
@@ -205,7 +212,7 @@ pub fn build(release: &str, kernel: Kernel, root: &Path, work: &Path, out: &Path
     );
     progress.step("debootstrap: the Debian userland");
     if !root.join("init").exists() {
-        userland(release, root)?;
+        userland(release, extra, root)?;
     }
     progress.step("the kernel packages");
     let (version, unpacked) = download(kernel, work)?;
@@ -231,14 +238,14 @@ pub fn build(release: &str, kernel: Kernel, root: &Path, work: &Path, out: &Path
 }
 
 /// Builds the userland every kernel's guest shares into `root`:
-/// debootstrap, the two boots, slimmed.
-fn userland(release: &str, root: &Path) -> Result<()> {
+/// debootstrap (with `extra` packages too), the two boots, slimmed.
+fn userland(release: &str, extra: &[&str], root: &Path) -> Result<()> {
     let _ = fs::remove_dir_all(root);
     cmd::run(
         Command::new("debootstrap")
             .args([
                 "--variant=minbase",
-                &format!("--include={}", PACKAGES.join(",")),
+                &format!("--include={}", [PACKAGES, extra].concat().join(",")),
             ])
             .arg(release)
             .arg(root)

@@ -37,10 +37,16 @@ impl Guest {
     /// missing (about a minute for the first, most of it debootstrap; the
     /// userland is kept for the others).
     pub fn ensure(kernel: Kernel) -> Result<Guest> {
+        Guest::ensure_with(kernel, &[])
+    }
+
+    /// [`Guest::ensure`], with Debian packages `extra` in its userland
+    /// besides the soft-RoCE one (a root of its own, built once).
+    pub fn ensure_with(kernel: Kernel, extra: &[&str]) -> Result<Guest> {
         ensure_host_tools()?;
         let release = build::host_release()?;
         let base = crate::cmd::root().join("target/rxe-guest");
-        let hash = recipe_hash(&release);
+        let hash = recipe_hash(&release, extra);
         let dir = base.join(format!("{release}-{}-{hash:016x}", kernel.name));
         let guest = Guest { dir };
         if guest.kernel().exists() && guest.initrd().exists() {
@@ -54,7 +60,7 @@ impl Guest {
         let started = Instant::now();
         let root = base.join(format!("{release}-root-{hash:016x}"));
         let work = base.join(format!("work-{}", kernel.name));
-        build::build(&release, kernel, &root, &work, &guest.dir)
+        build::build(&release, kernel, extra, &root, &work, &guest.dir)
             .context("building the soft-RoCE guest")?;
         eprintln!(
             "xtask: guest built in {:.0} s",
@@ -164,11 +170,12 @@ fn accel_option(accel: &str) -> String {
 }
 
 /// Changes to the recipe (packages, modules, what either boot runs) make a
-/// new guest.
-fn recipe_hash(release: &str) -> u64 {
+/// new guest; `extra` packages, another one.
+fn recipe_hash(release: &str, extra: &[&str]) -> u64 {
+    let packages = [build::PACKAGES, extra].concat();
     let recipe = format!(
         "{release}\n{}\n{}\n{}\n{}\n{}",
-        build::PACKAGES.join(","),
+        packages.join(","),
         build::MODULES.join(","),
         include_str!("init.sh"),
         include_str!("under-systemd.sh"),

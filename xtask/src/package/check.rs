@@ -1,6 +1,7 @@
 //! The package checked as Debian and an operator would: lintian finds no
 //! error; it holds what it must; `dpkg -i` installs it into a throwaway
-//! root, whose pkeyfw runs and loads every example policy with `pkeyfw
+//! root, whose pkeyfw runs, answers a runtime's VERSION as the CNI plugin
+//! /usr/lib/cni/pkeyfw, and loads every example policy with `pkeyfw
 //! policy check`; `dpkg --purge` leaves nothing of it. Each is a test of
 //! `cargo xtask test`. (Under real systemd it is installed in the soft-RoCE
 //! guest: the `systemd` scenario.)
@@ -9,7 +10,7 @@ use std::{fs, path::Path, process::Command};
 
 use anyhow::{Context as _, Result, bail};
 
-use super::{Package, UNIT};
+use super::{CNI_PLUGIN, Package, UNIT};
 
 /// What the check needs beyond the build's tools.
 const TOOLS: &[(&str, &str)] = &[("lintian", "lintian"), ("unshare", "util-linux")];
@@ -108,6 +109,7 @@ fn contents(package: &Package) -> Result<()> {
     .map(String::from)
     .into();
     want.push(format!("/{UNIT}"));
+    want.push(format!("/{CNI_PLUGIN}"));
     for page in PAGES {
         let name = match *page {
             "pkeyfw" => "pkeyfw".to_string(),
@@ -182,6 +184,7 @@ fn installed(root: &Path, package: &Package) -> Result<()> {
     if !unit.contains("ExecStart=/usr/bin/pkeyfw attach %i") {
         bail!("the installed unit does not run /usr/bin/pkeyfw:\n{unit}");
     }
+    cni_version(&root.join(CNI_PLUGIN))?;
     let examples = root.join("usr/share/doc/pkeyfw/examples");
     let mut checked = 0;
     for e in fs::read_dir(&examples)? {
@@ -193,6 +196,38 @@ fn installed(root: &Path, package: &Package) -> Result<()> {
     }
     if checked < 4 {
         bail!("only {checked} example policies in {}", examples.display());
+    }
+    Ok(())
+}
+
+/// The installed CNI plugin answers VERSION as a runtime asks it:
+/// `CNI_COMMAND` set, no argument, the version on stdin.
+fn cni_version(plugin: &Path) -> Result<()> {
+    use std::io::Write as _;
+    let mut child = Command::new(plugin)
+        .env("CNI_COMMAND", "VERSION")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {}", plugin.display()))?;
+    child
+        .stdin
+        .take()
+        .context("a piped stdin")?
+        .write_all(br#"{"cniVersion": "1.0.0"}"#)?;
+    let out = child.wait_with_output()?;
+    let said: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "{} answered VERSION with {:?}",
+            plugin.display(),
+            out.stdout
+        )
+    })?;
+    if !out.status.success()
+        || said["cniVersion"] != "1.0.0"
+        || said["supportedVersions"].as_array().is_none()
+    {
+        bail!("{} answered VERSION with {said}", plugin.display());
     }
     Ok(())
 }

@@ -12,6 +12,7 @@
 //! stable.
 
 mod driver;
+pub mod link;
 mod nldev;
 mod socket;
 pub mod verbs;

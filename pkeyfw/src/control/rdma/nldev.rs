@@ -31,6 +31,15 @@ pub mod command {
     pub const RES_QP_GET: u16 = 10;
     /// rdma_cm IDs of one device (`rdma resource show cm_id`).
     pub const RES_CM_ID_GET: u16 = 11;
+    /// A device's settings, its network namespace among them (`rdma dev
+    /// set`).
+    pub const SET: u16 = 2;
+    /// A soft device on a network device (`rdma link add`).
+    pub const NEWLINK: u16 = 3;
+    /// Removes one (`rdma link delete`).
+    pub const DELLINK: u16 = 4;
+    /// The subsystem's settings (`rdma system`).
+    pub const SYS_GET: u16 = 6;
 }
 
 /// `enum rdma_nldev_attr` values pkeyfw reads (ABI: fixed numbers).
@@ -51,6 +60,10 @@ pub mod attr {
     pub const RES_SRC_ADDR: u16 = 33;
     pub const RES_DST_ADDR: u16 = 34;
     pub const NDEV_INDEX: u16 = 50;
+    pub const NDEV_NAME: u16 = 51;
+    pub const LINK_TYPE: u16 = 65;
+    pub const SYS_NETNS_MODE: u16 = 66;
+    pub const NET_NS_FD: u16 = 68;
 }
 
 /// `AF_INET` and `AF_INET6`, as `sa_family_t` in a sockaddr.
@@ -90,6 +103,58 @@ impl NetlinkSerializable for Request {
 
     fn serialize(&self, buffer: &mut [u8]) {
         self.attrs().as_slice().emit(buffer)
+    }
+}
+
+/// A request that is no dump: a command and its attributes, each as the
+/// kernel's policy types it (strings NUL-terminated, numbers in host
+/// order).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Doit {
+    pub command: u16,
+    pub attrs: Vec<(u16, Vec<u8>)>,
+}
+
+impl Doit {
+    pub fn new(command: u16) -> Doit {
+        Doit {
+            command,
+            attrs: Vec::new(),
+        }
+    }
+
+    pub fn u32(mut self, kind: u16, value: u32) -> Doit {
+        self.attrs.push((kind, value.to_ne_bytes().to_vec()));
+        self
+    }
+
+    /// A NUL-terminated string (`NLA_NUL_STRING`).
+    pub fn string(mut self, kind: u16, value: &str) -> Doit {
+        let mut bytes = value.as_bytes().to_vec();
+        bytes.push(0);
+        self.attrs.push((kind, bytes));
+        self
+    }
+
+    fn nlas(&self) -> Vec<DefaultNla> {
+        self.attrs
+            .iter()
+            .map(|(kind, value)| DefaultNla::new(*kind, value.clone()))
+            .collect()
+    }
+}
+
+impl NetlinkSerializable for Doit {
+    fn message_type(&self) -> u16 {
+        message_type(self.command)
+    }
+
+    fn buffer_len(&self) -> usize {
+        self.nlas().as_slice().buffer_len()
+    }
+
+    fn serialize(&self, buffer: &mut [u8]) {
+        self.nlas().as_slice().emit(buffer)
     }
 }
 
@@ -207,6 +272,12 @@ pub fn device(attrs: &[u8]) -> Result<DeviceInfo, DecodeError> {
         name: a.need_string(attr::DEV_NAME, "DEV_NAME")?,
         ports: a.need_u32(attr::PORT_INDEX, "PORT_INDEX")?,
     })
+}
+
+/// Whether a `CMD_SYS_GET` reply says the subsystem is in exclusive
+/// network-namespace mode (`SYS_NETNS_MODE` 0; 1 is shared).
+pub fn netns_exclusive(attrs: &[u8]) -> Result<bool, DecodeError> {
+    Ok(Attrs::parse(attrs)?.need_u8(attr::SYS_NETNS_MODE, "SYS_NETNS_MODE")? == 0)
 }
 
 /// A `CMD_PORT_GET` reply.

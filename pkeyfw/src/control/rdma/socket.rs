@@ -1,16 +1,18 @@
-//! A NETLINK_RDMA socket that runs nldev dumps: send one request, read
-//! datagrams until the dump's NLMSG_DONE. Splitting and checking the
-//! datagrams is pure ([`take`]); the socket only moves bytes.
+//! A NETLINK_RDMA socket that runs nldev dumps and requests: send one
+//! request, read datagrams until the dump's NLMSG_DONE or the request's
+//! acknowledgement. Splitting and checking the datagrams is pure ([`read`]);
+//! the socket only moves bytes.
 
 use std::{fmt, io::ErrorKind};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use netlink_packet_core::{
-    NLM_F_DUMP, NLM_F_REQUEST, NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload,
+    NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NetlinkBuffer, NetlinkHeader, NetlinkMessage,
+    NetlinkPayload, NetlinkSerializable,
 };
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_RDMA};
 
-use super::nldev::{Reply, Request};
+use super::nldev::{Doit, Reply, Request};
 
 /// The kernel has no RDMA netlink: ib_core is not loaded, so there is no
 /// RDMA device either.
@@ -49,9 +51,25 @@ impl Connection {
 
     /// Every reply message of a dump, in the kernel's order.
     pub fn dump(&mut self, request: Request) -> Result<Vec<Reply>> {
+        self.exchange(request, NLM_F_DUMP, End::Done)
+    }
+
+    /// A request that is no dump (a device made, moved or removed; the
+    /// subsystem's settings): the replies before the kernel acknowledges
+    /// it. A refusal is an error with the kernel's errno.
+    pub fn request(&mut self, request: Doit) -> Result<Vec<Reply>> {
+        self.exchange(request, NLM_F_ACK, End::Ack)
+    }
+
+    fn exchange<R: NetlinkSerializable>(
+        &mut self,
+        request: R,
+        flags: u16,
+        end: End,
+    ) -> Result<Vec<Reply>> {
         self.seq = self.seq.wrapping_add(1);
         let mut header = NetlinkHeader::default();
-        header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+        header.flags = NLM_F_REQUEST | flags;
         header.sequence_number = self.seq;
         let mut message = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(request));
         message.finalize();
@@ -68,17 +86,31 @@ impl Connection {
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e).context("receiving from RDMA netlink"),
             };
-            if take(&datagram, self.seq, &mut replies)? {
+            if read(&datagram, self.seq, &mut replies, end)? {
                 return Ok(replies);
             }
         }
     }
 }
 
-/// Adds the replies in one datagram of the dump numbered `seq` to
-/// `replies`; true once the dump is done. A failed dump, a reply to another
-/// request or an undecodable message is an error.
+/// What ends an exchange: a dump's NLMSG_DONE, or a request's
+/// acknowledgement (an NLMSG_ERROR of errno 0).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum End {
+    Done,
+    Ack,
+}
+
+/// [`read`] of a dump, as the tests drive it.
+#[cfg(test)]
 pub fn take(datagram: &[u8], seq: u32, replies: &mut Vec<Reply>) -> Result<bool> {
+    read(datagram, seq, replies, End::Done)
+}
+
+/// Adds the replies in one datagram of the exchange numbered `seq` to
+/// `replies`; true once it is over (`end`). A failed dump or request, a
+/// reply to another request or an undecodable message is an error.
+pub fn read(datagram: &[u8], seq: u32, replies: &mut Vec<Reply>, end: End) -> Result<bool> {
     let mut rest = datagram;
     while !rest.is_empty() {
         let len = NetlinkBuffer::new_checked(rest)
@@ -101,11 +133,14 @@ pub fn take(datagram: &[u8], seq: u32, replies: &mut Vec<Reply>) -> Result<bool>
                 return Err(errno(done.code)).context("RDMA netlink dump failed");
             }
             NetlinkPayload::Done(_) => return Ok(true),
-            NetlinkPayload::Error(e) => match e.code {
-                Some(code) => {
+            NetlinkPayload::Error(e) => match (e.code, end) {
+                (Some(code), _) => {
                     return Err(errno(code.get())).context("RDMA netlink refused the request");
                 }
-                None => bail!("RDMA netlink acknowledged a dump instead of answering it"),
+                (None, End::Ack) => return Ok(true),
+                (None, End::Done) => {
+                    bail!("RDMA netlink acknowledged a dump instead of answering it")
+                }
             },
             NetlinkPayload::Noop => {}
             NetlinkPayload::Overrun(_) => bail!("RDMA netlink overran its reply"),
