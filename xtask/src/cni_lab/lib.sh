@@ -109,6 +109,18 @@ port() {
     jq -r '[.interfaces[] | select(.sandbox == null)] | .[1].name' "$CACHE/$1-$2-eth0.json"
 }
 
+# listening EXEC PORT: waits (up to 20 s) until a server listens on TCP
+# PORT where EXEC runs commands (ibv_*_pingpong's servers exchange QP
+# numbers over TCP first: a client that comes too early is refused).
+listening() {
+    local i
+    for i in $(seq 100); do
+        $1 ss -ltn 2> /dev/null | grep -q ":$2 " && return 0
+        sleep 0.2
+    done
+    return 1
+}
+
 PP_PORT=18600
 # pingpong KIND SERVER_NS SERVER_DEV CLIENT_NS CLIENT_DEV SERVER_IP:
 # ibv_KIND_pingpong between two pods; succeeds when both ends complete.
@@ -118,7 +130,7 @@ pingpong() {
     ip netns exec "$2" timeout 25 "ibv_$1_pingpong" -d "$3" -g 1 -n 5 -p $PP_PORT \
         > /tmp/pp-server.txt 2>&1 &
     server=$!
-    sleep 1
+    listening "ip netns exec $2" $PP_PORT
     ip netns exec "$4" timeout 15 "ibv_$1_pingpong" -d "$5" -g 1 -n 5 -p $PP_PORT "$6" \
         > /tmp/pp-client.txt 2>&1
     client=$?
@@ -126,6 +138,7 @@ pingpong() {
     wait $server
     server=$?
     echo "pingpong $1 $2<-$4: server $server, client $client"
+    [ $client = 0 ] || head -3 /tmp/pp-client.txt
     [ $client = 0 ] && [ $server = 0 ]
 }
 stalls() { ! pingpong "$@"; }

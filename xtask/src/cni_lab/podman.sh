@@ -69,7 +69,7 @@ pp() {
     podman exec "$2" timeout 25 "ibv_$1_pingpong" -d "$(dev "$2")" -g 1 -n 5 -p $PP_PORT \
         > /tmp/pp-server.txt 2>&1 &
     server=$!
-    sleep 2
+    listening "podman exec $2" $PP_PORT
     podman exec "$3" timeout 15 "ibv_$1_pingpong" -d "$(dev "$3")" -g 1 -n 5 -p $PP_PORT "$(addr "$2")" \
         > /tmp/pp-client.txt 2>&1
     client=$?
@@ -77,6 +77,7 @@ pp() {
     wait $server
     server=$?
     echo "pingpong $1 $2<-$3: server $server, client $client"
+    [ $client = 0 ] || head -3 /tmp/pp-client.txt
     [ $client = 0 ] && [ $server = 0 ]
 }
 pp_stalls() { ! pp "$@"; }

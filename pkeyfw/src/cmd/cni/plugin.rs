@@ -23,8 +23,10 @@ use super::{
 use crate::control::{netlink, netns::Netns};
 
 /// How long an invocation waits for another to finish with the node's
-/// ports: ten pods started at once wait for nine ADDs.
-const LOCK_WAIT: Duration = Duration::from_secs(120);
+/// ports: ten pods started at once wait for nine ADDs, on a slow machine
+/// (an emulated guest) some seconds each. A runtime that gives up sooner
+/// kills the plugin, which lets the lock go, and DELs.
+const LOCK_WAIT: Duration = Duration::from_secs(300);
 
 /// ADD: the result, prevResult with the pod's device.
 pub fn add(inv: &Invocation, conf: &NetConf) -> Result<Value, CniError> {
