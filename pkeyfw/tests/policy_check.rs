@@ -226,23 +226,10 @@ fn guid_from_a_real_interface() {
 fn a_cgroup_rule_without_an_rdma_limit_is_warned_about() {
     common::require_root();
     let cgroup = common::Cgroups::new("rdma");
-    let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("policy.toml");
-    std::fs::write(
-        &policy,
-        format!(
-            "[port]\npkeys = [0xffff, 0x8001]\n[[bind]]\ncgroup = \"{}\"\npkey = 0x8001\n",
-            cgroup.base().display()
-        ),
-    )
-    .unwrap();
-    let v = check_json(&pkeyfw(&[
-        "policy",
-        "check",
-        "--policy",
-        policy.to_str().unwrap(),
-        "--json",
-    ]));
+    let v = checked(&format!(
+        "[port]\npkeys = [0xffff, 0x8001]\n[[bind]]\ncgroup = \"{}\"\npkey = 0x8001\n",
+        cgroup.base().display()
+    ));
     let warned = v["warnings"].as_array().unwrap().iter().any(|w| {
         w.as_str()
             .unwrap()
@@ -257,23 +244,24 @@ fn a_cgroup_rule_without_an_rdma_limit_is_warned_about() {
 /// and `policy check` says so.
 #[test]
 fn a_uid_rule_is_warned_about_as_unbounded() {
-    let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("policy.toml");
-    std::fs::write(
-        &policy,
-        "[port]\npkeys = [0xffff, 0x8001]\n[[bind]]\nuid = 1001\npkey = 0x8001\n",
-    )
-    .unwrap();
-    let v = check_json(&pkeyfw(&[
-        "policy",
-        "check",
-        "--policy",
-        policy.to_str().unwrap(),
-        "--json",
-    ]));
+    let v = checked("[port]\npkeys = [0xffff, 0x8001]\n[[bind]]\nuid = 1001\npkey = 0x8001\n");
     let warned = v["warnings"].as_array().unwrap().iter().any(|w| {
         let w = w.as_str().unwrap();
         w.contains("bound by uid 1001 has no rdma.max limit pkeyfw can check")
     });
     assert!(warned, "{v}");
+}
+
+/// `pkeyfw policy check --json` of a policy with this text.
+fn checked(text: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, text).unwrap();
+    check_json(&pkeyfw(&[
+        "policy",
+        "check",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--json",
+    ]))
 }

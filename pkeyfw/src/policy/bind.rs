@@ -345,7 +345,7 @@ fn rule(
     }
     if kernel
         && let Some(c) = &raw.comm
-        && c.get_ref() == "ib_uverbs"
+        && c.get_ref() == crate::control::rdma::UVERBS
     {
         return Err(cx.err(
             c.span(),

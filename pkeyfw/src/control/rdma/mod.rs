@@ -357,7 +357,7 @@ pub fn identify(qps: &mut [Qp], records: &Records) {
 }
 
 /// The module name uverbs gives the QPs it makes for a process.
-const UVERBS: &str = "ib_uverbs";
+pub const UVERBS: &str = "ib_uverbs";
 
 /// A kernel user's QP, by its module's name: every task field matches
 /// nothing, as the probe records it.
