@@ -48,7 +48,7 @@ use pkeyfw_common::{
         BindSpec, Config, Creation, DEFAULT_QP_CAPACITY, DEVICES, Event, EventBudget, EventKind,
         GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, KERNEL_SLOTS, KernelSlot,
         MAX_RULES, NO_DEVICE, QPN_MASK, QUARANTINE_WORDS, QpEntry, QpLayout, QpStats, QpType,
-        REPORTS_BYTES, qp_flags, qp_key, qp_stats_index, quarantine_bit,
+        REPORTS_BYTES, comm_padded, qp_flags, qp_key, qp_stats_index, quarantine_bit,
     },
     capture, tenant,
 };
@@ -915,8 +915,10 @@ fn record(
     unsafe {
         generated::bpf_get_current_comm(c.comm.as_mut_ptr().cast(), c.comm.len() as u32);
     }
+    // Padded as rules keep names: the helper may leave the tail of the
+    // last name this per-CPU record held.
     // SAFETY: 16 bytes either way.
-    let [t0, t1]: [u64; 2] = unsafe { core::mem::transmute(c.comm) };
+    let [t0, t1]: [u64; 2] = unsafe { core::mem::transmute(comm_padded(c.comm)) };
     let words = [(t0 & !mask) | kernel[0], (t1 & !mask) | kernel[1]];
     // SAFETY: 16 bytes either way.
     c.comm = unsafe { core::mem::transmute::<[u64; 2], [u8; 16]>(words) };

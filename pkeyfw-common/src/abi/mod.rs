@@ -680,6 +680,40 @@ pub fn comm_bytes(name: &[u8]) -> [u8; 16] {
     out
 }
 
+/// `comm` as copied out of the kernel, NUL-padded as rules keep theirs:
+/// every byte from the first NUL on is zeroed. `bpf_get_current_comm`
+/// copies with `strscpy` on kernels before 6.14 or so, which writes the
+/// name and its NUL and leaves the bytes after as they were: a shorter
+/// name written over a longer one's buffer keeps the longer one's tail,
+/// and no rule would match it. Word operations, no loop or branch.
+#[inline(always)]
+pub const fn comm_padded(raw: [u8; 16]) -> [u8; 16] {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // Bit 7 of each zero byte set (and maybe of bytes above the first
+    // zero one, which are cleared anyway); the bytes below the first NUL.
+    const fn below_nul(w: u64) -> (u64, bool) {
+        let zeros = w.wrapping_sub(ONES) & !w & HIGHS;
+        let first = zeros & zeros.wrapping_neg();
+        ((first >> 7).wrapping_sub(1), zeros != 0)
+    }
+    let w0 = u64::from_le_bytes([
+        raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7],
+    ]);
+    let w1 = u64::from_le_bytes([
+        raw[8], raw[9], raw[10], raw[11], raw[12], raw[13], raw[14], raw[15],
+    ]);
+    let (keep0, ended) = below_nul(w0);
+    let (keep1, _) = below_nul(w1);
+    // A NUL in the first word clears the whole second one.
+    let keep1 = keep1 & (ended as u64).wrapping_sub(1);
+    let (a, b) = ((w0 & keep0).to_le_bytes(), (w1 & keep1).to_le_bytes());
+    [
+        a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], b[0], b[1], b[2], b[3], b[4], b[5], b[6],
+        b[7],
+    ]
+}
+
 /// `QP_STATS[qp_stats_index(slot, cpu, slots)]`: frames judged by one
 /// QP-table entry on one CPU, so that CPUs receiving frames for the same
 /// QPs (a multi-queue NIC's) never contend for a counter: a slot costs 16
@@ -870,5 +904,35 @@ mod tests {
         assert!(!budget.spend(1, || panic!("the clock read within a tick")));
         assert!(budget.spend(5 << EVENT_TICK_SHIFT, || 5 << EVENT_WINDOW_SHIFT));
         assert_eq!(budget.suppressed, 2);
+    }
+
+    /// The buffer a creation is recorded in is reused: a short name written
+    /// over a longer one without padding (Linux 6.1's strscpy) must read
+    /// as the short name alone, as a rule names it (issue 47: ib_send_bw's
+    /// QPs went unbound after ib_atomic_bw's).
+    #[test]
+    fn a_name_copied_over_a_longer_one_reads_as_itself() {
+        let mut buf = comm_bytes(b"ib_atomic_bw_F");
+        buf[..13].copy_from_slice(b"ib_send_bw_F\0");
+        assert_ne!(buf, comm_bytes(b"ib_send_bw_F"));
+        assert_eq!(comm_padded(buf), comm_bytes(b"ib_send_bw_F"));
+        for name in [
+            &b""[..],
+            b"a",
+            b"1234567",
+            b"12345678",
+            b"123456789",
+            b"123456789012345",
+        ] {
+            let mut tail = [0xffu8; 16];
+            tail[..name.len()].copy_from_slice(name);
+            tail[name.len()] = 0;
+            assert_eq!(comm_padded(tail), comm_bytes(name), "{name:?}");
+            assert_eq!(comm_padded(comm_bytes(name)), comm_bytes(name));
+        }
+        // Bytes of 0x01 and 0x80 around the NUL are no NUL to the word trick.
+        let mut odd = [0x80u8; 16];
+        odd[..4].copy_from_slice(&[0x01, 0x80, 0x01, 0x00]);
+        assert_eq!(comm_padded(odd), comm_bytes(&[0x01, 0x80, 0x01]));
     }
 }
