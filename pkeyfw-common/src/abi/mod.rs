@@ -694,7 +694,7 @@ pub const fn comm_padded(raw: [u8; 16]) -> [u8; 16] {
     // zero one, which are cleared anyway); the bytes below the first NUL.
     const fn below_nul(w: u64) -> (u64, bool) {
         let zeros = w.wrapping_sub(ONES) & !w & HIGHS;
-        let first = zeros & zeros.wrapping_neg();
+        let first = zeros.isolate_lowest_one();
         ((first >> 7).wrapping_sub(1), zeros != 0)
     }
     let w0 = u64::from_le_bytes([

@@ -383,7 +383,7 @@ pub fn scenario(
             .spawn()
             .with_context(|| format!("starting {}", program.name()))?,
     );
-    let client_exit = client.wait(STALL)?;
+    let client_exit = client.wait(program.stall())?;
     let server_exit = server.wait(if client_exit == Exit::Killed {
         Duration::ZERO
     } else {
