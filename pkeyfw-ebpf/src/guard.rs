@@ -1,0 +1,135 @@
+//! The device guard: a cgroup device program (what systemd's `DeviceAllow=`
+//! compiles to) on the cgroup v2 root, attached with `BPF_F_ALLOW_MULTI`,
+//! so that it runs for every process beside the programs of systemd and
+//! container runtimes below it, each of which must allow an open.
+//!
+//! It rules only the device nodes of the RDMA devices pkeyfw made for one
+//! tenant each (`own_device`: their uverbs, umad and issm nodes, `NODES`):
+//! such a node opens for the tenant whose `[[bind]]` rule is the first to
+//! match the opening task — the rule that would bind the QPs it makes — and
+//! for root outside every tenant (the host's own tools, pkeyfw); for anyone
+//! else the open fails with EPERM. Every other device is left to the other
+//! programs. While a device is being made (`SEALED`), a node of the RDMA
+//! core's majors (`MAJORS`) that the guard does not know yet is refused
+//! too: the new device's nodes exist before the loader can name them.
+#![no_std]
+#![no_main]
+
+mod task;
+
+use aya_ebpf::{
+    Global,
+    bindings::{BPF_DEVCG_ACC_READ, BPF_DEVCG_ACC_WRITE, BPF_DEVCG_DEV_CHAR},
+    btf_maps::{Array, HashMap},
+    macros::{btf_map, cgroup_device},
+    programs::DeviceContext,
+};
+use pkeyfw_common::abi::{
+    BindSpec, Creation, DEVICE_MAJORS, DEVICE_NODES, DEVICES, MAX_RULES, NO_TENANT, QpLayout,
+    node_key,
+};
+
+/// A tenant device's nodes, by [`node_key`]: the index of its tenant's rule
+/// in `TENANTS`; [`NO_TENANT`] for a node of any other RDMA device (known,
+/// so that it opens while the guard is sealed).
+#[btf_map]
+static NODES: HashMap<u32, u32, { DEVICE_NODES as usize }> = HashMap::new();
+
+/// The host policy's `[[bind]]` rules, in file order, as the probes read
+/// them.
+#[btf_map]
+static TENANTS: Array<BindSpec, { MAX_RULES as usize }> = Array::new();
+
+/// The character device majors of the RDMA core (uverbs, umad), as keys.
+#[btf_map]
+static MAJORS: HashMap<u32, u32, { DEVICE_MAJORS as usize }> = HashMap::new();
+
+/// Non-zero while the loader makes a tenant's device: nodes of the RDMA
+/// majors not in `NODES` are refused.
+#[btf_map]
+static SEALED: Array<u32, 1> = Array::new();
+
+/// Set by the loader from the kernel's BTF (the task offsets only).
+#[unsafe(no_mangle)]
+static LAYOUT: Global<QpLayout> = Global::new(QpLayout {
+    qp_device: 0,
+    qp_num: 0,
+    device_index: 0,
+    devices: [0; DEVICES],
+    qp_type: 0,
+    qp_res: 0,
+    res_type: 0,
+    res_user: 0,
+    res_kern_name: 0,
+    attr_qkey: 0,
+    task_cred: 0,
+    task_nsproxy: 0,
+    cred_euid: 0,
+    cred_egid: 0,
+    nsproxy_net: 0,
+    net_cookie: 0,
+    first_slot: 0,
+    probe_slots: 0,
+    cpus: 0,
+    cm_src: 0,
+    cm_dst: 0,
+});
+
+/// 1: the open may go on (as far as this program is concerned); 0: EPERM.
+#[cgroup_device]
+pub fn pkeyfw_guard(ctx: DeviceContext) -> i32 {
+    // SAFETY: the kernel's context, valid for the call. (Copied: a map
+    // key must be on the stack, not in the context.)
+    let (access, major, minor) = unsafe {
+        let dev = &*ctx.device;
+        (dev.access_type, dev.major, dev.minor)
+    };
+    // Opens only: making a node (devtmpfs does, as a device appears) lets
+    // no one use it.
+    let opens = (access >> 16) & (BPF_DEVCG_ACC_READ | BPF_DEVCG_ACC_WRITE) != 0;
+    if access & 0xffff != BPF_DEVCG_DEV_CHAR || !opens {
+        return 1;
+    }
+    // SAFETY: the values are copied out at once.
+    let owner = match unsafe { NODES.get(&node_key(major, minor)) } {
+        Some(&owner) => owner,
+        None => {
+            let rdma = unsafe { MAJORS.get(&major) }.is_some();
+            let sealed = SEALED.get(0).is_some_and(|s| *s != 0);
+            return i32::from(!(rdma && sealed));
+        }
+    };
+    if owner == NO_TENANT {
+        return 1;
+    }
+    let mut me = Creation::default();
+    task::current_task(&mut me, &LAYOUT.load());
+    match first_tenant(&me) {
+        Some(rule) => i32::from(rule == owner),
+        // Root outside every tenant: the host's.
+        None => i32::from(me.uid == 0),
+    }
+}
+
+/// The index of the first rule whose tenant `me` is.
+#[inline(always)]
+fn first_tenant(me: &Creation) -> Option<u32> {
+    for i in 0..MAX_RULES {
+        match TENANTS.get(i) {
+            Some(rule) if rule.admits(me) => return Some(i),
+            Some(_) => {}
+            None => return None,
+        }
+    }
+    None
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";
