@@ -167,6 +167,28 @@ impl Signals {
     }
 }
 
+/// What a signal asks of a foreground attachment.
+pub(super) enum Signal {
+    /// SIGINT, SIGTERM: remove it.
+    Detach,
+    /// SIGQUIT: exit, leaving it enforcing.
+    Leave,
+    /// SIGHUP: reload the policy file.
+    Reload,
+}
+
+impl Signals {
+    /// The next signal.
+    pub(super) async fn next(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.interrupt.recv() => Signal::Detach,
+            _ = self.terminate.recv() => Signal::Detach,
+            _ = self.quit.recv() => Signal::Leave,
+            _ = self.hangup.recv() => Signal::Reload,
+        }
+    }
+}
+
 /// How a foreground attachment ends.
 pub(super) enum Exit {
     /// SIGINT, SIGTERM: remove the filter.
