@@ -23,7 +23,7 @@ use pkeyfw_common::abi::{BindSpec, DEVICE_NODES, MAX_RULES, NO_TENANT, guard_nam
 
 use crate::{
     control::probes,
-    loading::{btf::Btf, syscall},
+    loading::{btf::Btf, cost::Cost, syscall},
     policy::identity,
 };
 
@@ -150,6 +150,25 @@ impl Guard {
         }
         Ok(())
     }
+}
+
+/// Loads (verifies) the guard's program, attaching nothing, and returns
+/// what it cost.
+pub fn cost() -> Result<Cost> {
+    let layout = Btf::kernel().and_then(|btf| probes::task_layout(&btf))?;
+    let mut ebpf = EbpfLoader::new()
+        .override_global("LAYOUT", &layout, true)
+        .load(OBJECT)
+        .context("loading the device guard")?;
+    let program: &mut CgroupDevice = ebpf
+        .program_mut(PROGRAM)
+        .ok_or_else(|| anyhow!("the guard object has no {PROGRAM}"))?
+        .try_into()?;
+    let started = std::time::Instant::now();
+    program
+        .load()
+        .with_context(|| format!("loading {PROGRAM} (verifier)"))?;
+    Ok(Cost::of(&program.info()?, PROGRAM, started.elapsed()))
 }
 
 /// Removes the guard pinned under `dir`: unpinning its link detaches it.

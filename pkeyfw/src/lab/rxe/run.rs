@@ -764,7 +764,7 @@ pub const ATTACKER: &str = "pkeyfw-lab-verbs";
 
 /// The attacker beside this pkeyfw (where nobody, running it, reaches it
 /// too).
-fn attacker() -> Result<PathBuf> {
+pub fn attacker() -> Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let path = exe.with_file_name(ATTACKER);
     if !path.is_file() {
