@@ -20,7 +20,8 @@ mod task;
 use aya_ebpf::{
     Global,
     bindings::{BPF_DEVCG_ACC_READ, BPF_DEVCG_ACC_WRITE, BPF_DEVCG_DEV_CHAR},
-    btf_maps::{Array, HashMap},
+    btf_maps::{Array, HashMap, PerCpuArray},
+    helpers::generated,
     macros::{btf_map, cgroup_device},
     programs::DeviceContext,
 };
@@ -102,26 +103,63 @@ pub fn pkeyfw_guard(ctx: DeviceContext) -> i32 {
     if owner == NO_TENANT {
         return 1;
     }
-    let mut me = Creation::default();
-    task::current_task(&mut me, &LAYOUT.load());
-    match first_tenant(&me) {
-        Some(rule) => i32::from(rule == owner),
-        // Root outside every tenant: the host's.
-        None => i32::from(me.uid == 0),
+    let Some(m) = SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: this CPU's scratch value; a device program does not nest.
+    let m = unsafe { &mut *m };
+    task::current_task(&mut m.me, &LAYOUT.load());
+    match first_tenant(m) {
+        MAX_RULES => i32::from(m.me.uid == 0),
+        rule => i32::from(rule == owner),
     }
 }
 
-/// The index of the first rule whose tenant `me` is.
+/// Who opens, and the first rule whose tenant they are: per CPU, off the
+/// stack.
+#[repr(C)]
+struct Matching {
+    me: Creation,
+    found: u32,
+}
+
+#[btf_map]
+static SCRATCH: PerCpuArray<Matching, 1> = PerCpuArray::new();
+
+/// The index of the first rule whose tenant `m.me` is (`MAX_RULES`: none,
+/// root outside every tenant opens as the host's). A loop the kernel runs
+/// (`bpf_loop`), whose body the verifier checks once, not once per rule.
 #[inline(always)]
-fn first_tenant(me: &Creation) -> Option<u32> {
-    for i in 0..MAX_RULES {
-        match TENANTS.get(i) {
-            Some(rule) if rule.admits(me) => return Some(i),
-            Some(_) => {}
-            None => return None,
-        }
+fn first_tenant(m: &mut Matching) -> u32 {
+    m.found = MAX_RULES;
+    let mut at: *mut Matching = m;
+    // SAFETY: the callback takes the pointer this passes, to a live
+    // `Matching`, for the call's length.
+    unsafe {
+        generated::bpf_loop(
+            MAX_RULES,
+            admits as *mut core::ffi::c_void,
+            (&raw mut at).cast(),
+            0,
+        );
     }
-    None
+    m.found
+}
+
+/// `bpf_loop`'s body: 1 (stop) at rule `i` if it admits the opener or
+/// ends the list, 0 (go on) otherwise.
+#[inline(never)]
+extern "C" fn admits(i: u64, ctx: *mut core::ffi::c_void) -> i64 {
+    // SAFETY: `ctx` is the pointer `first_tenant` passes.
+    let m = unsafe { &mut **ctx.cast::<*mut Matching>() };
+    match TENANTS.get(i as u32) {
+        Some(rule) if rule.admits(&m.me) => {
+            m.found = i as u32;
+            1
+        }
+        Some(_) => 0,
+        None => 1,
+    }
 }
 
 #[cfg(not(test))]

@@ -718,6 +718,8 @@ fn refuse_foreign(qpn: u32, key: u32, pkey: u16, pid: u32) {
     let _ = QPS.remove(&key);
     quarantine(qpn, true);
     count(Capture::ForeignDevice);
+    // Reported, not logged: a tenant can make such QPs at will, and its
+    // reports have a budget.
     report(Event {
         dest_qp: qpn,
         pkey,
@@ -725,12 +727,6 @@ fn refuse_foreign(qpn: u32, key: u32, pkey: u16, pid: u32) {
         kind: EventKind::ForeignDevice as u8,
         ..Event::default()
     });
-    warn!(
-        &(),
-        "QP {}: made on a tenant's own device by process {}, which that tenant's rule does not match: quarantined, its frames refused until it is destroyed",
-        qpn,
-        pid
-    );
 }
 
 /// Whether QPN `qpn` is in quarantine.
