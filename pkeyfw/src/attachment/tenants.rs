@@ -26,6 +26,7 @@ use super::{
 use crate::{
     control::{
         netlink,
+        netns::NetnsId,
         tenancy::{
             self, Made,
             guard::Guard,
@@ -57,6 +58,12 @@ pub(super) fn run(opts: &Options, policy: Policy) -> Result<()> {
     if kernel < KernelVersion::new(6, 1, 0) {
         bail!(
             "devices of their own for tenants need Linux 6.1 or later (the QP-creation probes that bind and quarantine each QP as it is made, and a device guard that reads who opens a device), this is {kernel}"
+        );
+    }
+    if NetnsId::current()? != NetnsId::host()? {
+        bail!(
+            "{} is in another network namespace than the host's: the tenants' devices live in the initial one (rdma_rxe routes there, and a tenant bound by cgroup or ids runs there); attach an uplink of the host's namespace",
+            opts.iface
         );
     }
     let uplink = netlink::if_index(&opts.iface)?;

@@ -33,6 +33,15 @@ pub fn run(args: &DetachArgs) -> Result<()> {
         return Ok(());
     }
     let pins = Pins::of(iface);
+    // A tenant's port goes with its device, never alone: its device would
+    // go on unjudged.
+    if let Some((uplink, t)) = record::port_of(iface, pins.netns) {
+        bail!(
+            "{iface} is the port of {}, a tenant's own device on uplink {uplink}; `pkeyfw detach {}` removes the tenants' devices with their ports",
+            t.made.device,
+            cli_iface(&uplink, netns)
+        );
+    }
     if !pins.exists() {
         bail!(
             "{iface} has no pinned pkeyfw attachment (nothing under {})",

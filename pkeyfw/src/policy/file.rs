@@ -134,6 +134,19 @@ pub(super) fn parse(cx: &Ctx, port_guid: Option<u64>) -> Result<Policy, PolicyEr
         &raw.bind.iter().map(Spanned::span).collect::<Vec<_>>(),
         &raw.qp.iter().map(Spanned::span).collect::<Vec<_>>(),
     )?;
+    // One table for every tenant's port: derived for one GUID, which the
+    // ports (whose MACs, hence GUIDs, are made at attach) cannot give.
+    let raw_port = port.get_ref();
+    if binds.iter().any(|b| b.own.is_some())
+        && let Some(p) = &raw_port.partitions
+        && raw_port.guid.is_none()
+    {
+        return Err(cx.err(
+            p.span(),
+            "port.partitions",
+            "derives the table for the interface's GUID, which each tenant's own device (a macvlan of its own MAC) does not share; expected `guid` in [port]: the GUID whose memberships every tenant's port takes",
+        ));
+    }
     let mut warnings = table.warnings;
     let on_join = raw
         .enforcement

@@ -267,7 +267,8 @@ fi
 
 # --- tenants with devices of their own, and DeviceAllow= ------------------------
 # The same two slices, each given a device of its own on an uplink by the
-# unit of the uplink (its own instance); a service's DeviceAllow= and the
+# unit of the uplink (its own instance; a name without `-`, which an
+# instance name would have to escape); a service's DeviceAllow= and the
 # device guard must both allow its open: its own device opens, another's
 # does not even where DeviceAllow= names it, nor its own where DeviceAllow=
 # leaves it out.
@@ -277,10 +278,10 @@ pkeyfw detach pkfw1 > /dev/null
 rdma link delete pkfw_rxe0
 rdma link delete pkfw_rxe1
 ip netns add uplink-peer
-ip link add pkfw-up type veth peer name pkfw-up-peer netns uplink-peer
-ip link set pkfw-up up
-ip -n uplink-peer link set pkfw-up-peer up
-cat > /etc/pkeyfw/pkfw-up.toml <<'POLICY'
+ip link add pkfwup type veth peer name pkfwup-peer netns uplink-peer
+ip link set pkfwup up
+ip -n uplink-peer link set pkfwup-peer up
+cat > /etc/pkeyfw/pkfwup.toml <<'POLICY'
 [port]
 pkeys = [0xffff, 0x8001, 0x0001]
 
@@ -298,12 +299,12 @@ cgroup = "/sys/fs/cgroup/tenant.slice/tenant-b.slice"
 pkey = 0x0001
 own_device = { name = "rxe_tb", address = "192.0.2.32/24" }
 POLICY
-systemctl start pkeyfw@pkfw-up
-if await pkeyfw@pkfw-up "the uplink of 2 tenants' own devices" 0 120 &&
+systemctl start pkeyfw@pkfwup
+if await pkeyfw@pkfwup "the uplink of 2 tenants' own devices" 0 120 &&
     [ -e /sys/class/infiniband/rxe_ta ] && [ -e /sys/class/infiniband/rxe_tb ]; then
     ok unit-makes-tenant-devices
 else
-    bad unit-makes-tenant-devices "$(journalctl -u pkeyfw@pkfw-up -o cat --no-pager | tail -5)"
+    bad unit-makes-tenant-devices "$(journalctl -u pkeyfw@pkfwup -o cat --no-pager | grep 'pkeyfw' | grep -v 'pkeyfw@' | tail -5)"
 fi
 udevadm settle
 node() { for d in /sys/class/infiniband_verbs/uverbs*; do
@@ -344,17 +345,17 @@ else
 fi
 systemctl stop srv-own 2> /dev/null
 # A restart (SIGQUIT, then a replacing attach) keeps the devices.
-before=$(said pkeyfw@pkfw-up "the uplink of 2 tenants' own devices")
+before=$(said pkeyfw@pkfwup "the uplink of 2 tenants' own devices")
 ifindex=$(cat /sys/class/net/rxe_ta/ifindex)
-systemctl restart pkeyfw@pkfw-up
-if await pkeyfw@pkfw-up "the uplink of 2 tenants' own devices" "$before" 120 &&
+systemctl restart pkeyfw@pkfwup
+if await pkeyfw@pkfwup "the uplink of 2 tenants' own devices" "$before" 120 &&
     [ "$(cat /sys/class/net/rxe_ta/ifindex)" = "$ifindex" ]; then
     ok restart-keeps-tenant-devices
 else
-    bad restart-keeps-tenant-devices "$(journalctl -u pkeyfw@pkfw-up -o cat --no-pager | tail -5)"
+    bad restart-keeps-tenant-devices "$(journalctl -u pkeyfw@pkfwup -o cat --no-pager | tail -5)"
 fi
-systemctl stop pkeyfw@pkfw-up
-if pkeyfw detach pkfw-up > /dev/null && [ ! -e /sys/class/net/rxe_ta ] &&
+systemctl stop pkeyfw@pkfwup
+if pkeyfw detach pkfwup > /dev/null && [ ! -e /sys/class/net/rxe_ta ] &&
     [ ! -e /sys/class/infiniband/rxe_tb ] && ! ip rule | grep -q "oif rxe_t"; then
     ok detach-removes-tenant-devices
 else

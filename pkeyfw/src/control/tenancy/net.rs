@@ -45,7 +45,8 @@ pub const TABLES: u32 = 0x504b_0000;
 /// The table of the local routes, which Linux consults first.
 const LOCAL_TABLE: u32 = 255;
 /// Where a tenant's rules go: ahead of the local table's rule, which is
-/// moved from 0 (Linux's place for it) to [`LOCAL_PREF`].
+/// moved from 0 (Linux's place for it) to [`LOCAL_PREF`] (one moved
+/// elsewhere already stays, the tenants' rules right before it).
 const TENANT_PREF: u32 = 0;
 const LOCAL_PREF: u32 = 1;
 
@@ -341,8 +342,9 @@ fn is_local_rule(r: &RuleMessage) -> bool {
 
 /// Makes room for the tenants' rules of `family` ahead of the local
 /// table's, moving its rule from preference 0 to 1 where it is still at 0;
-/// returns the preference the tenants' rules take. A rule of someone else
-/// at preference 1 would then come before the local table: refused.
+/// returns the preference the tenants' rules take: the one before the
+/// local table's. A rule of someone else at preference 1 would come
+/// before the local table once it moved there: refused.
 fn place_local_rule(family: AddressFamily) -> Result<u32> {
     let rules = netlink::rules(family)?;
     let Some(local) = rules.iter().find(|r| is_local_rule(r)) else {
@@ -381,10 +383,10 @@ fn place_local_rule(family: AddressFamily) -> Result<u32> {
             fs::write(moved_note(family), "")?;
             Ok(TENANT_PREF)
         }
-        LOCAL_PREF => Ok(TENANT_PREF),
-        at => bail!(
-            "the local table's routing rule is at preference {at} (moved by another program); pkeyfw puts the tenants' rules at {TENANT_PREF} ahead of it at {LOCAL_PREF}: expected it at 0 or 1"
-        ),
+        // Moved already (by pkeyfw, or by another program ahead of its own
+        // rules): the tenants' go right before it, after whatever was put
+        // before it (rules of a preference go in the order they came).
+        at => Ok(at - 1),
     }
 }
 
@@ -500,4 +502,43 @@ pub fn read_sysctl(key: &str) -> Result<String> {
         .with_context(|| format!("reading {path}"))?
         .trim()
         .to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use netlink_packet_route::route::RouteProtocol;
+
+    use super::*;
+
+    /// The local table's rule as the kernel dumps it (its protocol and
+    /// suppression settings besides the table), and what is not it.
+    #[test]
+    fn the_local_rule_is_told_by_what_it_selects() {
+        let dumped = |extra: Vec<RuleAttribute>| {
+            let mut r = RuleMessage::default();
+            r.header.family = AddressFamily::Inet;
+            r.header.table = 255;
+            r.header.action = RuleAction::ToTable;
+            r.attributes = vec![
+                RuleAttribute::Table(LOCAL_TABLE),
+                RuleAttribute::SuppressPrefixLen(u32::MAX),
+                RuleAttribute::Protocol(RouteProtocol::Kernel),
+            ];
+            r.attributes.extend(extra);
+            r
+        };
+        assert!(is_local_rule(&dumped(Vec::new())));
+        assert_eq!(table_and_pref(&dumped(Vec::new())), (LOCAL_TABLE, 0));
+        assert!(is_local_rule(&dumped(vec![RuleAttribute::Priority(1)])));
+        assert!(!is_local_rule(&dumped(vec![RuleAttribute::Oifname(
+            "rxe_a".into()
+        )])));
+        let mut from = dumped(Vec::new());
+        from.header.src_len = 32;
+        assert!(!is_local_rule(&from));
+        let mut main = dumped(Vec::new());
+        main.attributes[0] = RuleAttribute::Table(254);
+        assert!(!is_local_rule(&main));
+        assert!(ours(table_of(7)) && !ours(254) && !ours(LOCAL_TABLE));
+    }
 }

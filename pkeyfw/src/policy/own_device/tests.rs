@@ -252,3 +252,28 @@ fn prefixes_contain_their_network() {
     assert!(v6.contains("2001:db8::ffff".parse().unwrap()));
     assert!(prefix("10.0.0.1/32").contains("10.0.0.1".parse().unwrap()));
 }
+
+/// A table derived from partitions.conf is derived for one GUID: with own
+/// devices (each a MAC, so a GUID, of its own) the policy names it.
+#[test]
+fn a_derived_table_for_own_devices_names_its_guid() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("partitions.conf"),
+        "Default=0x7fff : ALL=full ;\nA=0x0001 : ALL=full ;\n",
+    )
+    .unwrap();
+    let policy = |guid: &str| {
+        format!(
+            "[port]\npartitions = \"partitions.conf\"\n{guid}\n[[bind]]\nuid = 1\npkey = 0x8001\nown_device = {{ name = \"rxe_a\", address = \"192.0.2.1/24\" }}\n"
+        )
+    };
+    let path = dir.path().join("p.toml");
+    std::fs::write(&path, policy("")).unwrap();
+    let e = Policy::load_for(&path, Some(0x0002_c903_00a1_b2c3)).expect_err("no guid");
+    assert_eq!((e.line, e.field.as_str()), (2, "port.partitions"), "{e}");
+    assert!(e.message.contains("expected `guid` in [port]"), "{e}");
+    std::fs::write(&path, policy("guid = \"0x0002c90300a1b2c3\"")).unwrap();
+    let p = Policy::load_for(&path, Some(0x1111_1111_1111_1111)).unwrap();
+    assert_eq!(p.for_tenant(0).pkeys, [0xffff, 0x8001]);
+}
