@@ -26,8 +26,7 @@ use aya_ebpf::{
     programs::DeviceContext,
 };
 use pkeyfw_common::abi::{
-    BindSpec, Creation, DEVICE_MAJORS, DEVICE_NODES, DEVICES, MAX_RULES, NO_TENANT, QpLayout,
-    node_key,
+    BindSpec, Creation, DEVICE_MAJORS, DEVICE_NODES, MAX_RULES, NO_TENANT, QpLayout, node_key,
 };
 
 /// A tenant device's nodes, by [`node_key`]: the index of its tenant's rule
@@ -52,29 +51,7 @@ static SEALED: Array<u32, 1> = Array::new();
 
 /// Set by the loader from the kernel's BTF (the task offsets only).
 #[unsafe(no_mangle)]
-static LAYOUT: Global<QpLayout> = Global::new(QpLayout {
-    qp_device: 0,
-    qp_num: 0,
-    device_index: 0,
-    devices: [0; DEVICES],
-    qp_type: 0,
-    qp_res: 0,
-    res_type: 0,
-    res_user: 0,
-    res_kern_name: 0,
-    attr_qkey: 0,
-    task_cred: 0,
-    task_nsproxy: 0,
-    cred_euid: 0,
-    cred_egid: 0,
-    nsproxy_net: 0,
-    net_cookie: 0,
-    first_slot: 0,
-    probe_slots: 0,
-    cpus: 0,
-    cm_src: 0,
-    cm_dst: 0,
-});
+static LAYOUT: Global<QpLayout> = Global::new(QpLayout::NONE);
 
 /// 1: the open may go on (as far as this program is concerned); 0: EPERM.
 #[cgroup_device]

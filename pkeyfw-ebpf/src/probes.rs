@@ -44,10 +44,10 @@ use kernel::read;
 use pkeyfw_common::{
     Capture,
     abi::{
-        BindSpec, Config, Creation, DEFAULT_QP_CAPACITY, DEVICES, Event, EventBudget, EventKind,
+        BindSpec, Config, Creation, DEFAULT_QP_CAPACITY, Event, EventBudget, EventKind,
         GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, KERNEL_SLOTS, KernelSlot,
-        MAX_RULES, NO_DEVICE, QPN_MASK, QUARANTINE_WORDS, QpEntry, QpLayout, QpStats, QpType,
-        REPORTS_BYTES, qp_flags, qp_key, qp_stats_index, quarantine_bit,
+        MAX_RULES, QPN_MASK, QUARANTINE_WORDS, QpEntry, QpLayout, QpStats, QpType, REPORTS_BYTES,
+        qp_flags, qp_key, qp_stats_index, quarantine_bit,
     },
     capture, tenant,
 };
@@ -109,29 +109,7 @@ static EVENT_BUDGET: PerCpuArray<EventBudget, { EventKind::COUNT }> = PerCpuArra
 
 /// Set by the loader from the kernel's BTF.
 #[unsafe(no_mangle)]
-static LAYOUT: Global<QpLayout> = Global::new(QpLayout {
-    qp_device: 0,
-    qp_num: 0,
-    device_index: 0,
-    devices: [NO_DEVICE; DEVICES],
-    qp_type: 0,
-    qp_res: 0,
-    res_type: 0,
-    res_user: 0,
-    res_kern_name: 0,
-    attr_qkey: 0,
-    task_cred: 0,
-    task_nsproxy: 0,
-    cred_euid: 0,
-    cred_egid: 0,
-    nsproxy_net: 0,
-    net_cookie: 0,
-    first_slot: 0,
-    probe_slots: 0,
-    cpus: 0,
-    cm_src: 0,
-    cm_dst: 0,
-});
+static LAYOUT: Global<QpLayout> = Global::new(QpLayout::NONE);
 
 /// What the modify's entry probe keeps for its return probe: the Q_Key to
 /// go back to if the call fails.

@@ -485,6 +485,31 @@ pub struct QpLayout {
 }
 
 impl QpLayout {
+    /// Nothing known: no device of the attachment's, no offset.
+    pub const NONE: QpLayout = QpLayout {
+        qp_device: 0,
+        qp_num: 0,
+        device_index: 0,
+        devices: [NO_DEVICE; DEVICES],
+        qp_type: 0,
+        qp_res: 0,
+        res_type: 0,
+        res_user: 0,
+        res_kern_name: 0,
+        attr_qkey: 0,
+        task_cred: 0,
+        task_nsproxy: 0,
+        cred_euid: 0,
+        cred_egid: 0,
+        nsproxy_net: 0,
+        net_cookie: 0,
+        first_slot: 0,
+        probe_slots: 0,
+        cpus: 0,
+        cm_src: 0,
+        cm_dst: 0,
+    };
+
     /// `enum ib_qp_attr_mask`: `IB_QP_QKEY` (the same value as libibverbs').
     pub const MASK_QKEY: u32 = 1 << 6;
     /// `enum rdma_restrack_type`: `RDMA_RESTRACK_QP` (PD, CQ, QP, …).

@@ -157,7 +157,21 @@ pub(super) struct Signals {
 }
 
 impl Signals {
-    pub(super) fn new() -> Result<Signals> {
+    /// A runtime for a foreground attachment, and its signals caught from
+    /// now on, so that one sent as soon as the attachment is said to be
+    /// there is never lost.
+    pub(super) fn caught() -> Result<(tokio::runtime::Runtime, Signals)> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let signals = {
+            let _entered = runtime.enter();
+            Signals::new()?
+        };
+        Ok((runtime, signals))
+    }
+
+    fn new() -> Result<Signals> {
         Ok(Signals {
             interrupt: signal(SignalKind::interrupt())?,
             terminate: signal(SignalKind::terminate())?,

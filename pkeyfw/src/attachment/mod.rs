@@ -105,15 +105,8 @@ pub fn run(opts: &Options) -> Result<()> {
     let pins = Pins::of(&opts.iface);
     let gone = refuse_if_taken(&pins, index, opts)?;
 
-    // Signals are caught from before the attachment exists, so that one sent
-    // as soon as "attached" is printed is never lost.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let signals = {
-        let _entered = runtime.enter();
-        Signals::new()?
-    };
+    // Signals are caught from before the attachment exists.
+    let (runtime, signals) = Signals::caught()?;
     let old = match gone {
         Some(mode) => {
             let aside = pins.set_aside()?;

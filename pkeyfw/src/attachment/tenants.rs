@@ -45,15 +45,8 @@ use crate::{
 /// the devices, their ports and the guard, pinned; then, in the
 /// foreground, following signals and the policy file until told to go.
 pub(super) fn run(opts: &Options, policy: Policy) -> Result<()> {
-    // Signals are caught from before anything is made, so that one sent as
-    // soon as the host is said to be attached is never lost.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let signals = {
-        let _entered = runtime.enter();
-        Signals::new()?
-    };
+    // Signals are caught from before anything is made.
+    let (runtime, signals) = Signals::caught()?;
     let kernel = KernelVersion::current().context("reading the kernel version")?;
     if kernel < KernelVersion::new(6, 1, 0) {
         bail!(

@@ -165,10 +165,7 @@ fn object(pins: &Path, layout: Option<&mut QpLayout>) -> Result<Ebpf> {
         loader.map_pin_path(spec.name, pin);
     }
     // Unknown: no device of the attachment's, so no QP is read.
-    let mut unknown = QpLayout {
-        devices: [NO_DEVICE; DEVICES],
-        ..QpLayout::default()
-    };
+    let mut unknown = QpLayout::NONE;
     let layout = layout.unwrap_or(&mut unknown);
     // The probe's stats slots follow the loader's; each CPU has a run of
     // every slot's counters.

@@ -191,12 +191,12 @@ fn configure(dev: &OwnDevice, index: u32) -> Result<()> {
     for family in families(dev) {
         let pref = place_local_rule(family)?;
         netlink::create(
-            rule(
+            RouteNetlinkMessage::NewRule(rule(
                 family,
                 pref,
                 table,
                 vec![RuleAttribute::Oifname(iface.clone())],
-            ),
+            )),
             &format!("a routing rule for lookups bound to {iface}"),
         )?;
         for p in dev.addrs.iter().filter(|p| family_of(p.addr) == family) {
@@ -209,10 +209,11 @@ fn configure(dev: &OwnDevice, index: u32) -> Result<()> {
                     RuleAttribute::Iifname("lo".to_string()),
                 ],
             );
-            if let RouteNetlinkMessage::NewRule(m) = &mut r {
-                m.header.src_len = if p.addr.is_ipv4() { 32 } else { 128 };
-            }
-            netlink::create(r, &format!("a routing rule for what {} sends", p.addr))?;
+            r.header.src_len = if p.addr.is_ipv4() { 32 } else { 128 };
+            netlink::create(
+                RouteNetlinkMessage::NewRule(r),
+                &format!("a routing rule for what {} sends", p.addr),
+            )?;
         }
     }
     Ok(())
@@ -281,14 +282,14 @@ fn rule(
     pref: u32,
     table: u32,
     selectors: Vec<RuleAttribute>,
-) -> RouteNetlinkMessage {
+) -> RuleMessage {
     let mut r = RuleMessage::default();
     r.header.family = family;
     r.header.action = RuleAction::ToTable;
     r.attributes = selectors;
     r.attributes.push(RuleAttribute::Priority(pref));
     r.attributes.push(RuleAttribute::Table(table));
-    RouteNetlinkMessage::NewRule(r)
+    r
 }
 
 /// A rule's table and preference.
@@ -363,21 +364,7 @@ fn place_local_rule(family: AddressFamily) -> Result<u32> {
                     table_and_pref(other).0
                 );
             }
-            netlink::create(
-                rule(family, LOCAL_PREF, LOCAL_TABLE, Vec::new()),
-                "moving the local table's routing rule to preference 1",
-            )?;
-            let mut old = RuleMessage::default();
-            old.header.family = family;
-            old.header.action = RuleAction::ToTable;
-            old.attributes = vec![
-                RuleAttribute::Priority(TENANT_PREF),
-                RuleAttribute::Table(LOCAL_TABLE),
-            ];
-            netlink::change(
-                RouteNetlinkMessage::DelRule(old),
-                "removing the local table's routing rule at preference 0",
-            )?;
+            move_local_rule(family, TENANT_PREF, LOCAL_PREF)?;
             // So that the last tenant's removal puts it back, and only then.
             fs::create_dir_all(RUN_DIR)?;
             fs::write(moved_note(family), "")?;
@@ -426,20 +413,20 @@ fn restore_local_rule(family: AddressFamily) -> Result<()> {
     if table_and_pref(local).1 != LOCAL_PREF {
         return Ok(());
     }
+    move_local_rule(family, LOCAL_PREF, TENANT_PREF)
+}
+
+/// Moves the local table's rule of `family` from preference `from` to
+/// `to`: the new one first, so that no lookup ever misses the local
+/// table.
+fn move_local_rule(family: AddressFamily, from: u32, to: u32) -> Result<()> {
     netlink::create(
-        rule(family, TENANT_PREF, LOCAL_TABLE, Vec::new()),
-        "putting the local table's routing rule back at preference 0",
+        RouteNetlinkMessage::NewRule(rule(family, to, LOCAL_TABLE, Vec::new())),
+        &format!("adding the local table's routing rule at preference {to}"),
     )?;
-    let mut moved = RuleMessage::default();
-    moved.header.family = family;
-    moved.header.action = RuleAction::ToTable;
-    moved.attributes = vec![
-        RuleAttribute::Priority(LOCAL_PREF),
-        RuleAttribute::Table(LOCAL_TABLE),
-    ];
     netlink::change(
-        RouteNetlinkMessage::DelRule(moved),
-        "removing the local table's routing rule at preference 1",
+        RouteNetlinkMessage::DelRule(rule(family, from, LOCAL_TABLE, Vec::new())),
+        &format!("removing the local table's routing rule at preference {from}"),
     )
 }
 

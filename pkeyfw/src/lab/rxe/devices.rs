@@ -6,8 +6,8 @@
 //! the tenants' cgroups, each on its own device: A and B complete, A and D
 //! and B and C stall, every frame between them crossing the network stack,
 //! stamped at the sender's port and judged at the receiver's (none meets
-//! another inside rdma_rxe). Beside the programs: B cannot open C's or D's
-//! device, nor a process outside every tenant A's; a QP made on A's device
+//! another inside rdma_rxe). Beside the programs: B cannot open A's, C's
+//! or D's device, nor a process outside every tenant A's; a QP made on A's device
 //! by B's tenant (root, with the device opened before it joined B's cgroup)
 //! is quarantined; the host's other routes stay as they were; a reload
 //! without D's rule removes D's device alone; once the host is detached
@@ -23,7 +23,6 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use pkeyfw_common::parse::{self, Parsed};
 use serde_json::json;
 
 use super::{
@@ -32,7 +31,6 @@ use super::{
     tenants::{self, Tenant},
     topology::{self, End},
 };
-use crate::capture;
 
 /// The roles: their cgroups, keys and names.
 const ROLES: [(&str, u16); 4] = [("a", 0x8001), ("b", 0x0001), ("c", 0x0001), ("d", 0x8002)];
@@ -63,9 +61,9 @@ pub enum Beside {
     /// Root opens the server's device outside every tenant, then joins the
     /// client's cgroup and makes a QP there: quarantined at its creation.
     ForeignQp,
-    /// The client's tenant opens the other tenants' devices (the attacker,
+    /// The server's tenant opens the other tenants' devices (the attacker,
     /// `ibv_devinfo -d`, `ibv_rc_pingpong -d`), and its own; `nobody`,
-    /// outside every tenant, the server's.
+    /// outside every tenant, A's.
     Opens,
 }
 
@@ -247,7 +245,7 @@ impl Host {
         let policy = work.join("own-devices.toml");
         fs::write(&policy, self::policy(ROLES.len()))?;
         let started = Instant::now();
-        pkeyfw(&[
+        run::pkeyfw(&[
             "attach",
             UPLINK,
             "--pin",
@@ -273,7 +271,7 @@ impl Host {
 
     /// Each role's port's counters so far.
     fn ports(&self) -> Result<[Port; 4]> {
-        let out = pkeyfw(&["stats", "--json", UPLINK])?;
+        let out = run::pkeyfw(&["stats", "--json", UPLINK])?;
         let objects: Vec<serde_json::Value> = out
             .lines()
             .map(serde_json::from_str)
@@ -311,7 +309,7 @@ impl Host {
         let before: Vec<Option<String>> = (0..D).map(|i| index(&device(i))).collect();
         let path = work.join("own-devices-without-d.toml");
         fs::write(&path, policy(D))?;
-        pkeyfw(&["reload", UPLINK, "--policy", &path.display().to_string()])?;
+        run::pkeyfw(&["reload", UPLINK, "--policy", &path.display().to_string()])?;
         let kept: Vec<Option<String>> = (0..D).map(|i| index(&device(i))).collect();
         let gone = !Path::new(&format!("/sys/class/infiniband/{}", device(D))).exists()
             && index(&device(D)).is_none();
@@ -321,7 +319,7 @@ impl Host {
     /// Detaches the host: whether the host's routes are then as before the
     /// attach and no tenant's interface or device is left.
     fn detach(self) -> Result<bool> {
-        pkeyfw(&["detach", UPLINK])?;
+        run::pkeyfw(&["detach", UPLINK])?;
         let left: Vec<String> = (0..4)
             .map(device)
             .filter(|d| {
@@ -344,7 +342,7 @@ impl Host {
 impl Drop for Host {
     fn drop(&mut self) {
         // Whatever an interrupted run left.
-        let _ = pkeyfw(&["detach", UPLINK]);
+        let _ = run::pkeyfw(&["detach", UPLINK]);
         let _ = topology::ip(&["link", "del", UPLINK]);
         let _ = topology::ip(&["netns", "del", NETNS]);
     }
@@ -369,22 +367,6 @@ fn routes() -> Result<Vec<String>> {
                 .to_string())
         })
         .collect()
-}
-
-/// Runs this very binary with `args`; its output.
-fn pkeyfw(args: &[&str]) -> Result<String> {
-    let out = Command::new(std::env::current_exe()?)
-        .args(args)
-        .output()
-        .context("running pkeyfw")?;
-    if !out.status.success() {
-        bail!(
-            "`pkeyfw {}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// What the scenarios came to, and whether the routes were as before once
@@ -450,36 +432,25 @@ fn scenario(host: &Host, sc: &Scenario, dir: &Path) -> Result<Observed> {
         .collect::<Result<Vec<_>>>()?;
     let ports_before = host.ports()?;
     let rcvd_before = rcvd(&host.ends);
-    let log = |role: &str| fs::File::create(dir.join(format!("{}.{role}.log", sc.name)));
     let program = sc.program;
     let in_role = |role: usize| Tenant {
         cgroup: Some(ROLES[role].0),
         uid: None,
     };
     let mut cmd = Command::new(program.name());
-    cmd.args(program.server(server))
-        .stdout(log("server")?)
-        .stderr(log("server.err")?);
+    cmd.args(program.server(server));
     in_role(sc.server).place(&mut cmd)?;
-    let mut server_proc = Proc(cmd.spawn().context("starting the server")?);
+    let server_proc = run::start(&mut cmd, dir, sc.name, "server")?;
     run::wait_ready(program)?;
     let beside = match sc.beside {
         Beside::ForeignQp => Some(foreign_qp(server, sc.client)?),
         _ => None,
     };
     let mut cmd = Command::new(program.name());
-    cmd.args(program.client(client, server))
-        .stdout(log("client")?)
-        .stderr(log("client.err")?);
+    cmd.args(program.client(client, server));
     in_role(sc.client).place(&mut cmd)?;
-    let mut client_proc = Proc(cmd.spawn().context("starting the client")?);
-    let client_exit = client_proc.wait(run::STALL)?;
-    let server_exit = server_proc.wait(if client_exit == Exit::Killed {
-        Duration::ZERO
-    } else {
-        run::LINGER
-    })?;
-    drop((client_proc, server_proc));
+    let client_proc = run::start(&mut cmd, dir, sc.name, "client")?;
+    let (client_exit, server_exit) = run::finish(client_proc, server_proc)?;
     let mut problems = Vec::new();
     if let Some(mut foreigner) = beside
         && foreigner.wait(run::STALL)? != Exit::Ok
@@ -498,11 +469,7 @@ fn scenario(host: &Host, sc: &Scenario, dir: &Path) -> Result<Observed> {
     let (frames, bad_icrc) = run::icrc_check(&captures)?;
     let mut wire_pkeys = BTreeSet::new();
     for path in &captures {
-        for f in capture::read(path)? {
-            if let Parsed::Roce(r) = parse::classify(&f.data[..]) {
-                wire_pkeys.insert(r.pkey);
-            }
-        }
+        wire_pkeys.extend(run::roce_frames(path)?.iter().map(|r| r.pkey));
     }
     let ports = [0, 1, 2, 3].map(|i| ports_after[i].since(ports_before[i]));
     if sc.beside == Beside::ForeignQp && ports[sc.server].foreign != 1 {
@@ -511,12 +478,7 @@ fn scenario(host: &Host, sc: &Scenario, dir: &Path) -> Result<Observed> {
             server.device, ports[sc.server].foreign
         ));
     }
-    let tail = |role: &str| {
-        let text =
-            fs::read_to_string(dir.join(format!("{}.{role}.log", sc.name))).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(4)..].join("\n")
-    };
+    let tail = |role: &str| run::tail(dir, sc.name, role);
     Ok(Observed {
         server: server_exit,
         client: client_exit,
@@ -565,11 +527,11 @@ fn foreign_qp(server: &End, client: usize) -> Result<Proc> {
     Ok(Proc(child))
 }
 
-/// What the client's tenant may open: its own device, not the others';
+/// What the server's tenant may open: its own device, not the others';
 /// and what `nobody`, outside every tenant, may not. The problems found.
 fn opens(host: &Host, sc: &Scenario) -> Result<Vec<String>> {
     let mut problems = Vec::new();
-    let me = sc.client;
+    let me = sc.server;
     let in_role = Tenant {
         cgroup: Some(ROLES[me].0),
         uid: None,
@@ -599,7 +561,7 @@ fn opens(host: &Host, sc: &Scenario) -> Result<Vec<String>> {
         })
     };
     const EPERM: &str = "Operation not permitted";
-    for other in (0..4).filter(|&r| r != me && r != sc.server) {
+    for other in (0..4).filter(|&r| r != me) {
         let device = &host.ends[other].device;
         if open(device, in_role)?.0 {
             problems.push(format!("{} opened {device} with libibverbs", NAMES[me]));
@@ -632,10 +594,10 @@ fn opens(host: &Host, sc: &Scenario) -> Result<Vec<String>> {
         cgroup: None,
         uid: Some(65534),
     };
-    let server_device = &host.ends[sc.server].device;
-    let said = open_node(server_device, nobody)?;
-    if open(server_device, nobody)?.0 || !said.contains(EPERM) {
-        problems.push(format!("nobody opening {server_device}'s node: {said}"));
+    let device = &host.ends[A].device;
+    let said = open_node(device, nobody)?;
+    if open(device, nobody)?.0 || !said.contains(EPERM) {
+        problems.push(format!("nobody opening {device}'s node: {said}"));
     }
     Ok(problems)
 }
