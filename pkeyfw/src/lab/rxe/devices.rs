@@ -377,11 +377,14 @@ pub struct Ran {
     /// detached the host's routes were as before and no device was left.
     pub restored: bool,
     pub attach: Duration,
+    /// The whole group's time: setup, scenarios, reload, detach.
+    pub took: Duration,
 }
 
 /// Makes the host, runs the scenarios, detaches it; captures go to
 /// `capture_dir`, else `work`.
 pub fn run(scenarios: &[Scenario], work: &Path, capture_dir: Option<&Path>) -> Result<Ran> {
+    let started = Instant::now();
     let host = Host::create(work)?;
     println!(
         "pkeyfw lab rxe, devices of their own: tenants {} on one host, each a cgroup with its own device on uplink {UPLINK} (attached in {:.1} s)",
@@ -418,6 +421,7 @@ pub fn run(scenarios: &[Scenario], work: &Path, capture_dir: Option<&Path>) -> R
         rows,
         restored,
         attach,
+        took: started.elapsed(),
     })
 }
 
@@ -686,9 +690,10 @@ pub fn table(scenarios: &[Scenario], ran: &Ran) -> bool {
         }
     }
     println!(
-        "\n{matched} of {} scenarios of devices of their own as the partition rules say (attach of four tenants: {:.1} s).",
+        "\n{matched} of {} scenarios of devices of their own as the partition rules say (attach of four tenants: {:.1} s; the group: {:.0} s).",
         scenarios.len(),
-        ran.attach.as_secs_f64()
+        ran.attach.as_secs_f64(),
+        ran.took.as_secs_f64()
     );
     matched == scenarios.len()
 }
