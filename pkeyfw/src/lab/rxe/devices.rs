@@ -177,6 +177,9 @@ pub struct Port {
     pub ok: u64,
     pub refused: u64,
     pub pkey_violations: u64,
+    /// Refused as meant for no QP: a stalled client's last retries, in
+    /// flight as the server exits.
+    pub unknown_qp: u64,
     pub stamped: u64,
     pub restored: u64,
     pub foreign: u64,
@@ -188,6 +191,7 @@ impl Port {
             ok: self.ok.saturating_sub(b.ok),
             refused: self.refused.saturating_sub(b.refused),
             pkey_violations: self.pkey_violations.saturating_sub(b.pkey_violations),
+            unknown_qp: self.unknown_qp.saturating_sub(b.unknown_qp),
             stamped: self.stamped.saturating_sub(b.stamped),
             restored: self.restored.saturating_sub(b.restored),
             foreign: self.foreign.saturating_sub(b.foreign),
@@ -291,6 +295,7 @@ impl Host {
                 ok: n(&o["reasons"]["ok"]),
                 refused,
                 pkey_violations: n(&o["reasons"]["pkey_violation"]),
+                unknown_qp: n(&o["reasons"]["unknown_qp"]),
                 stamped: n(&o["stamping"]["frames"]["stamped"]),
                 restored: n(&o["stamping"]["frames"]["restored"]),
                 foreign: n(&o["probes"]["foreign_device"]),
@@ -407,7 +412,12 @@ pub fn run(scenarios: &[Scenario], work: &Path, capture_dir: Option<&Path>) -> R
         if judge(sc, &observed) {
             println!("  {:<22} as expected", sc.name);
         } else {
-            println!("  {:<22} NOT as expected\n{}", sc.name, observed.output);
+            println!(
+                "  {:<22} NOT as expected: {}\n{}",
+                sc.name,
+                unmet(sc, &observed).join("; "),
+                observed.output
+            );
         }
         rows.push(observed);
     }
@@ -618,41 +628,70 @@ fn uverbs_node(device: &str) -> Result<PathBuf> {
     bail!("{device} has no uverbs node")
 }
 
-/// Whether a scenario went as the rules say: the programs completed or
-/// stalled; every frame the client's port stamped crossed to the server's
-/// port and was judged there — passed and restored, or refused as a P_Key
-/// violation and taken in by none — and back, and each device's rxe took
-/// in exactly the frames its port passed (rdma_cm's QP1 frames, unstamped,
-/// among them); no other port moved; the wire carried the tenants' keys,
-/// every ICRC right; what ran beside went as it must; the host's routes
-/// were as before.
-fn judge(sc: &Scenario, o: &Observed) -> bool {
+/// What did not go as the rules say, if anything: the programs completed
+/// or stalled; every frame the client's port stamped crossed to the
+/// server's port and was judged there — passed and restored, or refused
+/// and taken in by none (as a P_Key violation; the last retries of a
+/// stalled client, in flight as the server exits, meet no QP) — and back,
+/// and each device's rxe took in exactly the frames its port passed
+/// (rdma_cm's QP1 frames, unstamped, among them); no other port moved; the
+/// wire carried the tenants' keys, every ICRC right; what ran beside went
+/// as it must; the host's routes were as before.
+fn unmet(sc: &Scenario, o: &Observed) -> Vec<&'static str> {
     let (s, c) = (sc.server, sc.client);
     let [server, client] = [o.ports[s], o.ports[c]];
     let judged = if sc.completes {
-        server.stamped > 0
-            && server.refused == 0
-            && client.refused == 0
-            && client.stamped == server.restored
-            && server.stamped == client.restored
-            && o.rcvd[s] == server.ok
-            && o.rcvd[c] == client.ok
+        [
+            (server.stamped > 0, "the server's port stamped nothing"),
+            (
+                server.refused + client.refused == 0,
+                "a port refused frames",
+            ),
+            (
+                client.stamped == server.restored && server.stamped == client.restored,
+                "a port restored other than the other stamped",
+            ),
+            (
+                o.rcvd[s] == server.ok && o.rcvd[c] == client.ok,
+                "an rxe took in other than its port passed",
+            ),
+        ]
     } else {
-        client.stamped > 0
-            && server.restored == 0
-            && server.pkey_violations == client.stamped
-            && o.rcvd[s] == 0
+        [
+            (client.stamped > 0, "the client's port stamped nothing"),
+            (server.restored == 0, "the server's port restored frames"),
+            (
+                server.refused == client.stamped
+                    && server.pkey_violations > 0
+                    && server.pkey_violations + server.unknown_qp == server.refused,
+                "the server's port refused other than the client stamped, as P_Key violations",
+            ),
+            (o.rcvd[s] == 0, "the server's rxe took frames in"),
+        ]
     };
     let others_still = (0..4)
         .filter(|&i| i != s && i != c)
         .all(|i| o.ports[i] == Port::default() && o.rcvd[i] == 0);
-    o.completes() == sc.completes
-        && judged
-        && others_still
-        && o.wire_pkeys == sc.wire_pkeys()
-        && o.bad_icrc == 0
-        && o.beside.is_none()
-        && o.routes_kept
+    let mut checks = judged.to_vec();
+    checks.extend([
+        (
+            o.completes() == sc.completes,
+            "the programs did not end as expected",
+        ),
+        (others_still, "another tenant's port or device moved"),
+        (o.wire_pkeys == sc.wire_pkeys(), "other P_Keys on the wire"),
+        (o.bad_icrc == 0, "frames with a bad ICRC"),
+        (o.beside.is_none(), "what ran beside went wrong"),
+        (o.routes_kept, "the host's routes changed"),
+    ]);
+    checks
+        .into_iter()
+        .filter_map(|(met, what)| (!met).then_some(what))
+        .collect()
+}
+
+fn judge(sc: &Scenario, o: &Observed) -> bool {
+    unmet(sc, o).is_empty()
 }
 
 /// Prints the table; whether every scenario matched.
@@ -711,7 +750,7 @@ pub fn results(scenarios: &[Scenario], ran: &Ran) -> Vec<serde_json::Value> {
                     (
                         NAMES[i],
                         json!({
-                            "ok": p.ok, "refused": p.refused, "pkey_violation": p.pkey_violations,
+                            "ok": p.ok, "refused": p.refused, "pkey_violation": p.pkey_violations, "unknown_qp": p.unknown_qp,
                             "stamped": p.stamped, "restored": p.restored, "foreign_device": p.foreign,
                             "rxe_rcvd": o.rcvd[i],
                         }),
