@@ -7,11 +7,12 @@
 //! and B and C stall, every frame between them crossing the network stack,
 //! stamped at the sender's port and judged at the receiver's (none meets
 //! another inside rdma_rxe). Beside the programs: B cannot open A's, C's
-//! or D's device, nor a process outside every tenant A's; a QP made on A's device
-//! by B's tenant (root, with the device opened before it joined B's cgroup)
-//! is quarantined; the host's other routes stay as they were; a reload
-//! without D's rule removes D's device alone; once the host is detached
-//! its routes are as they were and no device is left.
+//! or D's device, nor a process outside every tenant A's; a QP made on A's
+//! device by B's tenant (root, with the device opened before it joined B's
+//! cgroup) is quarantined; the host's other routes stay as they were; a
+//! reload without D's rule removes D's device alone (and its metrics
+//! series); once the host is detached its routes are as they were and no
+//! device is left.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -308,17 +309,31 @@ impl Host {
 
 impl Host {
     /// Reloads a policy without D's rule: whether D's device and interface
-    /// went, and the others' stayed as they were (their QPs with them).
+    /// went, and the others' stayed as they were (their QPs with them);
+    /// the metrics showed every tenant's device before, and D's no more.
     fn reload_without_d(&self, work: &Path) -> Result<bool> {
         let index = |d: &str| fs::read_to_string(format!("/sys/class/net/{d}/ifindex")).ok();
         let before: Vec<Option<String>> = (0..D).map(|i| index(&device(i))).collect();
+        let series_before = tenant_series()?;
         let path = work.join("own-devices-without-d.toml");
         fs::write(&path, policy(D))?;
         run::pkeyfw(&["reload", UPLINK, "--policy", &path.display().to_string()])?;
         let kept: Vec<Option<String>> = (0..D).map(|i| index(&device(i))).collect();
         let gone = !Path::new(&format!("/sys/class/infiniband/{}", device(D))).exists()
             && index(&device(D)).is_none();
-        Ok(gone && kept == before && kept.iter().all(Option::is_some))
+        let series_after = tenant_series()?;
+        let series = |n: usize| -> BTreeSet<String> {
+            (0..n)
+                .map(|i| format!("{0} {0} {1:#06x} {UPLINK}", device(i), ROLES[i].1))
+                .collect()
+        };
+        let shown = series_before == series(4) && series_after == series(D);
+        if !shown {
+            println!(
+                "  pkeyfw_tenant_device_info: {series_before:?} before the reload, {series_after:?} after"
+            );
+        }
+        Ok(gone && kept == before && kept.iter().all(Option::is_some) && shown)
     }
 
     /// Detaches the host: whether the host's routes are then as before the
@@ -351,6 +366,28 @@ impl Drop for Host {
         let _ = topology::ip(&["link", "del", UPLINK]);
         let _ = topology::ip(&["netns", "del", NETNS]);
     }
+}
+
+/// The `pkeyfw_tenant_device_info` series a scrape shows now, each as
+/// "interface device pkey uplink".
+fn tenant_series() -> Result<BTreeSet<String>> {
+    let text = crate::cmd::metrics::exposition()?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.strip_prefix("pkeyfw_tenant_device_info{"))
+        .map(|l| {
+            let label = |name: &str| {
+                l.split(&format!("{name}=\""))
+                    .nth(1)
+                    .and_then(|v| v.split('"').next())
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            ["interface", "device", "pkey", "uplink"]
+                .map(label)
+                .join(" ")
+        })
+        .collect())
 }
 
 /// `ip route get` of every address of [`ASKED`], one line each, as a
