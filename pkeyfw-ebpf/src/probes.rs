@@ -26,16 +26,15 @@
 #![feature(asm_experimental_arch)]
 
 mod kernel;
-
-use core::ptr;
+mod task;
 
 use aya_ebpf::{
     Global,
     bindings::{BPF_F_NO_PREALLOC, BPF_RB_FORCE_WAKEUP},
     btf_maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, Stack},
     helpers::{
-        bpf_get_current_ancestor_cgroup_id, bpf_get_current_pid_tgid, bpf_get_current_task,
-        bpf_jiffies64, bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes, generated,
+        bpf_get_current_pid_tgid, bpf_jiffies64, bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes,
+        generated,
     },
     macros::{btf_map, kprobe, kretprobe},
     programs::{ProbeContext, RetProbeContext},
@@ -45,10 +44,10 @@ use kernel::read;
 use pkeyfw_common::{
     Capture,
     abi::{
-        BindSpec, Config, Creation, DEFAULT_QP_CAPACITY, DEVICES, Event, EventBudget, EventKind,
+        BindSpec, Config, Creation, DEFAULT_QP_CAPACITY, Event, EventBudget, EventKind,
         GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, KERNEL_SLOTS, KernelSlot,
-        MAX_RULES, NO_DEVICE, QPN_MASK, QUARANTINE_WORDS, QpEntry, QpLayout, QpStats, QpType,
-        REPORTS_BYTES, comm_padded, qp_flags, qp_key, qp_stats_index, quarantine_bit,
+        MAX_RULES, QPN_MASK, QUARANTINE_WORDS, QpEntry, QpLayout, QpStats, QpType, REPORTS_BYTES,
+        qp_flags, qp_key, qp_stats_index, quarantine_bit,
     },
     capture, tenant,
 };
@@ -110,29 +109,7 @@ static EVENT_BUDGET: PerCpuArray<EventBudget, { EventKind::COUNT }> = PerCpuArra
 
 /// Set by the loader from the kernel's BTF.
 #[unsafe(no_mangle)]
-static LAYOUT: Global<QpLayout> = Global::new(QpLayout {
-    qp_device: 0,
-    qp_num: 0,
-    device_index: 0,
-    devices: [NO_DEVICE; DEVICES],
-    qp_type: 0,
-    qp_res: 0,
-    res_type: 0,
-    res_user: 0,
-    res_kern_name: 0,
-    attr_qkey: 0,
-    task_cred: 0,
-    task_nsproxy: 0,
-    cred_euid: 0,
-    cred_egid: 0,
-    nsproxy_net: 0,
-    net_cookie: 0,
-    first_slot: 0,
-    probe_slots: 0,
-    cpus: 0,
-    cm_src: 0,
-    cm_dst: 0,
-});
+static LAYOUT: Global<QpLayout> = Global::new(QpLayout::NONE);
 
 /// What the modify's entry probe keeps for its return probe: the Q_Key to
 /// go back to if the call fails.
@@ -671,6 +648,11 @@ fn bind(qp: *const u8, transport: QpType, m: &mut Matching) {
     } else {
         None
     };
+    let owned = BIND_RULES.get(g * MAX_RULES).is_some_and(BindSpec::owned);
+    if tenant::foreign(rule, owned) {
+        refuse_foreign(qpn, key, rule.map_or(0, |r| r.pkey), m.creator.pid);
+        return;
+    }
     let Some(rule) = rule.filter(|r| !entry || r.beats_entries()) else {
         if old.is_some() && !entry {
             let _ = QPS.remove(&key);
@@ -703,6 +685,26 @@ fn bind(qp: *const u8, transport: QpType, m: &mut Matching) {
             qpn
         );
     }
+}
+
+/// QP `qpn`, made on this tenant's device by another creator (its rule
+/// giving `pkey`, 0 if none; process `pid`, 0 for a kernel user): no
+/// earlier QP's binding of the number is its, and it is quarantined,
+/// counted and reported.
+#[inline(never)]
+fn refuse_foreign(qpn: u32, key: u32, pkey: u16, pid: u32) {
+    let _ = QPS.remove(&key);
+    quarantine(qpn, true);
+    count(Capture::ForeignDevice);
+    // Reported, not logged: a tenant can make such QPs at will, and its
+    // reports have a budget.
+    report(Event {
+        dest_qp: qpn,
+        pkey,
+        src_qp: pid,
+        kind: EventKind::ForeignDevice as u8,
+        ..Event::default()
+    });
 }
 
 /// Whether QPN `qpn` is in quarantine.
@@ -905,72 +907,29 @@ fn record(
     (device, ports): (u32, [u16; 2]),
     kernel: [u64; 2],
 ) {
+    task::current_task(c, layout);
+    // A kernel user's QP is no task's: its name is the module's, and it
+    // has no cgroup, namespace, process or ids.
     let mask = (u64::from((kernel[0] | kernel[1]) != 0)).wrapping_neg();
-    // SAFETY: no preconditions.
-    let task = unsafe { bpf_get_current_task() } as *const u8;
-    let cred: *const u8 = read_or(task, layout.task_cred, ptr::null());
-    let nsproxy: *const u8 = read_or(task, layout.task_nsproxy, ptr::null());
-    let net: *const u8 = read_or(nsproxy, layout.nsproxy_net, ptr::null());
-    // SAFETY: a buffer of the size given.
-    unsafe {
-        generated::bpf_get_current_comm(c.comm.as_mut_ptr().cast(), c.comm.len() as u32);
-    }
-    // Padded as rules keep names: the helper may leave the tail of the
-    // last name this per-CPU record held.
     // SAFETY: 16 bytes either way.
-    let [t0, t1]: [u64; 2] = unsafe { core::mem::transmute(comm_padded(c.comm)) };
+    let [t0, t1]: [u64; 2] = unsafe { core::mem::transmute(c.comm) };
     let words = [(t0 & !mask) | kernel[0], (t1 & !mask) | kernel[1]];
     // SAFETY: 16 bytes either way.
     c.comm = unsafe { core::mem::transmute::<[u64; 2], [u8; 16]>(words) };
-    for (level, id) in c.cgroups.iter_mut().enumerate() {
-        // SAFETY: no preconditions; 0 when the task is not that deep.
-        *id = unsafe { bpf_get_current_ancestor_cgroup_id(level as i32) } & !mask;
+    for id in c.cgroups.iter_mut() {
+        *id &= !mask;
     }
     let m32 = mask as u32;
     c.qp = qp as u64;
-    c.netns = read_or(net, layout.net_cookie, 0) & !mask;
-    c.pid = (bpf_get_current_pid_tgid() >> 32) as u32 & !m32;
-    c.uid = read_id(cred, layout.cred_euid) | m32;
-    c.gid = read_id(cred, layout.cred_egid) | m32;
+    c.netns &= !mask;
+    c.pid &= !m32;
+    c.uid |= m32;
+    c.gid |= m32;
     c.device = device;
     c.ports = ports;
     c.kernel = (mask & 1) as u8;
     c.ib_qp_type = ib_qp_type as u8;
     c._pad = [0; 2];
-}
-
-/// A uid or gid at `base + offset` in kernel memory; u32::MAX (no id,
-/// which no rule names) if unreadable, where a failed read would leave 0,
-/// root's.
-#[inline(always)]
-fn read_id(base: *const u8, offset: u32) -> u32 {
-    let mut v = 0u32;
-    // SAFETY: bpf_probe_read_kernel checks the address.
-    let failed = unsafe {
-        generated::bpf_probe_read_kernel(
-            (&mut v as *mut u32).cast(),
-            size_of::<u32>() as u32,
-            base.wrapping_add(offset as usize).cast(),
-        )
-    } != 0;
-    v | u32::from(failed).wrapping_neg()
-}
-
-/// A `T` at `base + offset` in kernel memory, `or` if unreadable, with no
-/// branch on which.
-#[inline(always)]
-fn read_or<T: Copy>(base: *const u8, offset: u32, or: T) -> T {
-    let mut v = or;
-    // SAFETY: bpf_probe_read_kernel checks the address and leaves `v` as it
-    // was (zeroed, in fact: so `or` only names the intent) on failure.
-    unsafe {
-        generated::bpf_probe_read_kernel(
-            (&mut v as *mut T).cast(),
-            size_of::<T>() as u32,
-            base.wrapping_add(offset as usize).cast(),
-        );
-    }
-    v
 }
 
 #[cfg(not(test))]

@@ -167,5 +167,8 @@ crate::named_enum! {
         /// returns, so that it never reads what the group receives (a
         /// process sharing the QP's uverbs file keeps it, joined).
         Killed = 6 => "killed",
+        /// A QP made on a device pkeyfw made for one tenant, by a creator
+        /// that tenant's rule does not match: quarantined, and reported.
+        ForeignDevice = 7 => "foreign_device",
     }
 }

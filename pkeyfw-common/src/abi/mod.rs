@@ -50,7 +50,7 @@ pub mod name {
 pub const LAYOUT_VERSION: u32 =
     LAYOUT << 24 | (REASON_SLOTS as u32) << 16 | (Stamp::COUNT as u32) << 8 | Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 20;
+const LAYOUT: u32 = 21;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -485,6 +485,31 @@ pub struct QpLayout {
 }
 
 impl QpLayout {
+    /// Nothing known: no device of the attachment's, no offset.
+    pub const NONE: QpLayout = QpLayout {
+        qp_device: 0,
+        qp_num: 0,
+        device_index: 0,
+        devices: [NO_DEVICE; DEVICES],
+        qp_type: 0,
+        qp_res: 0,
+        res_type: 0,
+        res_user: 0,
+        res_kern_name: 0,
+        attr_qkey: 0,
+        task_cred: 0,
+        task_nsproxy: 0,
+        cred_euid: 0,
+        cred_egid: 0,
+        nsproxy_net: 0,
+        net_cookie: 0,
+        first_slot: 0,
+        probe_slots: 0,
+        cpus: 0,
+        cm_src: 0,
+        cm_dst: 0,
+    };
+
     /// `enum ib_qp_attr_mask`: `IB_QP_QKEY` (the same value as libibverbs').
     pub const MASK_QKEY: u32 = 1 << 6;
     /// `enum rdma_restrack_type`: `RDMA_RESTRACK_QP` (PD, CQ, QP, …).
@@ -600,6 +625,30 @@ pub struct Creation {
     pub _pad: [u8; 2],
 }
 
+/// The device guard's (`pkeyfw-guard`) maps, by name.
+pub mod guard_name {
+    pub const NODES: &str = "NODES";
+    pub const TENANTS: &str = "TENANTS";
+    pub const MAJORS: &str = "MAJORS";
+    pub const SEALED: &str = "SEALED";
+}
+
+/// Device nodes the guard can tell apart: every RDMA device's uverbs, umad
+/// and issm nodes.
+pub const DEVICE_NODES: u32 = 1 << 12;
+/// Character device majors the RDMA core registers (uverbs, umad: 231, and
+/// the dynamic ones beyond their fixed minors), as many as the guard keeps.
+pub const DEVICE_MAJORS: u32 = 16;
+/// `NODES` value of a node of no tenant's device: anyone's to open.
+pub const NO_TENANT: u32 = u32::MAX;
+
+/// `NODES` key of character device `major:minor` (as `dev_t` packs them:
+/// 12 bits of major, 20 of minor).
+#[inline(always)]
+pub const fn node_key(major: u32, minor: u32) -> u32 {
+    major << 20 | (minor & 0x000f_ffff)
+}
+
 /// Levels of a creator's cgroup path kept in [`Creation::cgroups`], the
 /// root's included: a `cgroup` rule may name a directory at most
 /// `CGROUP_LEVELS - 1` below the root.
@@ -625,6 +674,13 @@ pub mod matcher {
     pub const PORT: u32 = 1 << 9;
     /// The RDMA device (by index).
     pub const DEVICE: u32 = 1 << 10;
+    /// Not a matcher: the rule whose tenant the attachment's device was
+    /// made for (`own_device`), in that device's attachment.
+    pub const OWNER: u32 = 1 << 11;
+    /// Not a matcher: set on every rule of a device made for one tenant
+    /// (the attachment of a tenant's own device), where only the
+    /// [`OWNER`] rule binds (see [`crate::tenant::foreign`]).
+    pub const OWNED: u32 = 1 << 12;
     /// Matchers that describe a task, which a kernel QP has none of.
     pub const TASK: u32 = PID | CGROUP | UID | GID | NETNS;
     /// Matchers a process cannot choose: only the administrator moves it
@@ -775,6 +831,11 @@ crate::named_enum! {
         /// A QP a rule would bind found no room in the probe's tables:
         /// `dest_qp` is the QP, quarantined.
         Quarantined = 4 => "quarantined",
+        /// A QP was made on a device pkeyfw made for one tenant by someone
+        /// else (see [`crate::tenant::foreign`]): `dest_qp` is the QP,
+        /// quarantined; `pkey` the key its creator's rule gives (0: no rule
+        /// matches it), `src_qp` the creating process (0: a kernel user).
+        ForeignDevice = 5 => "foreign_device",
     }
 }
 

@@ -3,7 +3,8 @@
 //! from beside itself): open a device, make a QP no rule binds, then loop
 //! `ibv_modify_qp` giving it other QPs' peers (a modify flood), or attach
 //! it to a multicast group; or make and destroy QPs until the QPN it wants
-//! comes next. Test equipment, never part of pkeyfw.
+//! comes next; or open a device, then move into another cgroup (a tenant's)
+//! and make QPs there. Test equipment, never part of pkeyfw.
 //! libibverbs is opened at run time by pkeyfw's own opener; only these few
 //! calls and the parts of their structures they touch are declared (x86-64
 //! layouts of rdma-core's verbs.h).
@@ -70,6 +71,11 @@ struct Args {
     /// must lie ahead of the device's next.
     #[arg(long)]
     advance_to: Option<u32>,
+    /// Once the device is open, move into this cgroup (its directory):
+    /// what it makes from then on is made by that cgroup's tenant, on a
+    /// device opened before.
+    #[arg(long)]
+    then_cgroup: Option<std::path::PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -85,6 +91,10 @@ fn main() -> ExitCode {
 fn run(a: &Args) -> Result<()> {
     let lib = Lib::open()?;
     let ctx = lib.open_device(&a.device)?;
+    if let Some(cgroup) = &a.then_cgroup {
+        let procs = cgroup.join("cgroup.procs");
+        std::fs::write(&procs, "0").with_context(|| format!("joining {}", cgroup.display()))?;
+    }
     if let Some(n) = a.flood {
         let peer = a.peer.context("--flood needs --peer")?;
         let qp = ctx.qp(QPT_RC)?;

@@ -20,6 +20,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail, ensure};
 use pkeyfw::{
+    control::limits::TENANT_QPS,
     loading::filter::{Filter, Load},
     policy::{Group, Policy, QpRule, SwitchRole},
 };
@@ -580,11 +581,12 @@ const RXE_MAX_QP: u32 = (1 << 20) - 16;
 
 /// Every map's kernel memory with one QP in the policy and the probe's
 /// tables sized for [`KERNEL_SLOTS`] QPs (with no RDMA device to size them
-/// from) and for an rxe device's `max_qp`: what room for every QP a
+/// from), for a tenant's own device ([`TENANT_QPS`]: what each tenant's
+/// port weighs) and for an rxe device's `max_qp`: what room for every QP a
 /// device can hold costs before any exists (each QP bound then adds its
 /// entries, as in the memory table).
 fn probe_memory() -> Result<Value> {
-    [KERNEL_SLOTS, RXE_MAX_QP]
+    [KERNEL_SLOTS, TENANT_QPS, RXE_MAX_QP]
         .into_iter()
         .map(|probed| {
             let filter = Filter::load_with(&Load {

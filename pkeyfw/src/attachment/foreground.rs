@@ -157,13 +157,49 @@ pub(super) struct Signals {
 }
 
 impl Signals {
-    pub(super) fn new() -> Result<Signals> {
+    /// A runtime for a foreground attachment, and its signals caught from
+    /// now on, so that one sent as soon as the attachment is said to be
+    /// there is never lost.
+    pub(super) fn caught() -> Result<(tokio::runtime::Runtime, Signals)> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let signals = {
+            let _entered = runtime.enter();
+            Signals::new()?
+        };
+        Ok((runtime, signals))
+    }
+
+    fn new() -> Result<Signals> {
         Ok(Signals {
             interrupt: signal(SignalKind::interrupt())?,
             terminate: signal(SignalKind::terminate())?,
             quit: signal(SignalKind::quit())?,
             hangup: signal(SignalKind::hangup())?,
         })
+    }
+}
+
+/// What a signal asks of a foreground attachment.
+pub(super) enum Signal {
+    /// SIGINT, SIGTERM: remove it.
+    Detach,
+    /// SIGQUIT: exit, leaving it enforcing.
+    Leave,
+    /// SIGHUP: reload the policy file.
+    Reload,
+}
+
+impl Signals {
+    /// The next signal.
+    pub(super) async fn next(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.interrupt.recv() => Signal::Detach,
+            _ = self.terminate.recv() => Signal::Detach,
+            _ = self.quit.recv() => Signal::Leave,
+            _ = self.hangup.recv() => Signal::Reload,
+        }
     }
 }
 

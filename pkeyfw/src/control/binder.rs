@@ -42,6 +42,10 @@ pub struct Binder {
     /// QPs no rule can be matched against (see
     /// [`Binding::Unidentified`](crate::policy::Binding)), as last planned.
     unidentified: Vec<u32>,
+    /// QPs made on a tenant's own device by anyone else (see
+    /// [`Binding::Foreign`](crate::policy::Binding)), as last planned, with
+    /// who made them.
+    foreign: Vec<(u32, String)>,
     /// The policy last applied with them.
     applied: Option<Policy>,
     /// QPs bound by rules, as last applied, for the messages.
@@ -64,6 +68,7 @@ impl Binder {
             seen: None,
             before_probes: None,
             unidentified: Vec::new(),
+            foreign: Vec::new(),
             applied: None,
             bound: BTreeMap::new(),
         }
@@ -125,6 +130,12 @@ impl Binder {
         &self.unidentified
     }
 
+    /// The QPs last planned into quarantine.
+    fn quarantined(&self) -> Vec<u32> {
+        let foreign = self.foreign.iter().map(|(qpn, _)| *qpn);
+        self.unidentified.iter().copied().chain(foreign).collect()
+    }
+
     /// What the base policy makes of a snapshot (its QPs told apart by
     /// `records`); notes the QPs no rule can be matched against.
     fn plan(&mut self, qps: &[Qp], records: &Records) -> (Policy, BTreeMap<u32, Bound>) {
@@ -147,13 +158,40 @@ impl Binder {
             .filter(|(_, b)| matches!(b, Binding::Unidentified))
             .map(|(qp, _)| qp.qpn)
             .collect();
+        self.foreign = qps
+            .iter()
+            .zip(&bindings)
+            .filter_map(|(qp, b)| match b {
+                Binding::Foreign { rule } => Some((
+                    qp.qpn,
+                    match rule {
+                        Some(r) => format!(
+                            "{}, whom the rule at line {} binds",
+                            owner(qp),
+                            self.base.binds[*r].line
+                        ),
+                        None => format!("{}, whom no rule binds", owner(qp)),
+                    },
+                )),
+                _ => None,
+            })
+            .collect();
         (effective, bound(&qps, &bindings))
     }
 
-    /// Quarantines the QPs no rule can be matched against, with a line
-    /// for each not quarantined before.
+    /// Quarantines the QPs no rule can be matched against, and those made
+    /// on a tenant's own device by anyone else, with a line for each not
+    /// quarantined before.
     pub fn quarantine(&self, maps: &mut Maps, before: &[u32]) -> Result<Vec<String>> {
         let mut lines = Vec::new();
+        for (qpn, by) in &self.foreign {
+            maps.quarantine(*qpn)?;
+            if !before.contains(qpn) {
+                lines.push(format!(
+                    "pkeyfw: quarantined QP {qpn:#08x} ({by}): it was made on a device pkeyfw made for another tenant; its frames are refused until it is destroyed"
+                ));
+            }
+        }
         for &qpn in &self.unidentified {
             maps.quarantine(qpn)?;
             if !before.contains(&qpn) {
@@ -187,7 +225,7 @@ impl Binder {
         if self.seen.as_ref() == Some(&qps) {
             return Ok(Vec::new());
         }
-        let before = self.unidentified.clone();
+        let before = self.quarantined();
         let (effective, bound) = self.plan(&qps, &maps.creations()?);
         match &self.applied {
             Some(old) if same_but_qps(old, &effective) => {
@@ -214,7 +252,7 @@ impl Binder {
     pub fn replace(&mut self, base: Policy, maps: &mut Maps) -> Result<Vec<String>> {
         // The new policy decides whether there are QPs to read.
         let old = std::mem::replace(&mut self.base, base);
-        let before = self.unidentified.clone();
+        let before = self.quarantined();
         let applied = self.qps().and_then(|qps| {
             let (effective, bound) = self.plan(&qps, &maps.creations()?);
             maps.apply(&effective)?;

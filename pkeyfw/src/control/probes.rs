@@ -165,10 +165,7 @@ fn object(pins: &Path, layout: Option<&mut QpLayout>) -> Result<Ebpf> {
         loader.map_pin_path(spec.name, pin);
     }
     // Unknown: no device of the attachment's, so no QP is read.
-    let mut unknown = QpLayout {
-        devices: [NO_DEVICE; DEVICES],
-        ..QpLayout::default()
-    };
+    let mut unknown = QpLayout::NONE;
     let layout = layout.unwrap_or(&mut unknown);
     // The probe's stats slots follow the loader's; each CPU has a run of
     // every slot's counters.
@@ -275,17 +272,22 @@ fn layout_of(btf: &Btf, devices: impl ExactSizeIterator<Item = u32>) -> Result<Q
         res_user: btf.offset("rdma_restrack_entry", &["user"])?,
         res_kern_name: btf.offset("rdma_restrack_entry", &["kern_name"])?,
         attr_qkey: btf.offset("ib_qp_attr", &["qkey"])?,
+        ..task_layout(btf)?
+    })
+}
+
+/// Where who a task is lies in the kernel's structures (its credentials'
+/// effective ids, its network namespace's cookie), from `btf`: the part of
+/// a [`QpLayout`] the device guard reads too; nothing else is set.
+pub fn task_layout(btf: &Btf) -> Result<QpLayout> {
+    Ok(QpLayout {
         task_cred: btf.offset("task_struct", &["cred"])?,
         task_nsproxy: btf.offset("task_struct", &["nsproxy"])?,
         cred_euid: btf.offset("cred", &["euid"])?,
         cred_egid: btf.offset("cred", &["egid"])?,
         nsproxy_net: btf.offset("nsproxy", &["net_ns"])?,
         net_cookie: btf.offset("net", &["net_cookie"])?,
-        first_slot: 0,
-        probe_slots: 0,
-        cpus: 0,
-        cm_src: 0,
-        cm_dst: 0,
+        ..QpLayout::default()
     })
 }
 

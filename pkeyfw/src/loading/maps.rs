@@ -721,7 +721,7 @@ impl Maps {
         }
         let active = self.active_generation()?;
         let idle = 1 - active;
-        let rules: Vec<BindSpec> = policy.binds.iter().map(|b| b.spec()).collect();
+        let rules: Vec<BindSpec> = policy.specs();
         // While the rules stay, what the probe bound at creation stays: it
         // saw the creator, which /proc no longer may (a thread gone, a
         // setuid exec since).

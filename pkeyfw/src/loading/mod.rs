@@ -2,7 +2,8 @@
 //! ([`filter`], the object's [`programs`]), their typed maps ([`maps`],
 //! written in batches: `batch`), where they are pinned ([`pins`]), the
 //! kernel structure layouts the probes read ([`btf`]), what the kernel
-//! offers ([`features`]) and what loading costs it ([`cost`]).
+//! offers ([`features`]) and what loading costs it ([`cost`]); bpf(2)
+//! itself where aya has no call for a command ([`syscall`]).
 
 mod batch;
 pub mod btf;
@@ -12,3 +13,4 @@ pub mod filter;
 pub mod maps;
 pub mod pins;
 pub mod programs;
+pub mod syscall;

@@ -44,7 +44,8 @@ pub fn tables(doc: &Value) -> Result<Vec<Table>> {
             ("probe's room", "probed"),
             PROBE_MAPS,
             "Kernel memory of the maps by the QP-creation probe's room (65,536: \
-             no RDMA device; 1,048,560: an rdma_rxe device's max_qp), one QP in the policy, \
+             no RDMA device; 16,384: a tenant's own device, each tenant's port; \
+             1,048,560: an rdma_rxe device's max_qp), one QP in the policy, \
              none bound, MiB (fdinfo memlock)",
         )?,
         verifier(&doc["verifier"])?,

@@ -29,8 +29,11 @@ mod page;
 
 /// The scenarios that define the product: a stamped pair across
 /// partitions (UD and RC), binding at creation by cgroup, a pinned
-/// attachment replaced across a restart, and quarantine.
-pub const CORE: &str = "stamp-ud-a-b,stamp-rc-b-c,tenant-cgroup-a-b,stamp-rc-restart,fill-table";
+/// attachment replaced across a restart, quarantine, and tenants on one
+/// host with devices of their own (UD, rdma_cm, a stall between
+/// partitions, and between limited members with the device guard tried).
+pub const CORE: &str = "stamp-ud-a-b,stamp-rc-b-c,tenant-cgroup-a-b,stamp-rc-restart,fill-table,\
+    own-device-ud-a-b,own-device-rping-a-b,own-device-ud-a-d,own-device-rc-b-c";
 
 /// What a kernel without the RDMA-core probes and rdma_rxe's BTF can do
 /// (5.10): judge unstamped pairs by partition and Q_Key (the policy's:

@@ -36,6 +36,11 @@ const CHECKS: &[&str] = &[
     "bad-reload-refused",
     "exposure",
     "hardening-denies-nothing",
+    "unit-makes-tenant-devices",
+    "device-allow-and-the-guard",
+    "own-devices-complete",
+    "restart-keeps-tenant-devices",
+    "detach-removes-tenant-devices",
 ];
 
 /// The scenario's boot: the package built, the guest booted with systemd.

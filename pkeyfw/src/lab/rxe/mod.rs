@@ -5,10 +5,12 @@
 //! programs' QPs as they appear, the server, then the client; the table
 //! shows whether the programs completed and which counters moved, against
 //! what the partition rules say. Then switch mode ([`switch`]): four hosts
-//! on a bridge, pkeyfw on its ports only. Needs root, the
+//! on a bridge, pkeyfw on its ports only; then tenants on one host with
+//! devices of their own ([`devices`]). Needs root, the
 //! rdma_rxe module and the RDMA userland (rdma-core, perftest,
 //! rdmacm-utils); `cargo xtask rxe-lab` runs it in a guest that has them.
 
+mod devices;
 mod fabric;
 mod run;
 pub mod scenario;
@@ -30,7 +32,9 @@ use topology::Topology;
 
 /// One of `of` parts of the scenarios (`--shard INDEX/OF`): every `of`-th
 /// one, from the `index`-th (0-based), counting the pair's scenarios, then
-/// the switch's; so that several guests can share the scenarios out.
+/// the switch's; so that several guests can share the scenarios out. The
+/// scenarios of devices of their own go together (they share one host's
+/// setup), as the next one counted.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Shard {
     pub index: usize,
@@ -80,13 +84,18 @@ pub fn run(
         .filter(|(i, s)| chosen(*i, s.name))
         .map(|(_, s)| s)
         .collect();
+    let switches = switch::all().len();
     let switched: Vec<switch::Scenario> = switch::all()
         .into_iter()
         .enumerate()
         .filter(|(i, s)| chosen(pairs + i, s.name))
         .map(|(_, s)| s)
         .collect();
-    if scenarios.is_empty() && switched.is_empty() {
+    let owning: Vec<devices::Scenario> = devices::all()
+        .into_iter()
+        .filter(|s| chosen(pairs + switches, s.name))
+        .collect();
+    if scenarios.is_empty() && switched.is_empty() && owning.is_empty() {
         bail!("no scenario matches {only:?}");
     }
     // Until the table is judged: the policies name the tenants' cgroups.
@@ -108,21 +117,32 @@ pub fn run(
         } else {
             switch::run(&switched, &work, captures)?
         };
-        Ok::<_, anyhow::Error>((rows, switch_rows))
+        let owned = if owning.is_empty() {
+            None
+        } else {
+            Some(devices::run(&owning, &work, captures)?)
+        };
+        Ok::<_, anyhow::Error>((rows, switch_rows, owned))
     })();
     let _ = fs::remove_dir_all(&work);
-    let (rows, switch_rows) = result?;
+    let (rows, switch_rows, owned) = result?;
     let pair_ok = scenarios.is_empty() || table(&scenarios, &rows);
     let switch_ok = switched.is_empty() || switch::table(&switched, &switch_rows);
+    let owned_ok = owned
+        .as_ref()
+        .is_none_or(|ran| devices::table(&owning, ran));
     if let Some(path) = json {
         let mut list = results(&scenarios, &rows);
         list.extend(switch::results(&switched, &switch_rows));
+        if let Some(ran) = &owned {
+            list.extend(devices::results(&owning, ran));
+        }
         fs::write(
             path,
             serde_json::to_string_pretty(&json!({ "scenarios": list }))?,
         )?;
     }
-    Ok(pair_ok && switch_ok)
+    Ok(pair_ok && switch_ok && owned_ok)
 }
 
 /// Runs the scenarios of the veth pair; what came of each.

@@ -764,7 +764,7 @@ pub const ATTACKER: &str = "pkeyfw-lab-verbs";
 
 /// The attacker beside this pkeyfw (where nobody, running it, reaches it
 /// too).
-fn attacker() -> Result<PathBuf> {
+pub fn attacker() -> Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let path = exe.with_file_name(ATTACKER);
     if !path.is_file() {
@@ -948,4 +948,65 @@ fn wait_listening(port: u16) -> Result<()> {
         "nothing listened on TCP port {port} within {} s",
         READY.as_secs()
     )
+}
+
+/// Runs this very binary with `args`; its output.
+pub fn pkeyfw(args: &[&str]) -> Result<String> {
+    let out = Command::new(std::env::current_exe()?)
+        .args(args)
+        .output()
+        .context("running pkeyfw")?;
+    if !out.status.success() {
+        bail!(
+            "`pkeyfw {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The last lines of scenario `name`'s log of `role` (`client`,
+/// `server.err`, ...) in `dir`, for one that did not go as expected.
+pub fn tail(dir: &Path, name: &str, role: &str) -> String {
+    let text = fs::read_to_string(dir.join(format!("{name}.{role}.log"))).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(4)..].join("\n")
+}
+
+/// A capture's RoCE frames.
+pub fn roce_frames(capture: &Path) -> Result<Vec<pkeyfw_common::parse::Roce>> {
+    use pkeyfw_common::parse::{self, Parsed};
+    Ok(capture::read(capture)?
+        .iter()
+        .filter_map(|f| match parse::classify(&f.data[..]) {
+            Parsed::Roce(r) => Some(r),
+            _ => None,
+        })
+        .collect())
+}
+
+/// Starts `cmd` as scenario `name`'s `role` (`server`, `client`), its
+/// output and errors logged in `dir` (`NAME.ROLE.log`, `NAME.ROLE.err.log`).
+pub fn start(cmd: &mut Command, dir: &Path, name: &str, role: &str) -> Result<Proc> {
+    let log = |what: &str| fs::File::create(dir.join(format!("{name}.{what}.log")));
+    let child = cmd
+        .stdout(log(role)?)
+        .stderr(log(&format!("{role}.err"))?)
+        .spawn()
+        .with_context(|| format!("starting the {role}"))?;
+    Ok(Proc(child))
+}
+
+/// How a client and its server end: the client within [`STALL`], then the
+/// server within [`LINGER`] (at once where the client stalled); both are
+/// gone when it returns.
+pub fn finish(mut client: Proc, mut server: Proc) -> Result<(Exit, Exit)> {
+    let client_exit = client.wait(STALL)?;
+    let server_exit = server.wait(if client_exit == Exit::Killed {
+        Duration::ZERO
+    } else {
+        LINGER
+    })?;
+    Ok((client_exit, server_exit))
 }
