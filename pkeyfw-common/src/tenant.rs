@@ -15,12 +15,50 @@
 //! frame for the QP is refused as a Q_Key violation: there is no Q_Key yet
 //! that a frame could match.
 
-use crate::abi::{BindSpec, Creation, QpEntry, QpType, counters::Capture, matcher, qp_flags};
+use crate::abi::{
+    BindSpec, CGROUP_LEVELS, Creation, MAX_RULES, QpEntry, QpType, counters::Capture, matcher,
+    qp_flags,
+};
+
+/// A generation's `[[bind]]` rules, in file order, as the kernel keeps
+/// them (`BIND_RULES`).
+pub trait Rules {
+    /// Rule `index`; None past the table (an unused rule, all zero,
+    /// matches nothing).
+    fn rule(&self, index: u32) -> Option<&BindSpec>;
+}
+
+/// The index of the first of `rules` that matches a QP numbered `qpn`
+/// (`u32::MAX` for none: no rule by QPN matches) with transport
+/// `transport`, made by `c`; `MAX_RULES` where none does. (The QP-creation
+/// probe walks the same rules in a loop the kernel runs, `bpf_loop`, which
+/// only the probes may call.)
+#[inline(always)]
+pub fn first_rule<R: Rules + ?Sized, C: Creator>(
+    rules: &R,
+    c: &C,
+    qpn: u32,
+    transport: QpType,
+) -> u32 {
+    let mut i = 0;
+    while i < MAX_RULES {
+        match rules.rule(i) {
+            // An unused slot ends the list.
+            Some(rule) if rule.matchers == 0 => return MAX_RULES,
+            Some(rule) if rule.matches(c, qpn, transport) => return i,
+            Some(_) => i += 1,
+            None => return MAX_RULES,
+        }
+    }
+    MAX_RULES
+}
 
 /// What the match knows of the task that created a QP.
 pub trait Creator {
-    /// A QP the kernel made for one of its own users (no task owns it).
-    fn kernel(&self) -> bool;
+    /// 1 for a QP the kernel made for one of its own users (no task owns
+    /// it), else 0 (a number, not a `bool`: the BPF target has no
+    /// instruction that makes one without a branch).
+    fn kernel(&self) -> u8;
     /// The creating thread's command name, or a kernel QP's module name.
     fn comm(&self) -> [u8; 16];
     fn pid(&self) -> u32;
@@ -29,7 +67,8 @@ pub trait Creator {
     /// The network namespace's cookie.
     fn netns(&self) -> u64;
     /// The id of the task's cgroup's ancestor at `level` (itself at its
-    /// own level), 0 when it is not that deep.
+    /// own level; below `CGROUP_LEVELS`, as rules name them), 0 when it is
+    /// not that deep.
     fn cgroup_at(&self, level: u32) -> u64;
     /// The RDMA device's index.
     fn device(&self) -> u32;
@@ -41,8 +80,8 @@ pub trait Creator {
 /// What the QP-creation probe recorded is what every later match reads:
 /// the same creator at every reload, whatever `/proc` says by then.
 impl Creator for Creation {
-    fn kernel(&self) -> bool {
-        self.kernel != 0
+    fn kernel(&self) -> u8 {
+        self.kernel & 1
     }
     fn comm(&self) -> [u8; 16] {
         self.comm
@@ -60,10 +99,8 @@ impl Creator for Creation {
         self.netns
     }
     fn cgroup_at(&self, level: u32) -> u64 {
-        match self.cgroups.get(level as usize) {
-            Some(&id) => id,
-            None => 0,
-        }
+        // Masked, not checked: no branch to walk per rule.
+        self.cgroups[level as usize % CGROUP_LEVELS]
     }
     fn device(&self) -> u32 {
         self.device
@@ -105,7 +142,8 @@ impl BindSpec {
                 & given(matcher::PORT))
             // Kernel QPs for kernel rules, user QPs for the others.
             | (u64::from(c.kernel()) ^ (given(matcher::KERNEL) & 1))
-            | (u64::from(m >> 31) ^ 1);
+            // (Through memory: LLVM would make a branch of a sign test.)
+            | (!core::hint::black_box(given(matcher::IN_USE)) & 1);
         diff == 0
     }
 
@@ -202,8 +240,8 @@ mod tests {
     }
 
     impl Creator for Task {
-        fn kernel(&self) -> bool {
-            self.kernel
+        fn kernel(&self) -> u8 {
+            self.kernel.into()
         }
         fn comm(&self) -> [u8; 16] {
             self.comm

@@ -4,18 +4,21 @@
 use aya_ebpf::{
     Global,
     bindings::BPF_F_NO_PREALLOC,
-    btf_maps::{Array, HashMap, PerCpuArray, RingBuf, Stack},
+    btf_maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, Stack},
     macros::btf_map,
 };
 use pkeyfw_common::{
     Capture, Stamp, Tables,
     abi::{
-        BindSpec, Config, Creation, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget,
-        EventKind, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, KERNEL_SLOTS,
-        KernelSlot, MAX_RULES, PARTITIONS, QUARANTINE_WORDS, QpEntry, QpStats, REPORTS_BYTES,
-        SWITCH_PORTS, SenderLayout, VIOLATION_SLOTS, counters::REASON_SLOTS, listed_key,
-        port_entry_flags, port_key_index, qp_key, quarantine_bit,
+        BindSpec, Config, Connection, Creation, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event,
+        EventBudget, EventKind, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction,
+        KERNEL_SLOTS, KernelSlot, ListenKey, MAX_RULES, PARTITIONS, QUARANTINE_WORDS, QpEntry,
+        QpStats, REPORTS_BYTES, SWITCH_PORTS, SenderLayout, VIOLATION_SLOTS,
+        cm::{CONNECTION_CAPACITY, LISTEN_CAPACITY, cm_state},
+        counters::REASON_SLOTS,
+        listed_key, port_entry_flags, port_key_index, qp_key, quarantine_bit,
     },
+    tenant::Rules,
 };
 
 /// The hash maps' flags: entries are allocated as they are made, so that
@@ -107,6 +110,19 @@ pub static LISTED: HashMap<u64, u8, { (GENERATIONS * SWITCH_PORTS) as usize }, G
 #[btf_map]
 pub static JOIN_ACTION: Array<JoinAction, { GENERATIONS as usize }> = Array::new();
 
+/// The rdma_cm listeners the probes recorded (who made each), by what a CM
+/// request names of its listener; the QP each CM exchange names, by its
+/// sender's communication ID; which of these the probes keep up
+/// (`cm_state`): the probes', declared here as every map of the filter is.
+#[btf_map]
+pub static LISTENERS: HashMap<ListenKey, Creation, { LISTEN_CAPACITY as usize }, GROWN> =
+    HashMap::new();
+#[btf_map]
+pub static CONNECTIONS: LruHashMap<u64, Connection, { CONNECTION_CAPACITY as usize }> =
+    LruHashMap::new();
+#[btf_map]
+pub static CM_STATE: Array<u64, { cm_state::SLOTS as usize }> = Array::new();
+
 /// P_Key and Q_Key violations per partition (`violation_key`), as an IB
 /// port counts them, updated atomically (refused frames only).
 #[btf_map]
@@ -184,5 +200,34 @@ impl Tables for Generation {
     fn listed(&self, ifindex: u32) -> bool {
         // SAFETY: only whether the entry exists is read.
         unsafe { LISTED.get(&listed_key(self.generation, ifindex)).is_some() }
+    }
+
+    #[inline(always)]
+    fn cm_records(&self) -> u64 {
+        CM_STATE.get(cm_state::RECORDS).copied().unwrap_or(0)
+    }
+
+    #[inline(always)]
+    fn listeners_unrecorded(&self) -> bool {
+        CM_STATE.get(cm_state::UNRECORDED).is_some_and(|&n| n != 0)
+    }
+
+    #[inline(always)]
+    fn listener(&self, key: &ListenKey) -> Option<&Creation> {
+        // SAFETY: read in place, while the program runs (RCU).
+        unsafe { LISTENERS.get(key) }
+    }
+
+    #[inline(always)]
+    fn connection(&self, key: u64) -> Option<u32> {
+        // SAFETY: the value is copied out at once.
+        unsafe { CONNECTIONS.get(&key) }.map(|c| c.qpn)
+    }
+}
+
+impl Rules for Generation {
+    #[inline(always)]
+    fn rule(&self, index: u32) -> Option<&BindSpec> {
+        BIND_RULES.get(self.generation * MAX_RULES + index)
     }
 }

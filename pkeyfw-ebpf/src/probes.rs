@@ -25,6 +25,7 @@
 #![no_main]
 #![feature(asm_experimental_arch)]
 
+mod cm;
 mod kernel;
 
 use core::ptr;
@@ -331,7 +332,7 @@ fn join(ctx: &ProbeContext) -> Option<()> {
     // process's system call.
     let action = JOIN_ACTION.get(live.generation).copied().unwrap_or(0);
     let (pkey, joined) = live.join(qpn, &group);
-    let users_ud = read::<u32>(qp, layout.qp_type).and_then(transport) == Some(QpType::Ud)
+    let users_ud = read::<u32>(qp, layout.qp_type).and_then(QpType::of_ib) == Some(QpType::Ud)
         && read::<u8>(qp, layout.qp_res + layout.res_user).unwrap_or(0) != 0;
     // (P_Key 0 is no binding's.)
     if users_ud && capture::kills(joined, action, pkey != 0) {
@@ -577,7 +578,7 @@ fn created(layout: &QpLayout, qp: *const u8, kernel: [u64; 2], ports: [u16; 2]) 
     if let Some((device, qpn)) = our_device_qp(layout, qp) {
         match read::<u32>(qp, layout.qp_type) {
             Some(t) => {
-                if let Some(transport) = transport(t)
+                if let Some(transport) = QpType::of_ib(t)
                     && let Some(m) = SCRATCH.get_ptr_mut(0)
                 {
                     // SAFETY: this CPU's scratch value, which no other run
@@ -606,19 +607,6 @@ fn created(layout: &QpLayout, qp: *const u8, kernel: [u64; 2], ports: [u16; 2]) 
     }
     // A full ring already holds a wake-up; losing this one changes nothing.
     let _ = QP_CREATED.output(&0u32, BPF_RB_FORCE_WAKEUP as u64);
-}
-
-/// The RoCE transport of an `enum ib_qp_type`; None for QP0, QP1 and the
-/// raw and driver types, which no rule binds.
-#[inline(always)]
-fn transport(ib_qp_type: u32) -> Option<QpType> {
-    match ib_qp_type {
-        2 => Some(QpType::Rc),
-        3 => Some(QpType::Uc),
-        4 => Some(QpType::Ud),
-        9 | 10 => Some(QpType::Xrc),
-        _ => None,
-    }
 }
 
 /// A QP whose creation found no room in `CREATIONS` (sized for every QP

@@ -103,7 +103,8 @@ crate::named_enum! {
         /// Egress: not from a bound QP, and already carrying the port's
         /// default P_Key; left as is.
         Unbound = 2 => "unbound",
-        /// Egress: to or from QP0/QP1, which keep the port's P_Key.
+        /// Egress: from QP0/QP1 and no CM MAD of a connection, keeping a
+        /// P_Key of the port's table.
         Management = 3 => "management",
         /// Not RoCE v2 (RoCE v1 included), or its UDP length does not fit
         /// it; left as is.
@@ -122,8 +123,9 @@ crate::named_enum! {
         /// default P_Key (index 0) instead of the one it carried.
         Defaulted = 8 => "defaulted",
         /// Egress: a management frame with a P_Key not in the port's table,
-        /// or from anything but a QP; dropped, as an HCA sends only keys of
-        /// its port's table, and only its QPs send.
+        /// or from anything but QP0/QP1 (a process's socket, a tenant's QP
+        /// sending to QP1); dropped, as an HCA sends only keys of its
+        /// port's table, and only its management QPs send management MADs.
         Forged = 9 => "forged",
         /// Egress: RoCE v2 in several packets at once (a GSO super-packet,
         /// or longer than one RoCE packet); dropped, as its later packets
@@ -136,6 +138,14 @@ crate::named_enum! {
         /// Egress: from a QP the QP-creation probe had no room to bind
         /// (quarantined); dropped, as its key is not known.
         Quarantined = 12 => "quarantined",
+        /// Egress: a CM MAD of QP1 leaves with the P_Key of the QP its
+        /// connection names, as the probe on the sending verb saw its
+        /// caller name a QP of its own.
+        Cm = 13 => "cm",
+        /// Egress: a CM MAD of QP1 that no recorded connection explains
+        /// (none recorded, a QP its caller did not make, one no rule binds)
+        /// leaves with the port's default P_Key.
+        CmDefaulted = 14 => "cm_defaulted",
     }
 }
 
@@ -167,5 +177,17 @@ crate::named_enum! {
         /// returns, so that it never reads what the group receives (a
         /// process sharing the QP's uverbs file keeps it, joined).
         Killed = 6 => "killed",
+        /// An rdma_cm listener was recorded as it listened, with who made
+        /// it: the live rules bind it at each request it is named by.
+        Listener = 7 => "listener",
+        /// A listener found no room in the probe's table: until the table
+        /// is reconciled, a request no recorded listener answers is refused.
+        ListenerUnrecorded = 8 => "listener_unrecorded",
+        /// A CM request or reply was recorded as its caller sent it, with
+        /// the QP it names: its connection's MADs leave with that QP's key.
+        CmSend = 9 => "cm_send",
+        /// A CM request or reply named a QP its caller did not make (or
+        /// that no probe saw made): its MADs leave with the default P_Key.
+        CmForeignQp = 10 => "cm_foreign_qp",
     }
 }

@@ -301,6 +301,7 @@ pub(super) fn start_probes(
     };
     let mut said = None;
     let mut said_cm = None;
+    let mut said_setup = None;
     let registered = Probes::start(&pins.dir, binder.ifindex(), log.clone()).and_then(|w| {
         if let Err(why) = &w.cm_ports
             && binder.policy().binds.iter().any(|r| r.port.is_some())
@@ -308,6 +309,9 @@ pub(super) fn start_probes(
             said_cm = Some(format!(
                 "pkeyfw: the rdma_cm ports of kernel users' QPs are not read as they are made ({why}): a QP a `port` rule binds is bound at the next re-read of the QPs (rdma_cm must be loaded when pkeyfw attaches)"
             ));
+        }
+        if let Err(why) = &w.connections {
+            said_setup = Some(not_partitioned(why));
         }
         if let Err(why) = &w.readers {
             said = Some(format!(
@@ -321,19 +325,35 @@ pub(super) fn start_probes(
     });
     match registered {
         Ok(w) => {
-            let lines: Vec<String> = said.filter(|_| needed).into_iter().chain(said_cm).collect();
+            let lines: Vec<String> = said
+                .filter(|_| needed)
+                .into_iter()
+                .chain(said_cm)
+                .chain(said_setup.filter(|_| binder.active()))
+                .collect();
             (Some(w), (!lines.is_empty()).then(|| lines.join("\n")))
         }
         Err(e) => (
             None,
             needed.then(|| {
+                let setup = match binder.active() {
+                    true => format!("\n{}", not_partitioned(&format!("{e:#}"))),
+                    false => String::new(),
+                };
                 format!(
-                    "pkeyfw: QP creation is not probed ({e:#}): a foreground attach finds new QPs every {} ms; the Q_Keys programs set are not captured (a UD QP bound without the policy's qkey refuses every datagram); joins go unreported{kill}",
+                    "pkeyfw: QP creation is not probed ({e:#}): a foreground attach finds new QPs every {} ms; the Q_Keys programs set are not captured (a UD QP bound without the policy's qkey refuses every datagram); joins go unreported{kill}{setup}",
                     binder::POLL.as_millis()
                 )
             }),
         ),
     }
+}
+
+/// The line that says connection setup goes unpartitioned, and `why`.
+fn not_partitioned(why: &str) -> String {
+    format!(
+        "pkeyfw: connection setup is not partitioned ({why}): a CM request reaches any listener QP1 takes it for, whatever the listener's partition, and CM MADs leave with the key they carry"
+    )
 }
 
 /// Waits for the QP-creation probe's wake-up (forever without a probe).

@@ -172,6 +172,10 @@ pub fn run(opts: &Options) -> Result<()> {
         start_probes(&binder, &pins, &kernel_log)
     };
     start::replaced(&mut filter, &mut binder, old.as_ref(), probes.is_some())?;
+    // The filter judges connection setup by what the probes record, from
+    // the moment they record it.
+    let records = probes.as_ref().map_or(0, |p| p.get_ref().cm_records());
+    filter.maps_mut().set_cm_records(records)?;
     if probes.is_some()
         && let Err(e) = binder.probes_started()
     {

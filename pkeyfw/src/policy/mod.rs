@@ -15,10 +15,11 @@ use std::{collections::BTreeMap, net::IpAddr, path::Path};
 use pkeyfw_common::{
     Tables,
     abi::{
-        Config, GroupEntry, OnForeignJoin, QpEntry, QpType, UnknownQp, qp_flags, switch_flags,
-        v4_mapped,
+        BindSpec, Config, GroupEntry, OnForeignJoin, QpEntry, QpType, UnknownQp, qp_flags,
+        switch_flags, v4_mapped,
     },
     pkey,
+    tenant::Rules,
 };
 
 pub use bind::{BindRule, Binding};
@@ -265,6 +266,14 @@ impl Tables for Policy {
     /// The quarantine is the QP-creation probe's, in the kernel only.
     fn quarantined(&self, _qpn: u32) -> bool {
         false
+    }
+}
+
+/// The listeners are the probes' records, in the kernel only: the host's
+/// tables have none for its rules to bind.
+impl Rules for Policy {
+    fn rule(&self, _index: u32) -> Option<&BindSpec> {
+        None
     }
 }
 
