@@ -121,12 +121,13 @@ pub fn stamping(config: &Config) -> bool {
 
 /// What egress does with an outgoing frame, or `None` when the policy does
 /// not stamp (nothing is counted then). An HCA sends only keys of its port's
-/// table, each QP its own: a bound QP's frame gets its QP's P_Key; a
-/// management frame (QP0/QP1 as source or destination) leaves only from
-/// QP0 or QP1, a CM MAD with its connection's P_Key, any other keeping a
-/// key of the port's table (or it is dropped); anything else leaves with
-/// the port's default P_Key, whatever key its sender wrote. What cannot be judged as one packet is dropped, and so
-/// is a rewrite that cannot be done, rather than let the key it carries out.
+/// table, each QP its own: a bound QP's frame gets its QP's P_Key, to QP1
+/// too; QP0's and QP1's own keep a key of the port's table, a CM MAD its
+/// connection's; a management frame (QP0/QP1 as source or destination)
+/// from anything but a QP is dropped; anything else leaves with the port's
+/// default P_Key, whatever key its sender wrote. What cannot be judged as
+/// one packet is dropped, and so is a rewrite that cannot be done, rather
+/// than let the key it carries out.
 #[inline(always)]
 pub fn egress<F: Frame + ?Sized, T: Tables>(
     frame: &F,
@@ -168,40 +169,35 @@ pub fn egress_parsed<F: Frame + ?Sized, T: Tables>(
         Origin::Qp(qpn) => Some(qpn),
         Origin::Other => None,
     };
-    if management {
-        return Some(management_frame(
-            frame,
-            &roce,
-            sender.is_some(),
-            tables,
-            config,
-        ));
-    }
-    Some(match key_of(tables, config, sender) {
-        Ok((key, true)) => with_key(frame, &roce, key, Stamp::Unchanged, Stamp::Stamped),
-        Ok((key, false)) => with_key(frame, &roce, key, Stamp::Unbound, Stamp::Defaulted),
-        Err(why) => Action::Drop(why),
+    Some(match sender {
+        // A process's frame naming QP0/QP1 could otherwise carry any key
+        // of the table to any QP.
+        None if management => Action::Drop(Stamp::Forged),
+        // QP0's and QP1's own: rdma_rxe writes a datagram's DETH with the
+        // number of the QP that sends it.
+        Some(_) if ud && roce.src_qp <= GSI_QPN => management_frame(frame, &roce, tables, config),
+        // Any other QP's frame has its QP's key, to QP1 too (a CM request a
+        // tenant makes itself, from a UD QP: its own partition's, which the
+        // far end's listener judges).
+        _ => match key_of(tables, config, sender) {
+            Ok((key, true)) => with_key(frame, &roce, key, Stamp::Unchanged, Stamp::Stamped),
+            Ok((key, false)) => with_key(frame, &roce, key, Stamp::Unbound, Stamp::Defaulted),
+            Err(why) => Action::Drop(why),
+        },
     })
 }
 
-/// A management frame (to or from QP0 or QP1), from a QP (`from_qp`) or
-/// not. Only QP0 and QP1 send them, rdma_rxe's datagrams whose DETH it
-/// wrote with their number: a process's frame, or a tenant QP's datagram
-/// to QP1 (a CM request of its own making), could otherwise carry any key
-/// of the table to any QP. QP1's CM MADs leave with their connection's
+/// A frame QP0 or QP1 sends. QP1's CM MADs leave with their connection's
 /// P_Key ([`crate::cm`]) where the probes record connections; any other
-/// keeps a key of the port's table, or is dropped.
+/// keeps a key of the port's table, or gets the default one: never
+/// dropped, which would only have rdma_rxe send it again and again.
 #[inline(always)]
 fn management_frame<F: Frame + ?Sized, T: Tables>(
     frame: &F,
     roce: &Roce,
-    from_qp: bool,
     tables: &T,
     config: &Config,
 ) -> Action {
-    if !from_qp || roce.transport != Transport::Ud || roce.src_qp > GSI_QPN {
-        return Action::Drop(Stamp::Forged);
-    }
     if roce.src_qp == GSI_QPN
         && tables.cm_records() & RECORDS_CONNECTIONS != 0
         && let Some(mad) = cm::mad(frame, roce)
@@ -216,7 +212,13 @@ fn management_frame<F: Frame + ?Sized, T: Tables>(
     if pkey::port::holds(roce.pkey, tables.port_flags(pkey::key(roce.pkey))) {
         Action::Leave(Stamp::Management)
     } else {
-        Action::Drop(Stamp::Forged)
+        with_key(
+            frame,
+            roce,
+            config.default_pkey,
+            Stamp::Management,
+            Stamp::Defaulted,
+        )
     }
 }
 

@@ -15,8 +15,10 @@
 //! - `pkeyfw_cm_send` (ib_send_cm_req, ib_send_cm_rep, ib_send_cm_sidr_req)
 //!   and `pkeyfw_cm_answer` (ib_send_cm_sidr_rep) record the QP the
 //!   exchange names (`CONNECTIONS`), once sure its caller made it: a
-//!   process names any QPN it likes in rdma_connect and rdma_accept.
-//! - `pkeyfw_cm_gone` (ib_destroy_cm_id) forgets it.
+//!   process names any QPN it likes in rdma_connect and rdma_accept. The
+//!   record outlives the ID (the DREQ or DREP ib_cm sends as it destroys
+//!   one is the connection's too): ib_cm hands communication IDs out in a
+//!   cycle of 2^32, and the table is an LRU.
 //!
 //! Entry probes, all: none of these verbs can be made to go unseen.
 
@@ -32,7 +34,7 @@ use aya_log_ebpf::warn;
 use pkeyfw_common::{
     Capture,
     abi::{
-        CmLayout, Connection, ConnectionKind, Creation, ListenKey, NO_DEVICE, QPN_MASK, QpLayout,
+        CmLayout, ConnectionKind, Creation, ListenKey, NO_DEVICE, QPN_MASK, QpLayout,
         cm::{CONNECTION_CAPACITY, LISTEN_CAPACITY, cm_state},
         connection_key, family, v4_mapped,
     },
@@ -45,8 +47,7 @@ use crate::{CREATIONS, LAYOUT, RDMA_CM, SCRATCH, count, fetch_add, kernel::read,
 static LISTENERS: HashMap<ListenKey, Creation, { LISTEN_CAPACITY as usize }, GROWN> =
     HashMap::new();
 #[btf_map]
-static CONNECTIONS: LruHashMap<u64, Connection, { CONNECTION_CAPACITY as usize }> =
-    LruHashMap::new();
+static CONNECTIONS: LruHashMap<u64, u32, { CONNECTION_CAPACITY as usize }> = LruHashMap::new();
 #[btf_map]
 static CM_STATE: Array<u64, { cm_state::SLOTS as usize }> = Array::new();
 
@@ -153,15 +154,17 @@ fn listening(ctx: &ProbeContext) -> Option<()> {
 
 const EEXIST: i32 = 17;
 
-/// rdma_destroy_id(id): a listener's record goes with it (only its own:
-/// the key may be another listener's by now).
+/// rdma_destroy_id(id): a listener's record goes with it: only its own
+/// (the key may be another listener's by now), or one userspace made for a
+/// listener that was listening before the probes ran, which names no ID
+/// (no other ID can hold its key while it listens).
 #[kprobe]
 pub fn pkeyfw_unlisten(ctx: ProbeContext) -> u32 {
     let (cm, layout) = (CM_LAYOUT.load(), LAYOUT.load());
     if let Some(id) = ctx.arg::<*const u8>(0)
         && let Some((key, _)) = listen_key_of(&cm, &layout, id)
         // SAFETY: only the pointer is compared.
-        && unsafe { LISTENERS.get(&key) }.is_some_and(|c| c.qp == id as u64)
+        && unsafe { LISTENERS.get(&key) }.is_some_and(|c| c.qp == id as u64 || c.qp == 0)
     {
         let _ = LISTENERS.remove(&key);
     }
@@ -257,35 +260,7 @@ fn cm_sent(ctx: &ProbeContext, kind: ConnectionKind) -> Option<()> {
         let _ = CONNECTIONS.remove(&key);
         return None;
     }
-    let record = Connection {
-        qpn,
-        _pad: 0,
-        cm_id: cm_id as u64,
-    };
-    CONNECTIONS.insert(&key, &record, 0).ok()?;
+    CONNECTIONS.insert(&key, &qpn, 0).ok()?;
     count(Capture::CmSend);
     Some(())
-}
-
-/// ib_destroy_cm_id(cm_id): its records go (only its own: an ID may be
-/// another's by now).
-#[kprobe]
-pub fn pkeyfw_cm_gone(ctx: ProbeContext) -> u32 {
-    let cm = CM_LAYOUT.load();
-    let Some(cm_id) = ctx.arg::<*const u8>(0) else {
-        return 0;
-    };
-    for (kind, at) in [
-        (ConnectionKind::Own, cm.cm_local_id),
-        (ConnectionKind::SidrRequest, cm.cm_remote_id),
-    ] {
-        if let Some(id) = read::<u32>(cm_id, at) {
-            let key = connection_key(kind, u32::from_be(id));
-            // SAFETY: only the pointer is compared.
-            if unsafe { CONNECTIONS.get(&key) }.is_some_and(|c| c.cm_id == cm_id as u64) {
-                let _ = CONNECTIONS.remove(&key);
-            }
-        }
-    }
-    0
 }

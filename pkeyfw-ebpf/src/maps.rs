@@ -10,10 +10,10 @@ use aya_ebpf::{
 use pkeyfw_common::{
     Capture, Stamp, Tables,
     abi::{
-        BindSpec, Config, Connection, Creation, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event,
-        EventBudget, EventKind, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction,
-        KERNEL_SLOTS, KernelSlot, ListenKey, MAX_RULES, PARTITIONS, QUARANTINE_WORDS, QpEntry,
-        QpStats, REPORTS_BYTES, SWITCH_PORTS, SenderLayout, VIOLATION_SLOTS,
+        BindSpec, Config, Creation, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget,
+        EventKind, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, KERNEL_SLOTS,
+        KernelSlot, ListenKey, MAX_RULES, PARTITIONS, QUARANTINE_WORDS, QpEntry, QpStats,
+        REPORTS_BYTES, SWITCH_PORTS, SenderLayout, VIOLATION_SLOTS,
         cm::{CONNECTION_CAPACITY, LISTEN_CAPACITY, cm_state},
         counters::REASON_SLOTS,
         listed_key, port_entry_flags, port_key_index, qp_key, quarantine_bit,
@@ -118,8 +118,7 @@ pub static JOIN_ACTION: Array<JoinAction, { GENERATIONS as usize }> = Array::new
 pub static LISTENERS: HashMap<ListenKey, Creation, { LISTEN_CAPACITY as usize }, GROWN> =
     HashMap::new();
 #[btf_map]
-pub static CONNECTIONS: LruHashMap<u64, Connection, { CONNECTION_CAPACITY as usize }> =
-    LruHashMap::new();
+pub static CONNECTIONS: LruHashMap<u64, u32, { CONNECTION_CAPACITY as usize }> = LruHashMap::new();
 #[btf_map]
 pub static CM_STATE: Array<u64, { cm_state::SLOTS as usize }> = Array::new();
 
@@ -221,7 +220,7 @@ impl Tables for Generation {
     #[inline(always)]
     fn connection(&self, key: u64) -> Option<u32> {
         // SAFETY: the value is copied out at once.
-        unsafe { CONNECTIONS.get(&key) }.map(|c| c.qpn)
+        unsafe { CONNECTIONS.get(&key) }.copied()
     }
 }
 

@@ -463,9 +463,9 @@ fn egress(setup: &Setup, frame: &[u8], origin: Origin) -> Option<(Stamp, Option<
 const SERVER_QP: u32 = 0x21;
 
 /// QP1's CM MADs leave with the key of the QP their connection names; one
-/// no recorded connection explains, with the default key; a tenant's
-/// datagram to QP1 (a CM request of its own making, from its UD QP or a
-/// UDP socket) does not leave at all.
+/// no recorded connection explains, with the default key; a tenant's UD
+/// QP's datagram to QP1 (a CM request of its own making) with its own
+/// QP's; a UDP socket's does not leave at all.
 #[test]
 fn cm_mads_leave_with_their_connections_key() {
     let mut setup = Setup::new(common::policy(&format!(
@@ -512,9 +512,13 @@ fn cm_mads_leave_with_their_connections_key() {
         egress(&unrecorded, &rep(0x77, 0xffff), gsi_origin),
         Some((Stamp::Management, None))
     );
-    // A tenant's UD QP sending QP1 a REQ of its own making, and a UDP
-    // socket doing so with another partition's key: dropped.
+    // A tenant's UD QP sending QP1 a REQ of its own making: its own key
+    // (D's here), which the listener then judges; a UDP socket's, with
+    // another partition's key: dropped.
     let forged = Request::to(CLIENT, SERVER, PORT).req();
+    setup.policy = common::policy(&format!(
+        "{POLICY}[[qp]]\nqpn = 0x42\ntype = \"ud\"\npkey = 0x8002\nqkey = 1\n"
+    ));
     let from_qp = pkeyfw_testkit::wire::Packet {
         src_qp: 0x42,
         ..gsi(forged.clone(), 0xffff, CLIENT, SERVER)
@@ -522,11 +526,22 @@ fn cm_mads_leave_with_their_connections_key() {
     .bytes();
     assert_eq!(
         egress(&setup, &from_qp, Origin::Qp(0x42)),
-        Some((Stamp::Forged, None))
+        Some((Stamp::Stamped, Some(0x8002)))
     );
     let from_socket = gsi(forged, 0x8001, CLIENT, SERVER).bytes();
     assert_eq!(
         egress(&setup, &from_socket, Origin::Other),
         Some((Stamp::Forged, None))
+    );
+    // QP1's own non-CM MAD with a key the table lacks: the default key
+    // (dropping it would only have rxe send it again).
+    let other = pkeyfw_testkit::wire::Packet {
+        payload: vec![0; 256],
+        ..gsi(vec![], 0x8005, SERVER, CLIENT)
+    }
+    .bytes();
+    assert_eq!(
+        egress(&setup, &other, gsi_origin),
+        Some((Stamp::Defaulted, Some(0xffff)))
     );
 }

@@ -1,7 +1,8 @@
 //! The maps of connection setup: the rdma_cm listeners the probes record
 //! (`LISTENERS`), the QP each CM exchange's communication ID names
-//! (`CONNECTIONS`), and what the probes keep up (`CM_STATE`); and where
-//! the probes read rdma_cm's and ib_cm's structures ([`CmLayout`]).
+//! (`CONNECTIONS`: the QPN the probe on the sending verb saw its caller
+//! name), and what the probes keep up (`CM_STATE`); and where the probes
+//! read rdma_cm's and ib_cm's structures ([`CmLayout`]).
 
 /// `LISTENERS` key: what a CM request names of the listener it is for, as
 /// rdma_cm matches listeners to it: the ServiceID (rdma_cm's port space and
@@ -45,18 +46,6 @@ pub const fn connection_key(kind: ConnectionKind, comm_id: u32) -> u64 {
 pub enum ConnectionKind {
     Own = 0,
     SidrRequest = 1,
-}
-
-/// `CONNECTIONS` value: the QP a connection's CM exchange names (its
-/// REQ's or REP's LocalQPN, a UD one's QP), as the probe on the sending
-/// verb saw the caller name it; and the `struct ib_cm_id` that sends,
-/// whose destruction removes it.
-#[repr(C)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
-pub struct Connection {
-    pub qpn: u32,
-    pub _pad: u32,
-    pub cm_id: u64,
 }
 
 /// Connections recorded at once, at most: an LRU map, so that a tenant

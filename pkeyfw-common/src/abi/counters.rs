@@ -104,7 +104,7 @@ crate::named_enum! {
         /// default P_Key; left as is.
         Unbound = 2 => "unbound",
         /// Egress: from QP0/QP1 and no CM MAD of a connection, keeping a
-        /// P_Key of the port's table.
+        /// P_Key of the port's table (one it lacks becomes the default).
         Management = 3 => "management",
         /// Not RoCE v2 (RoCE v1 included), or its UDP length does not fit
         /// it; left as is.
@@ -122,10 +122,9 @@ crate::named_enum! {
         /// Egress: not from a bound QP, so it leaves with the port's
         /// default P_Key (index 0) instead of the one it carried.
         Defaulted = 8 => "defaulted",
-        /// Egress: a management frame with a P_Key not in the port's table,
-        /// or from anything but QP0/QP1 (a process's socket, a tenant's QP
-        /// sending to QP1); dropped, as an HCA sends only keys of its
-        /// port's table, and only its management QPs send management MADs.
+        /// Egress: a management frame (to or from QP0/QP1) from anything
+        /// but a QP (a process's UDP socket); dropped, as only an HCA's QPs
+        /// send, each with a key of its port's table.
         Forged = 9 => "forged",
         /// Egress: RoCE v2 in several packets at once (a GSO super-packet,
         /// or longer than one RoCE packet); dropped, as its later packets

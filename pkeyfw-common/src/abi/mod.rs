@@ -13,7 +13,7 @@
 pub mod cm;
 pub mod counters;
 
-pub use cm::{CmLayout, Connection, ConnectionKind, ListenKey, connection_key, family};
+pub use cm::{CmLayout, ConnectionKind, ListenKey, connection_key, family};
 use counters::{Capture, REASON_SLOTS, Reason, Stamp};
 
 /// Map names, as the loader finds them in the object.
@@ -885,7 +885,6 @@ const _: () = {
     assert!(size_of::<SenderLayout>() == 32 + 4 * DEVICES);
     assert!(size_of::<BindSpec>() == 80);
     assert!(size_of::<ListenKey>() == 32);
-    assert!(size_of::<Connection>() == 16);
     assert!(size_of::<CmLayout>() == 64);
 };
 
@@ -907,7 +906,6 @@ mod pod {
     unsafe impl aya::Pod for super::EventBudget {}
     unsafe impl aya::Pod for super::BindSpec {}
     unsafe impl aya::Pod for super::ListenKey {}
-    unsafe impl aya::Pod for super::Connection {}
     unsafe impl aya::Pod for super::CmLayout {}
 }
 

@@ -21,6 +21,7 @@ use super::{Attachment, Options, summary};
 use crate::{
     control::{
         binder::{self, Binder},
+        listeners,
         probes::Probes,
     },
     loading::pins::{Pins, PolicyEvent},
@@ -99,6 +100,26 @@ impl Attachment {
                     );
                     *refused = Some(e);
                 }
+            }
+        }
+    }
+
+    /// Records the rdma_cm listeners no probe recorded, while some listener
+    /// is known to lack a record (see `control::listeners`); says each
+    /// thing once (`said`).
+    fn record_listeners(&mut self, said: &mut std::collections::HashSet<String>) {
+        let maps = self.filter.maps_mut();
+        if maps.unrecorded_listeners().unwrap_or(0) == 0 {
+            return;
+        }
+        let lines = listeners::reconcile(maps, self.binder.ifindex()).unwrap_or_else(|e| {
+            vec![format!(
+                "pkeyfw: cannot read the rdma_cm listeners, retrying: {e:#}"
+            )]
+        });
+        for line in lines {
+            if said.insert(line.clone()) {
+                println!("{line}");
             }
         }
     }
@@ -212,6 +233,11 @@ pub(super) async fn foreground(
     let mut follow = tokio::time::interval(WATCH);
     follow.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut refused = None;
+    // Listeners the probe found no room for, or did not see start, looked
+    // for again while some are.
+    let mut second_listeners = tokio::time::interval(Duration::from_secs(1));
+    let mut said_listeners = std::collections::HashSet::new();
+    second_listeners.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let exit = loop {
         tokio::select! {
             // The rings first: a re-read of the QPs waits for them, never
@@ -267,6 +293,7 @@ pub(super) async fn foreground(
                 att.resync(&mut poll_error);
             }
             _ = poll.tick(), if att.binder.active() => att.resync(&mut poll_error),
+            _ = second_listeners.tick() => att.record_listeners(&mut said_listeners),
         }
     };
     kernel_log.finish();
@@ -329,23 +356,23 @@ pub(super) fn start_probes(
                 .filter(|_| needed)
                 .into_iter()
                 .chain(said_cm)
-                .chain(said_setup.filter(|_| binder.active()))
+                .chain(said_setup)
                 .collect();
             (Some(w), (!lines.is_empty()).then(|| lines.join("\n")))
         }
-        Err(e) => (
-            None,
-            needed.then(|| {
-                let setup = match binder.active() {
-                    true => format!("\n{}", not_partitioned(&format!("{e:#}"))),
-                    false => String::new(),
-                };
+        Err(e) => {
+            let qps = needed.then(|| {
                 format!(
-                    "pkeyfw: QP creation is not probed ({e:#}): a foreground attach finds new QPs every {} ms; the Q_Keys programs set are not captured (a UD QP bound without the policy's qkey refuses every datagram); joins go unreported{kill}{setup}",
+                    "pkeyfw: QP creation is not probed ({e:#}): a foreground attach finds new QPs every {} ms; the Q_Keys programs set are not captured (a UD QP bound without the policy's qkey refuses every datagram); joins go unreported{kill}",
                     binder::POLL.as_millis()
                 )
-            }),
-        ),
+            });
+            let lines: Vec<String> = qps
+                .into_iter()
+                .chain([not_partitioned(&format!("{e:#}"))])
+                .collect();
+            (None, Some(lines.join("\n")))
+        }
     }
 }
 

@@ -72,20 +72,18 @@ const READERS: [(&str, &str); 3] = [
 /// listener (each ID's own, a process's or a kernel user's), where it has
 /// ib_cm listen for it once its port is its, and where it destroys an ID;
 /// where ib_cm sends a REQ, a REP or a SIDR_REQ (under the sender's
-/// ID), a SIDR_REP (under the requester's), and destroys an ID. Entry
-/// probes all, on exported functions of rdma_cm and ib_cm from Linux 6.1
-/// to 7.x.
+/// ID) and a SIDR_REP (under the requester's). Entry probes all, on
+/// exported functions of rdma_cm and ib_cm from Linux 6.1 to 7.x.
 const LISTENING: [(&str, &str); 3] = [
     ("pkeyfw_listen", "rdma_listen"),
     ("pkeyfw_listening", "ib_cm_insert_listen"),
     ("pkeyfw_unlisten", "rdma_destroy_id"),
 ];
-const CONNECTING: [(&str, &str); 5] = [
+const CONNECTING: [(&str, &str); 4] = [
     ("pkeyfw_cm_send", "ib_send_cm_req"),
     ("pkeyfw_cm_send", "ib_send_cm_rep"),
     ("pkeyfw_cm_send", "ib_send_cm_sidr_req"),
     ("pkeyfw_cm_answer", "ib_send_cm_sidr_rep"),
-    ("pkeyfw_cm_gone", "ib_destroy_cm_id"),
 ];
 
 /// The probes and the ring buffer the creation probe signals through.

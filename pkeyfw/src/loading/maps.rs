@@ -25,10 +25,9 @@ use aya::{
 use pkeyfw_common::{
     Capture, Reason, Stamp, Verdict,
     abi::{
-        BindSpec, Config, Connection, Creation, EventBudget, EventKind, GENERATIONS,
-        GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, KernelSlot, LAYOUT_VERSION, ListenKey,
-        MAPS, MAX_RULES, MapKind, OTHER_PARTITION, PARTITIONS, PORT_SERIAL_BITS, QPN_MASK, QpEntry,
-        QpStats,
+        BindSpec, Config, Creation, EventBudget, EventKind, GENERATIONS, GROUP_CAPACITY,
+        GroupEntry, GroupKey, JoinAction, KernelSlot, LAYOUT_VERSION, ListenKey, MAPS, MAX_RULES,
+        MapKind, OTHER_PARTITION, PARTITIONS, PORT_SERIAL_BITS, QPN_MASK, QpEntry, QpStats,
         cm::cm_state,
         counters::{REASON_SLOTS, reason_slot},
         listed_key, matcher, name, port_entry, port_key_index, qp_flags, qp_key, qp_stats_index,
@@ -142,7 +141,7 @@ pub struct Maps {
     listed: HashMap<MapData, u64, u8>,
     join_action: Array<MapData, JoinAction>,
     listeners: HashMap<MapData, ListenKey, Creation>,
-    connections: HashMap<MapData, u64, Connection>,
+    connections: HashMap<MapData, u64, u32>,
     cm_state: Array<MapData, u64>,
     /// The other maps, held open.
     _rest: Vec<Map>,
@@ -622,7 +621,7 @@ impl Maps {
         let listeners = old.listeners()?;
         batch::update(self.listeners.map(), &listeners)
             .map_err(|f| anyhow!(f.error).context("writing LISTENERS"))?;
-        let connections: Vec<(u64, Connection)> =
+        let connections: Vec<(u64, u32)> =
             batch::entries(old.connections.map()).context("reading the old CONNECTIONS")?;
         batch::update(self.connections.map(), &connections)
             .map_err(|f| anyhow!(f.error).context("writing CONNECTIONS"))?;
@@ -653,7 +652,7 @@ impl Maps {
                     .context("writing LISTENERS")?;
             }
         }
-        let connections: Vec<(u64, Connection)> =
+        let connections: Vec<(u64, u32)> =
             batch::entries(old.connections.map()).context("reading the old CONNECTIONS")?;
         batch::update(self.connections.map(), &connections)
             .map_err(|f| anyhow!(f.error).context("writing CONNECTIONS"))?;

@@ -9,6 +9,7 @@
 //! rdma_rxe module and the RDMA userland (rdma-core, perftest,
 //! rdmacm-utils); `cargo xtask rxe-lab` runs it in a guest that has them.
 
+mod connect;
 mod fabric;
 mod run;
 pub mod scenario;
@@ -80,13 +81,21 @@ pub fn run(
         .filter(|(i, s)| chosen(*i, s.name))
         .map(|(_, s)| s)
         .collect();
-    let switched: Vec<switch::Scenario> = switch::all()
+    let connecting = connect::all();
+    let pairs_and_cm = pairs + connecting.len();
+    let connecting: Vec<connect::Scenario> = connecting
         .into_iter()
         .enumerate()
         .filter(|(i, s)| chosen(pairs + i, s.name))
         .map(|(_, s)| s)
         .collect();
-    if scenarios.is_empty() && switched.is_empty() {
+    let switched: Vec<switch::Scenario> = switch::all()
+        .into_iter()
+        .enumerate()
+        .filter(|(i, s)| chosen(pairs_and_cm + i, s.name))
+        .map(|(_, s)| s)
+        .collect();
+    if scenarios.is_empty() && connecting.is_empty() && switched.is_empty() {
         bail!("no scenario matches {only:?}");
     }
     // Until the table is judged: the policies name the tenants' cgroups.
@@ -97,10 +106,10 @@ pub fn run(
         fs::create_dir_all(dir)?;
     }
     let result = (|| {
-        let rows = if scenarios.is_empty() {
-            Vec::new()
+        let (rows, cm_rows) = if scenarios.is_empty() && connecting.is_empty() {
+            Default::default()
         } else {
-            on_pair(&scenarios, &work, captures)?
+            on_pair(&scenarios, &connecting, &work, captures)?
         };
         // The pair is gone by now: the fabric moves the local rule anew.
         let switch_rows = if switched.is_empty() {
@@ -108,25 +117,33 @@ pub fn run(
         } else {
             switch::run(&switched, &work, captures)?
         };
-        Ok::<_, anyhow::Error>((rows, switch_rows))
+        Ok::<_, anyhow::Error>((rows, cm_rows, switch_rows))
     })();
     let _ = fs::remove_dir_all(&work);
-    let (rows, switch_rows) = result?;
+    let (rows, cm_rows, switch_rows) = result?;
     let pair_ok = scenarios.is_empty() || table(&scenarios, &rows);
+    let cm_ok = connecting.is_empty() || connect::table(&connecting, &cm_rows);
     let switch_ok = switched.is_empty() || switch::table(&switched, &switch_rows);
     if let Some(path) = json {
         let mut list = results(&scenarios, &rows);
+        list.extend(connect::results(&connecting, &cm_rows));
         list.extend(switch::results(&switched, &switch_rows));
         fs::write(
             path,
             serde_json::to_string_pretty(&json!({ "scenarios": list }))?,
         )?;
     }
-    Ok(pair_ok && switch_ok)
+    Ok(pair_ok && cm_ok && switch_ok)
 }
 
-/// Runs the scenarios of the veth pair; what came of each.
-fn on_pair(scenarios: &[Scenario], work: &Path, captures: Option<&Path>) -> Result<Vec<Observed>> {
+/// Runs the scenarios of the veth pair, those of one client and server,
+/// then those of connection setup; what came of each.
+fn on_pair(
+    scenarios: &[Scenario],
+    connecting: &[connect::Scenario],
+    work: &Path,
+    captures: Option<&Path>,
+) -> Result<(Vec<Observed>, Vec<connect::Observed>)> {
     let topo = Topology::create()?;
     let (c, s) = (topo.client(), topo.server());
     println!(
@@ -144,7 +161,8 @@ fn on_pair(scenarios: &[Scenario], work: &Path, captures: Option<&Path>) -> Resu
         }
         rows.push(observed);
     }
-    Ok(rows)
+    let cm_rows = connect::run(&topo, connecting, work, captures)?;
+    Ok((rows, cm_rows))
 }
 
 /// Whether a scenario went as the rules say: the programs completed or not,

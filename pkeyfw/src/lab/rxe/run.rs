@@ -185,15 +185,15 @@ impl Drop for Attach {
 
 /// A `pkeyfw attach`, its output collected as it comes: foreground, or
 /// pinned (the process exits once attached).
-struct Attach {
+pub(super) struct Attach {
     proc: Proc,
-    lines: Arc<Mutex<Vec<String>>>,
+    pub(super) lines: Arc<Mutex<Vec<String>>>,
     /// The interface of a pinned attachment, to detach.
     pinned: Option<String>,
 }
 
 impl Attach {
-    fn start(iface: &str, policy: &Path, pinned: bool) -> Result<Attach> {
+    pub(super) fn start(iface: &str, policy: &Path, pinned: bool) -> Result<Attach> {
         let mut child = Command::new(std::env::current_exe()?)
             .args([
                 "attach",
@@ -233,7 +233,7 @@ impl Attach {
     }
 
     /// Stops it as Ctrl-C would: it detaches and removes its pins.
-    fn stop(self) {
+    pub(super) fn stop(self) {
         drop(self);
     }
 
@@ -751,7 +751,7 @@ fn rebinds(end: &End) -> Result<bool> {
 /// privileges once the command is started, so that what the lab does
 /// before the exec (moving it into a cgroup, which nobody may not) is
 /// still done as root.
-fn as_nobody() -> Result<Command> {
+pub(super) fn as_nobody() -> Result<Command> {
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(attacker()?);
@@ -801,7 +801,7 @@ const UNREADABLE_SERVER: &[u8] = b"\xff\xfeserver";
 const UNREADABLE_CLIENT: &[u8] = b"\xff\xfeclient";
 
 /// `pkeyfw reload IFACE --policy POLICY`, as an operator would run it.
-fn reload(iface: &str, policy: &Path) -> Result<()> {
+pub(super) fn reload(iface: &str, policy: &Path) -> Result<()> {
     let out = Command::new(std::env::current_exe()?)
         .args(["reload", iface, "--policy"])
         .arg(policy)
