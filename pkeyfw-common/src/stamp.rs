@@ -188,9 +188,11 @@ pub fn egress_parsed<F: Frame + ?Sized, T: Tables>(
 }
 
 /// A frame QP0 or QP1 sends. QP1's CM MADs leave with their connection's
-/// P_Key ([`crate::cm`]) where the probes record connections; any other
-/// keeps a key of the port's table, or gets the default one: never
-/// dropped, which would only have rdma_rxe send it again and again.
+/// P_Key ([`crate::cm`]) where the probes record connections — the one it
+/// was set up with, to its last DREQ, REJ or DREP, sent when its QP may be
+/// gone — or the default one; any other keeps a key of the port's table,
+/// or gets the default one: never dropped, which would only have rdma_rxe
+/// send it again and again.
 #[inline(always)]
 fn management_frame<F: Frame + ?Sized, T: Tables>(
     frame: &F,
@@ -202,11 +204,15 @@ fn management_frame<F: Frame + ?Sized, T: Tables>(
         && tables.cm_records() & RECORDS_CONNECTIONS != 0
         && let Some(mad) = cm::mad(frame, roce)
     {
-        let qpn = mad.sender(frame).and_then(|key| tables.connection(key));
-        return match key_of(tables, config, qpn) {
-            Ok((key, true)) => with_key(frame, roce, key, Stamp::Cm, Stamp::Cm),
-            Ok((key, false)) => with_key(frame, roce, key, Stamp::CmDefaulted, Stamp::CmDefaulted),
-            Err(why) => Action::Drop(why),
+        return match mad.sender(frame).and_then(|key| tables.connection(key)) {
+            Some(key) => with_key(frame, roce, key, Stamp::Cm, Stamp::Cm),
+            None => with_key(
+                frame,
+                roce,
+                config.default_pkey,
+                Stamp::CmDefaulted,
+                Stamp::CmDefaulted,
+            ),
         };
     }
     if pkey::port::holds(roce.pkey, tables.port_flags(pkey::key(roce.pkey))) {

@@ -64,11 +64,11 @@ pub trait Tables: Rules {
     fn listener(&self, _key: &ListenKey) -> Option<&Creation> {
         None
     }
-    /// The QP whose connection the CM MAD of `CONNECTIONS` key `key` (see
-    /// [`cm::Mad::sender`]) belongs to, as the probe on the sending verb
-    /// saw it named.
+    /// The P_Key of the connection the CM MAD of `CONNECTIONS` key `key`
+    /// (see [`cm::Mad::sender`]) belongs to: its QP's, as the probe on the
+    /// sending verb found it bound.
     #[inline(always)]
-    fn connection(&self, _key: u64) -> Option<u32> {
+    fn connection(&self, _key: u64) -> Option<u16> {
         None
     }
 }

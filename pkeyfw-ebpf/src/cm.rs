@@ -13,12 +13,12 @@
 //!   reload rebinds it as it does a QP.
 //! - `pkeyfw_unlisten` (rdma_destroy_id) forgets it.
 //! - `pkeyfw_cm_send` (ib_send_cm_req, ib_send_cm_rep, ib_send_cm_sidr_req)
-//!   and `pkeyfw_cm_answer` (ib_send_cm_sidr_rep) record the QP the
-//!   exchange names (`CONNECTIONS`), once sure its caller made it: a
-//!   process names any QPN it likes in rdma_connect and rdma_accept. The
-//!   record outlives the ID (the DREQ or DREP ib_cm sends as it destroys
-//!   one is the connection's too): ib_cm hands communication IDs out in a
-//!   cycle of 2^32, and the table is an LRU.
+//!   and `pkeyfw_cm_answer` (ib_send_cm_sidr_rep) record the P_Key of the
+//!   QP the exchange names (`CONNECTIONS`), once sure its caller made it:
+//!   a process names any QPN it likes in rdma_connect and rdma_accept. The
+//!   record outlives the QP and the ID (the REJ, DREQ or DREP ib_cm sends
+//!   as it destroys one is the connection's too): ib_cm hands
+//!   communication IDs out in a cycle of 2^32, and the table is an LRU.
 //!
 //! Entry probes, all: none of these verbs can be made to go unseen.
 
@@ -41,13 +41,13 @@ use pkeyfw_common::{
     cm::{listen_key, service_id},
 };
 
-use crate::{CREATIONS, LAYOUT, RDMA_CM, SCRATCH, count, fetch_add, kernel::read, record};
+use crate::{CREATIONS, LAYOUT, Live, RDMA_CM, SCRATCH, count, fetch_add, kernel::read, record};
 
 #[btf_map]
 static LISTENERS: HashMap<ListenKey, Creation, { LISTEN_CAPACITY as usize }, GROWN> =
     HashMap::new();
 #[btf_map]
-static CONNECTIONS: LruHashMap<u64, u32, { CONNECTION_CAPACITY as usize }> = LruHashMap::new();
+static CONNECTIONS: LruHashMap<u64, u16, { CONNECTION_CAPACITY as usize }> = LruHashMap::new();
 #[btf_map]
 static CM_STATE: Array<u64, { cm_state::SLOTS as usize }> = Array::new();
 
@@ -219,11 +219,11 @@ pub fn pkeyfw_cm_answer(ctx: ProbeContext) -> u32 {
     0
 }
 
-/// Records the QP an rdma_cm exchange names for the MADs sent under
-/// `kind`'s communication ID of `struct ib_cm_id` `ctx.arg(0)`: the QP
-/// rdma_cm will name (its `qp_num`) where the caller made it — a process's
-/// own QP, a kernel user's QP — and nothing (a stale record removed) where
-/// it did not: those MADs leave with the default key.
+/// Records the P_Key of the MADs sent under `kind`'s communication ID of
+/// `struct ib_cm_id` `ctx.arg(0)`: the binding's of the QP rdma_cm will
+/// name (its `qp_num`) where the caller made it — a process's own QP, a
+/// kernel user's QP — and nothing (a stale record removed) where it did
+/// not or no binding gives it one: those MADs leave with the default key.
 fn cm_sent(ctx: &ProbeContext, kind: ConnectionKind) -> Option<()> {
     let (cm, layout) = (CM_LAYOUT.load(), LAYOUT.load());
     let cm_id: *const u8 = ctx.arg(0)?;
@@ -257,10 +257,15 @@ fn cm_sent(ctx: &ProbeContext, kind: ConnectionKind) -> Option<()> {
     });
     if !made {
         count(Capture::CmForeignQp);
-        let _ = CONNECTIONS.remove(&key);
-        return None;
     }
-    CONNECTIONS.insert(&key, &qpn, 0).ok()?;
-    count(Capture::CmSend);
+    match Live::now().binding(qpn).filter(|_| made) {
+        Some(qp) => {
+            CONNECTIONS.insert(&key, &qp.pkey, 0).ok()?;
+            count(Capture::CmSend);
+        }
+        None => {
+            let _ = CONNECTIONS.remove(&key);
+        }
+    }
     Some(())
 }

@@ -111,14 +111,14 @@ pub static LISTED: HashMap<u64, u8, { (GENERATIONS * SWITCH_PORTS) as usize }, G
 pub static JOIN_ACTION: Array<JoinAction, { GENERATIONS as usize }> = Array::new();
 
 /// The rdma_cm listeners the probes recorded (who made each), by what a CM
-/// request names of its listener; the QP each CM exchange names, by its
+/// request names of its listener; the P_Key of each CM exchange, by its
 /// sender's communication ID; which of these the probes keep up
 /// (`cm_state`): the probes', declared here as every map of the filter is.
 #[btf_map]
 pub static LISTENERS: HashMap<ListenKey, Creation, { LISTEN_CAPACITY as usize }, GROWN> =
     HashMap::new();
 #[btf_map]
-pub static CONNECTIONS: LruHashMap<u64, u32, { CONNECTION_CAPACITY as usize }> = LruHashMap::new();
+pub static CONNECTIONS: LruHashMap<u64, u16, { CONNECTION_CAPACITY as usize }> = LruHashMap::new();
 #[btf_map]
 pub static CM_STATE: Array<u64, { cm_state::SLOTS as usize }> = Array::new();
 
@@ -218,7 +218,7 @@ impl Tables for Generation {
     }
 
     #[inline(always)]
-    fn connection(&self, key: u64) -> Option<u32> {
+    fn connection(&self, key: u64) -> Option<u16> {
         // SAFETY: the value is copied out at once.
         unsafe { CONNECTIONS.get(&key) }.copied()
     }

@@ -428,36 +428,38 @@ fn count(outcome: Capture) {
 }
 
 /// The live generation's QP table.
-struct Live {
+pub(crate) struct Live {
     generation: u32,
 }
 
 impl Live {
-    fn now() -> Live {
+    pub(crate) fn now() -> Live {
         Live {
             generation: ACTIVE.get(0).map_or(0, |g| *g & 1),
         }
     }
 
-    /// The live policy's entry for local QP `qpn`.
-    fn bound(&self, qpn: u32) -> Option<QpEntry> {
-        // SAFETY: the value is copied out at once.
-        unsafe { QPS.get(&qp_key(self.generation, qpn)) }.copied()
+    /// Local QP `qpn`'s binding: the live generation's, or for a QP the
+    /// creation probe bound while a new generation was being written
+    /// (which the switch settles moments later), the other's. (Inlined
+    /// into callers that return no `Option<QpEntry>`: a None's unwritten
+    /// payload, copied out, is what the verifier refuses.)
+    #[inline(always)]
+    pub(crate) fn binding(&self, qpn: u32) -> Option<QpEntry> {
+        // SAFETY: the values are copied out at once.
+        unsafe { QPS.get(&qp_key(self.generation, qpn)) }
+            .or_else(|| {
+                unsafe { QPS.get(&qp_key(self.generation ^ 1, qpn)) }
+                    .filter(|e| e.flags & qp_flags::PROBE != 0)
+            })
+            .copied()
     }
 
     /// Local QP `qpn` joining group `addr`: the P_Key of its binding (0
-    /// if none) — the live generation's, or for a QP the creation probe
-    /// bound while a new generation was being written (which the switch
-    /// settles moments later), the other's — and what the policy makes of
-    /// the join. (Inlined, and no `Option<QpEntry>` returned: a None's
-    /// unwritten payload, copied out, is what the verifier refuses.)
+    /// if none) and what the policy makes of the join.
     #[inline(always)]
     fn join(&self, qpn: u32, addr: &[u8; 16]) -> (u16, Capture) {
-        // SAFETY: the value is copied out at once.
-        let other = unsafe { QPS.get(&qp_key(self.generation ^ 1, qpn)) }
-            .copied()
-            .filter(|e| e.flags & qp_flags::PROBE != 0);
-        let qp = self.bound(qpn).or(other);
+        let qp = self.binding(qpn);
         let config = CONFIG.get(self.generation).copied().unwrap_or_default();
         let unbound = capture::unbound(&config, quarantined(qpn));
         (

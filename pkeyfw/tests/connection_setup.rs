@@ -71,7 +71,7 @@ struct Setup {
     records: u64,
     listeners: BTreeMap<ListenKey, Creation>,
     unrecorded: u64,
-    connections: BTreeMap<u64, u32>,
+    connections: BTreeMap<u64, u16>,
 }
 
 impl Setup {
@@ -125,7 +125,7 @@ impl Tables for Setup {
     fn listener(&self, key: &ListenKey) -> Option<&Creation> {
         self.listeners.get(key)
     }
-    fn connection(&self, key: u64) -> Option<u32> {
+    fn connection(&self, key: u64) -> Option<u16> {
         self.connections.get(&key).copied()
     }
 }
@@ -459,23 +459,19 @@ fn egress(setup: &Setup, frame: &[u8], origin: Origin) -> Option<(Stamp, Option<
     })
 }
 
-/// A bound QP the probe on the sending verb saw named.
-const SERVER_QP: u32 = 0x21;
-
-/// QP1's CM MADs leave with the key of the QP their connection names; one
-/// no recorded connection explains, with the default key; a tenant's UD
-/// QP's datagram to QP1 (a CM request of its own making) with its own
-/// QP's; a UDP socket's does not leave at all.
+/// QP1's CM MADs leave with the P_Key their connection was recorded with
+/// (its QP's, which may be gone by its last DREQ); one no recorded
+/// connection explains, with the default key; a tenant's UD QP's datagram
+/// to QP1 (a CM request of its own making) with its own QP's; a UDP
+/// socket's does not leave at all.
 #[test]
 fn cm_mads_leave_with_their_connections_key() {
-    let mut setup = Setup::new(common::policy(&format!(
-        "{POLICY}[[qp]]\nqpn = {SERVER_QP}\ntype = \"rc\"\npkey = 0x8001\n"
-    )));
+    let mut setup = Setup::new(common::policy(POLICY));
     let rep = |local, pkey| gsi(mad(attr::REP, local, 9), pkey, SERVER, CLIENT).bytes();
     let gsi_origin = Origin::Qp(1);
     setup
         .connections
-        .insert(connection_key(ConnectionKind::Own, 0x77), SERVER_QP);
+        .insert(connection_key(ConnectionKind::Own, 0x77), 0x8001);
     // A REP of a recorded connection: its QP's key, stamped.
     assert_eq!(
         egress(&setup, &rep(0x77, 0xffff), gsi_origin),
@@ -498,7 +494,7 @@ fn cm_mads_leave_with_their_connections_key() {
     );
     setup
         .connections
-        .insert(connection_key(ConnectionKind::SidrRequest, 0x77), SERVER_QP);
+        .insert(connection_key(ConnectionKind::SidrRequest, 0x77), 0x8001);
     assert_eq!(
         egress(&setup, &sidr_rep, gsi_origin),
         Some((Stamp::Cm, Some(0x8001)))

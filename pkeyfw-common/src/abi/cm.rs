@@ -32,7 +32,10 @@ pub mod family {
 /// refuses what no recorded listener answers (see [`cm_state`]).
 pub const LISTEN_CAPACITY: u32 = 1 << 16;
 
-/// `CONNECTIONS` key of a CM MAD's sender side: its own communication ID
+/// `CONNECTIONS` key of a CM MAD's sender side (its value: the
+/// connection's P_Key, its QP's when the REQ, REP or SIDR exchange was
+/// sent, which every later MAD of it keeps, as an HCA's CM does by its
+/// path): its own communication ID
 /// (`Own`: a REQ's, a REP's, a SIDR_REQ's, and every later MAD's Local
 /// Communication ID) or the requester's that a SIDR_REP answers.
 #[inline(always)]

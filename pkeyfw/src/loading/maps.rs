@@ -141,7 +141,7 @@ pub struct Maps {
     listed: HashMap<MapData, u64, u8>,
     join_action: Array<MapData, JoinAction>,
     listeners: HashMap<MapData, ListenKey, Creation>,
-    connections: HashMap<MapData, u64, u32>,
+    connections: HashMap<MapData, u64, u16>,
     cm_state: Array<MapData, u64>,
     /// The other maps, held open.
     _rest: Vec<Map>,
@@ -621,7 +621,7 @@ impl Maps {
         let listeners = old.listeners()?;
         batch::update(self.listeners.map(), &listeners)
             .map_err(|f| anyhow!(f.error).context("writing LISTENERS"))?;
-        let connections: Vec<(u64, u32)> =
+        let connections: Vec<(u64, u16)> =
             batch::entries(old.connections.map()).context("reading the old CONNECTIONS")?;
         batch::update(self.connections.map(), &connections)
             .map_err(|f| anyhow!(f.error).context("writing CONNECTIONS"))?;
@@ -652,7 +652,7 @@ impl Maps {
                     .context("writing LISTENERS")?;
             }
         }
-        let connections: Vec<(u64, u32)> =
+        let connections: Vec<(u64, u16)> =
             batch::entries(old.connections.map()).context("reading the old CONNECTIONS")?;
         batch::update(self.connections.map(), &connections)
             .map_err(|f| anyhow!(f.error).context("writing CONNECTIONS"))?;

@@ -47,7 +47,8 @@ pub struct Scenario {
     pub clients: &'static [Client],
     /// Before the clients, an unprivileged tenant of another partition (D)
     /// sends the first listener REQs of its own making, from a UD QP to QP1
-    /// and from a UDP socket with the listener's partition's key.
+    /// (they leave with D's key) and from a UDP socket with the listener's
+    /// partition's key (they do not leave).
     pub forged: bool,
     /// The listeners start before pkeyfw attaches: no probe sees them
     /// listen, the attach records them from RDMA netlink and `/proc`.
@@ -197,9 +198,9 @@ pub fn all() -> Vec<Scenario> {
             clients: const { &[client(B, 0, true)] },
             forged: true,
             listen_first: false,
-            wire_pkeys: &[0x0001, 0x8001],
+            wire_pkeys: &[0x0001, 0x8001, 0x8002],
             wire_qkeys: &[GSI_QKEY],
-            why: "D's own REQs (UD QP to QP1, UDP socket) never leave; B then completes",
+            why: "D's own REQs: from its UD QP with its key, refused unseen; from a UDP socket, held; B completes",
         },
     ]
 }
@@ -531,9 +532,10 @@ fn forge(client: &End, server: &End, port: u16) -> Result<()> {
 /// nowhere as it should, a refused one's request never reaching the
 /// server's ib_cm nor the listening program; listeners that listened
 /// before the attach recorded by it; the forger's REQs neither reaching,
-/// dropped at the client's egress; the server's end refused nothing but
-/// by P_Key (and only if something was to be refused), the client's end
-/// nothing; CM MADs stamped with their connections' keys; every ICRC true.
+/// its socket's dropped at the client's egress; the server's end refused
+/// nothing but by P_Key (and only if something was to be refused), the
+/// client's end nothing; CM MADs stamped with their connections' keys;
+/// every ICRC true.
 fn judge(sc: &Scenario, o: &Observed) -> bool {
     let turns = sc
         .clients
@@ -557,8 +559,10 @@ fn judge(sc: &Scenario, o: &Observed) -> bool {
             .into_iter()
             .all(|x| Some(x) == allowed || r.refused_by(x) == 0)
     };
+    // The forger's REQs from its UD QP carry its own key (D's): refused
+    // at the listener.
     let refusals = (o.reasons.refused_by(Reason::PkeyViolation) > 0)
-        == sc.clients.iter().any(|c| !c.completes);
+        == (sc.forged || sc.clients.iter().any(|c| !c.completes));
     let late = o.recorded_late
         == if sc.listen_first {
             sc.listeners.len()
@@ -568,7 +572,7 @@ fn judge(sc: &Scenario, o: &Observed) -> bool {
     turns
         && announced
         && late
-        && (!sc.forged || (o.forged_seen == 0 && o.forged >= u64::from(2 * FORGED)))
+        && (!sc.forged || (o.forged_seen == 0 && o.forged >= u64::from(FORGED)))
         && refused_only(&o.reasons, Some(Reason::PkeyViolation))
         && refusals
         && refused_only(&o.client_reasons, None)
@@ -640,7 +644,7 @@ pub fn results(scenarios: &[Scenario], rows: &[Observed]) -> Vec<serde_json::Val
                     "expected": { "completes": c.completes },
                     "observed": { "client": super::exit_json(t.exit), "requests_at_listener": t.requests },
                 })).collect::<Vec<_>>(),
-                "forged": { "sent": if sc.forged { 2 * FORGED } else { 0 }, "dropped_at_egress": o.forged, "requests_at_listener": o.forged_seen },
+                "forged": { "sent": if sc.forged { 2 * FORGED } else { 0 }, "socket_dropped_at_egress": o.forged, "requests_at_listener": o.forged_seen },
                 "announced": o.announced,
                 "recorded_at_attach": o.recorded_late,
                 "reasons": crate::reporting::describe::reasons_json(&o.reasons),
