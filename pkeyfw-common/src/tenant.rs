@@ -28,29 +28,64 @@ pub trait Rules {
     fn rule(&self, index: u32) -> Option<&BindSpec>;
 }
 
-/// The index of the first of `rules` that matches a QP numbered `qpn`
-/// (`u32::MAX` for none: no rule by QPN matches) with transport
-/// `transport`, made by `c`; `MAX_RULES` where none does. (The QP-creation
-/// probe walks the same rules in a loop the kernel runs, `bpf_loop`, which
-/// only the probes may call.)
+/// What rule `index` of `rules` makes of a QP numbered `qpn` (`u32::MAX`
+/// for none: no rule by QPN matches) with transport `transport`, made by
+/// `c`. (The QP-creation probe walks the same rules in a loop the kernel
+/// runs, `bpf_loop`, which only the probes may call.)
 #[inline(always)]
-pub fn first_rule<R: Rules + ?Sized, C: Creator>(
+pub fn step<R: Rules + ?Sized, C: Creator>(
     rules: &R,
     c: &C,
     qpn: u32,
     transport: QpType,
-) -> u32 {
+    index: u32,
+) -> Step {
+    match rules.rule(index) {
+        // An unused slot ends the list.
+        Some(rule) if rule.matchers == 0 => Step::End,
+        Some(rule) if rule.matches(c, qpn, transport) => Step::Match,
+        Some(_) => Step::Next,
+        None => Step::End,
+    }
+}
+
+/// The index of the first rule `step` says matches; `MAX_RULES` where none
+/// does.
+#[inline(always)]
+pub fn first(mut step: impl FnMut(u32) -> Step) -> u32 {
     let mut i = 0;
     while i < MAX_RULES {
-        match rules.rule(i) {
-            // An unused slot ends the list.
-            Some(rule) if rule.matchers == 0 => return MAX_RULES,
-            Some(rule) if rule.matches(c, qpn, transport) => return i,
-            Some(_) => i += 1,
-            None => return MAX_RULES,
+        match step(i) {
+            Step::Match => return i,
+            Step::Next => i += 1,
+            Step::End => return MAX_RULES,
         }
     }
     MAX_RULES
+}
+
+/// What one `[[bind]]` rule makes of a QP ([`step`]): a number, which
+/// crosses a BPF call as it is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Step {
+    /// It does not match; the next rule may.
+    Next = 0,
+    Match = 1,
+    /// No rule follows.
+    End = 2,
+}
+
+impl Step {
+    /// The inverse of `step as u32`.
+    #[inline(always)]
+    pub const fn from_u32(n: u32) -> Step {
+        match n {
+            0 => Step::Next,
+            1 => Step::Match,
+            _ => Step::End,
+        }
+    }
 }
 
 /// What the match knows of the task that created a QP.

@@ -11,7 +11,7 @@ use crate::{
     frame::Frame,
     parse::{self, Parsed, Roce, Transport},
     pkey,
-    tenant::{self, Rules},
+    tenant::{self, Rules, Step},
 };
 
 /// QP0: the Subnet Management Interface.
@@ -90,8 +90,8 @@ pub fn judge_parsed<F: Frame + ?Sized, T: Tables>(
     match judge_but_requests(frame, parsed, tables, config) {
         (outcome, true) => match outcome.roce {
             Some(roce) => {
-                let found = listener(frame, &roce, tables);
-                let listening = listening(frame, &roce, found, tables);
+                let listening = listener(frame, &roce, tables)
+                    .map_or_else(|why| why, |creator| listening(creator, tables));
                 request(&roce, listening, tables, config)
             }
             None => outcome,
@@ -130,82 +130,49 @@ pub fn judge_but_requests<F: Frame + ?Sized, T: Tables>(
     (outcome, slot == REQUEST_SLOT)
 }
 
-/// The listener a CM request to QP1 (REQ, SIDR_REQ) names: the most
-/// specific one the probes recorded for it (rdma_cm lets one listen for a
-/// request; see [`cm::Request::listener`]).
+/// Who made the listener a CM request to QP1 (REQ, SIDR_REQ) names: the
+/// most specific one the probes recorded for it (rdma_cm lets one listen
+/// for a request; see [`cm::Request::listener`]), else why none decides
+/// ([`Listening::Nobody`], [`Listening::Unreadable`]).
 #[inline(always)]
-pub fn listener<F: Frame + ?Sized, T: Tables>(frame: &F, roce: &Roce, tables: &T) -> Found {
+pub fn listener<'t, F: Frame + ?Sized, T: Tables>(
+    frame: &F,
+    roce: &Roce,
+    tables: &'t T,
+) -> Result<&'t Creation, Listening> {
     let Some(req) = cm::mad(frame, roce).and_then(|mad| mad.request(frame)) else {
-        return Found::Unreadable;
+        return Err(Listening::Unreadable);
     };
     [Specific::Address, Specific::Family, Specific::Any]
         .into_iter()
-        .find(|&which| tables.listener(&req.listener(which)).is_some())
-        .map_or(Found::Nobody, Found::Listener)
+        .find_map(|which| tables.listener(&req.listener(which)))
+        .ok_or(Listening::Nobody)
 }
 
-/// The listener a CM request names ([`listener`]).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Found {
-    Listener(Specific),
-    /// No listener is recorded for it.
-    Nobody,
-    /// The request cannot be read whole.
-    Unreadable,
-}
-
-impl Found {
-    /// As one u64: what a BPF function returns in a register.
-    #[inline(always)]
-    pub const fn pack(self) -> u64 {
-        match self {
-            Found::Listener(Specific::Address) => 0,
-            Found::Listener(Specific::Family) => 1,
-            Found::Listener(Specific::Any) => 2,
-            Found::Nobody => 3,
-            Found::Unreadable => 4,
-        }
-    }
-
-    /// The inverse of [`pack`](Self::pack).
-    #[inline(always)]
-    pub const fn unpack(bits: u64) -> Found {
-        match bits {
-            0 => Found::Listener(Specific::Address),
-            1 => Found::Listener(Specific::Family),
-            2 => Found::Listener(Specific::Any),
-            3 => Found::Nobody,
-            _ => Found::Unreadable,
-        }
-    }
-}
-
-/// What binds listener `found` of a CM request: the first live `[[bind]]`
-/// rule that matches who made it, as a QP it made then would be.
+/// What binds a listener `creator` made: the first live `[[bind]]` rule
+/// that matches it, as a QP it made then would be.
 #[inline(always)]
-pub fn listening<F: Frame + ?Sized, T: Tables>(
-    frame: &F,
-    roce: &Roce,
-    found: Found,
-    tables: &T,
-) -> Listening {
-    let which = match found {
-        Found::Listener(which) => which,
-        Found::Nobody => return Listening::Nobody,
-        Found::Unreadable => return Listening::Unreadable,
-    };
-    let Some(creator) = cm::mad(frame, roce)
-        .and_then(|mad| mad.request(frame))
-        .and_then(|req| tables.listener(&req.listener(which)))
-    else {
-        return Listening::Unreadable;
-    };
-    // A listener takes no QPN: rules by QPN never bind it.
-    let transport = QpType::of_ib(creator.ib_qp_type.into()).unwrap_or(QpType::Rc);
-    match tenant::first_rule(tables, creator, u32::MAX, transport) {
+pub fn listening<T: Tables>(creator: &Creation, tables: &T) -> Listening {
+    listening_by(|index| listener_rule(tables, creator, index))
+}
+
+/// [`listening`], given what each rule makes of the listener
+/// ([`listener_rule`]; the kernel checks one rule in a function of its
+/// own, which its verifier walks once, not once per rule).
+#[inline(always)]
+pub fn listening_by(step: impl FnMut(u32) -> Step) -> Listening {
+    match tenant::first(step) {
         MAX_RULES.. => Listening::Unbound,
         rule => Listening::Rule(rule),
     }
+}
+
+/// What rule `index` of `rules` makes of the listener `creator` made.
+#[inline(always)]
+pub fn listener_rule<R: Rules + ?Sized>(rules: &R, creator: &Creation, index: u32) -> Step {
+    // A listener takes no QPN: rules by QPN never bind it.
+    let transport = QpType::of_ib(creator.ib_qp_type.into()).unwrap_or(QpType::Rc);
+    tenant::step(rules, creator, u32::MAX, transport, index)
 }
 
 /// What binds the listener a CM request names ([`listening`]).

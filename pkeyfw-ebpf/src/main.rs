@@ -33,7 +33,7 @@ use aya_ebpf::{
     macros::{classifier, xdp},
     programs::{TcContext, XdpContext},
 };
-use maps::{REASONS, SENDER, XMIT_REASONS, policy};
+use maps::{LISTENER_FOUND, REASONS, RulesOf, SENDER, XMIT_REASONS, policy};
 use packet::{Packet, Skb, XdpBytes};
 use pkeyfw_common::{
     Direction, Frame, Outcome, Stamp,
@@ -41,9 +41,8 @@ use pkeyfw_common::{
     parse::{self, Located, Parsed},
     stamp::{self, Action, Origin, Plan},
     switch,
-    verdict::{
-        self, Found, Listening, PACKED_ALLOWED, PACKED_PASS, PACKED_REQUEST, PACKED_RESTORE,
-    },
+    tenant::Step,
+    verdict::{self, Listening, PACKED_ALLOWED, PACKED_PASS, PACKED_REQUEST, PACKED_RESTORE},
 };
 
 /// What the loader chose at load (see `Setup`).
@@ -91,8 +90,7 @@ fn xdp(ctx: *mut xdp_md) -> u32 {
             parse::locate_plain(&frame).map_or_else(|| pkeyfw_locate_xdp(ctx), Located::pack);
         let mut outcome = host(&frame, located);
         if outcome & PACKED_REQUEST != 0 {
-            let found = pkeyfw_listener_xdp(ctx, located);
-            let listening = pkeyfw_listening_xdp(ctx, located, found);
+            let listening = pkeyfw_listening(pkeyfw_listener_xdp(ctx, located));
             outcome = pkeyfw_request_xdp(ctx, located, listening);
         }
         if outcome & PACKED_RESTORE != 0 {
@@ -138,8 +136,7 @@ pub fn pkeyfw_ingress(ctx: TcContext) -> i32 {
             parse::locate_plain(&frame).map_or_else(|| pkeyfw_locate_skb(skb), Located::pack);
         let mut outcome = pkeyfw_host_skb(skb, located);
         if outcome & PACKED_REQUEST != 0 {
-            let found = pkeyfw_listener_skb(skb, located);
-            let listening = pkeyfw_listening_skb(skb, located, found);
+            let listening = pkeyfw_listening(pkeyfw_listener_skb(skb, located));
             outcome = pkeyfw_request_skb(skb, located, listening);
         }
         if outcome & PACKED_RESTORE != 0 {
@@ -244,12 +241,12 @@ pub extern "C" fn pkeyfw_host_skb(ctx: *mut __sk_buff, located: u64) -> u64 {
     host(&Skb(tc(ctx)), located)
 }
 
-/// The listener a CM request QP1 took (`PACKED_REQUEST`) names
-/// (`verdict::listener`, packed), then what binds it
-/// (`verdict::listening`: the live rules walked against who made it), then
-/// the verdict (`pkeyfw_request_xdp`): stages of their own, so that the
-/// verifier walks the rules once, not once per way the listener was found
-/// or per rule that could have matched.
+/// Who made the listener a CM request QP1 took (`PACKED_REQUEST`) names
+/// (`verdict::listener`), left in `LISTENER_FOUND` ([`FOUND`]; else why
+/// none decides, a packed `Listening`), then what binds it
+/// (`pkeyfw_listening`), then the verdict (`pkeyfw_request_xdp`): stages
+/// of their own, and the rules walked where nothing of the frame is, so
+/// that the verifier walks them once, not once per way the frame was read.
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn pkeyfw_listener_xdp(ctx: *mut xdp_md, located: u64) -> u64 {
@@ -262,17 +259,36 @@ pub extern "C" fn pkeyfw_listener_skb(ctx: *mut __sk_buff, located: u64) -> u64 
     listener(&Skb(tc(ctx)), located)
 }
 
+/// What binds the listener `pkeyfw_listener_xdp` found (`verdict::listening`:
+/// the live rules walked against who made it, one `pkeyfw_listener_rule`
+/// each), packed; what it said instead, as it is.
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn pkeyfw_listening_xdp(ctx: *mut xdp_md, located: u64, found: u64) -> u64 {
-    listening(&Packet::of(ctx), located, found)
+pub extern "C" fn pkeyfw_listening(found: u64) -> u64 {
+    if found != FOUND {
+        return found;
+    }
+    let (live, _) = policy();
+    let generation = live.generation;
+    verdict::listening_by(|index| Step::from_u32(pkeyfw_listener_rule(generation, index))).pack()
 }
 
+/// What rule `index` of generation `generation` makes of the listener in
+/// `LISTENER_FOUND` (`verdict::listener_rule`, a `Step`): a stage of its
+/// own, so that the verifier checks a rule once, not each of the 64 in
+/// turn.
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn pkeyfw_listening_skb(ctx: *mut __sk_buff, located: u64, found: u64) -> u64 {
-    listening(&Skb(tc(ctx)), located, found)
+pub extern "C" fn pkeyfw_listener_rule(generation: u32, index: u32) -> u32 {
+    match LISTENER_FOUND.get(0) {
+        Some(creator) => verdict::listener_rule(&RulesOf(generation), creator, index) as u32,
+        None => Step::End as u32,
+    }
 }
+
+/// What `pkeyfw_listener_xdp` returns when it left the listener's maker in
+/// `LISTENER_FOUND`: no packed `Listening`.
+const FOUND: u64 = u64::MAX;
 
 /// A host port's verdict on a CM request QP1 took, given what binds its
 /// listener (`pkeyfw_listening_xdp`): counted, as `pkeyfw_host_skb`'s.
@@ -380,23 +396,24 @@ fn host<F: Frame>(frame: &F, located: u64) -> u64 {
     }
 }
 
-/// The listener a CM request names (see `pkeyfw_listener_xdp`).
+/// Who made the listener a CM request names, left in `LISTENER_FOUND`
+/// (see `pkeyfw_listener_xdp`).
 #[inline(always)]
 fn listener<F: Frame>(frame: &F, located: u64) -> u64 {
     let (live, _) = policy();
-    match roce(frame, located) {
-        Parsed::Roce(roce) => verdict::listener(frame, &roce, &live).pack(),
-        _ => Found::Unreadable.pack(),
-    }
-}
-
-/// What binds it (see `pkeyfw_listener_xdp`).
-#[inline(always)]
-fn listening<F: Frame>(frame: &F, located: u64, found: u64) -> u64 {
-    let (live, _) = policy();
-    match roce(frame, located) {
-        Parsed::Roce(roce) => verdict::listening(frame, &roce, Found::unpack(found), &live).pack(),
-        _ => Listening::Unreadable.pack(),
+    let found = match roce(frame, located) {
+        Parsed::Roce(roce) => verdict::listener(frame, &roce, &live),
+        _ => Err(Listening::Unreadable),
+    };
+    match (found, LISTENER_FOUND.get_ptr_mut(0)) {
+        (Ok(creator), Some(slot)) => {
+            // SAFETY: this CPU's slot, which only this program run uses
+            // until it ends.
+            unsafe { *slot = *creator };
+            FOUND
+        }
+        (Ok(_), None) => Listening::Unreadable.pack(),
+        (Err(why), _) => why.pack(),
     }
 }
 

@@ -121,6 +121,11 @@ pub static LISTENERS: HashMap<ListenKey, Creation, { LISTEN_CAPACITY as usize },
 pub static CONNECTIONS: LruHashMap<u64, u16, { CONNECTION_CAPACITY as usize }> = LruHashMap::new();
 #[btf_map]
 pub static CM_STATE: Array<u64, { cm_state::SLOTS as usize }> = Array::new();
+/// Who made the listener a CM request names, as the stage that found it
+/// leaves it for the stage that binds it: one program run's, per CPU (an
+/// ingress program runs to its end before the next starts on its CPU).
+#[btf_map]
+pub static LISTENER_FOUND: PerCpuArray<Creation, 1> = PerCpuArray::new();
 
 /// P_Key and Q_Key violations per partition (`violation_key`), as an IB
 /// port counts them, updated atomically (refused frames only).
@@ -227,6 +232,21 @@ impl Tables for Generation {
 impl Rules for Generation {
     #[inline(always)]
     fn rule(&self, index: u32) -> Option<&BindSpec> {
-        BIND_RULES.get(self.generation * MAX_RULES + index)
+        bind_rule(self.generation, index)
     }
+}
+
+/// The `[[bind]]` rules of generation `.0`, alone.
+pub struct RulesOf(pub u32);
+
+impl Rules for RulesOf {
+    #[inline(always)]
+    fn rule(&self, index: u32) -> Option<&BindSpec> {
+        bind_rule(self.0, index)
+    }
+}
+
+#[inline(always)]
+fn bind_rule(generation: u32, index: u32) -> Option<&'static BindSpec> {
+    BIND_RULES.get(generation * MAX_RULES + index)
 }

@@ -45,6 +45,7 @@ pub mod name {
     pub const LISTENERS: &str = "LISTENERS";
     pub const CONNECTIONS: &str = "CONNECTIONS";
     pub const CM_STATE: &str = "CM_STATE";
+    pub const LISTENER_FOUND: &str = "LISTENER_FOUND";
 }
 
 /// The layout of every map below, as one number: `ABI[0]` holds it, so a
@@ -137,7 +138,7 @@ pub struct MapSpec {
 
 /// Every map of the filter object: the loader takes, pins, opens and sizes
 /// the maps from this table, and refuses an object with a map it lacks.
-pub const MAPS: [MapSpec; 27] = {
+pub const MAPS: [MapSpec; 28] = {
     use MapKind::*;
     use MapSize::*;
     const fn spec(name: &'static str, kind: MapKind, size: MapSize) -> MapSpec {
@@ -171,6 +172,7 @@ pub const MAPS: [MapSpec; 27] = {
         spec(name::LISTENERS, HashMap, Fixed),
         spec(name::CONNECTIONS, LruHashMap, Fixed),
         spec(name::CM_STATE, Array, Fixed),
+        spec(name::LISTENER_FOUND, PerCpuArray, Fixed),
     ]
 };
 
