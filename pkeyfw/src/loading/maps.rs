@@ -16,7 +16,7 @@ use std::{
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
-    Ebpf,
+    Ebpf, Pod,
     maps::{
         Array, HashMap, IterableMap as _, Map, MapData, MapError, MapInfo, PerCpuArray, RingBuf,
         Stack,
@@ -640,18 +640,7 @@ impl Maps {
         then: &BTreeMap<ListenKey, Creation>,
     ) -> Result<()> {
         let now: BTreeMap<ListenKey, Creation> = old.listeners()?.into_iter().collect();
-        for (key, c) in then {
-            if now.get(key) != Some(c) {
-                ignore_missing(self.listeners.remove(key)).context("writing LISTENERS")?;
-            }
-        }
-        for (key, c) in &now {
-            if then.get(key) != Some(c) {
-                self.listeners
-                    .insert(key, c, 0)
-                    .context("writing LISTENERS")?;
-            }
-        }
+        follow(&mut self.listeners, then, &now, name::LISTENERS)?;
         let connections: Vec<(u64, u16)> =
             batch::entries(old.connections.map()).context("reading the old CONNECTIONS")?;
         batch::update(self.connections.map(), &connections)
@@ -728,23 +717,7 @@ impl Maps {
         self.inherit_late_connection_setup(old, &listeners)?;
         let then = self.creations()?;
         let now = old.creations()?;
-        let mut changed = Vec::new();
-        for (qpn, c) in &then {
-            if now.get(qpn) != Some(c) {
-                changed.push(*qpn);
-                ignore_missing(self.creations.remove(qpn)).context("writing CREATIONS")?;
-            }
-        }
-        for (qpn, c) in &now {
-            if then.get(qpn) != Some(c) {
-                self.creations
-                    .insert(qpn, c, 0)
-                    .context("writing CREATIONS")?;
-                changed.push(*qpn);
-            }
-        }
-        changed.sort_unstable();
-        changed.dedup();
+        let changed = follow(&mut self.creations, &then, &now, name::CREATIONS)?;
         for &qpn in &changed {
             self.forget_probed(qpn)?;
         }
@@ -1265,6 +1238,33 @@ fn data(map: &Map) -> Result<&MapData> {
         | Map::Stack(d) => Ok(d),
         _ => bail!("unexpected map kind"),
     }
+}
+
+/// Brings `map`, whose entries were `then`, to `now`: the keys whose entry
+/// changed (removed, added or replaced), in order.
+fn follow<K: Pod + Ord, V: Pod + PartialEq>(
+    map: &mut HashMap<MapData, K, V>,
+    then: &BTreeMap<K, V>,
+    now: &BTreeMap<K, V>,
+    name: &str,
+) -> Result<Vec<K>> {
+    let mut changed = Vec::new();
+    for (key, v) in then {
+        if now.get(key) != Some(v) {
+            ignore_missing(map.remove(key)).with_context(|| format!("writing {name}"))?;
+            changed.push(*key);
+        }
+    }
+    for (key, v) in now {
+        if then.get(key) != Some(v) {
+            map.insert(key, v, 0)
+                .with_context(|| format!("writing {name}"))?;
+            changed.push(*key);
+        }
+    }
+    changed.sort_unstable();
+    changed.dedup();
+    Ok(changed)
 }
 
 /// `remove` of a key that is not there is not an error when clearing.

@@ -19,7 +19,7 @@ use pkeyfw_common::{Reason, Stamp};
 use serde_json::json;
 
 use super::{
-    run::{self, Attach, Exit, Proc},
+    run::{self, Attach, Captures, Exit, Proc},
     scenario::{PORT, Program},
     tenants::{self, Tenant},
     topology::{End, Topology},
@@ -306,16 +306,7 @@ fn scenario(
     let server_attach = Attach::start(&server_end.iface, &policy, false)?;
     let client_attach = Attach::start(&client_end.iface, &policy, false)?;
     let servers = if sc.listen_first { early } else { listen()? };
-    let captures: Vec<PathBuf> = capture_dir.map_or_else(Vec::new, |dir| {
-        ["server", "client"]
-            .map(|role| dir.join(format!("{}.{role}.pcap", sc.name)))
-            .to_vec()
-    });
-    let tcpdumps = captures
-        .iter()
-        .zip([server_end, client_end])
-        .map(|(path, end)| run::tcpdump(None, &end.iface, "out", path))
-        .collect::<Result<Vec<_>>>()?;
+    let capturing = Captures::start(capture_dir, sc.name, server_end, client_end)?;
     let forged_seen = if sc.forged {
         let before = requests(server_end);
         forge(client_end, server_end, FIRST_PORT)?;
@@ -361,10 +352,7 @@ fn scenario(
     for mut s in servers {
         let _ = s.wait(run::LINGER);
     }
-    run::drain_captures(&captures);
-    for t in tcpdumps {
-        run::stop(t);
-    }
+    let captures = capturing.finish();
     let counted = |end: &End| -> Result<(ReasonCounts, [u64; 2])> {
         let maps = Maps::from_pins(&Pins::of(&end.iface).dir)?;
         let stamps = maps.stamps()?;
