@@ -7,8 +7,9 @@
 //! PartitionKey its port lacks, and rdma_cm finds the listener through the
 //! IPoIB interface of the request's P_Key. RoCE sets every path's P_Key to
 //! 0xFFFF, so pkeyfw puts the partition back: egress stamps each CM MAD
-//! with the P_Key of the QP its connection names (its [`Mad::sender`]'s,
-//! recorded by a probe on the sending verb), and the verdict lets a REQ or
+//! with its connection's P_Key (the binding of the QP it names, which a
+//! probe on the sending verb records by its [`Mad::sender`]'s ID), and
+//! the verdict lets a REQ or
 //! SIDR_REQ in only when its P_Key matches the partition of the listener
 //! it names ([`Request::listener`]).
 

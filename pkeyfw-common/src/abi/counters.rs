@@ -137,9 +137,9 @@ crate::named_enum! {
         /// Egress: from a QP the QP-creation probe had no room to bind
         /// (quarantined); dropped, as its key is not known.
         Quarantined = 12 => "quarantined",
-        /// Egress: a CM MAD of QP1 leaves with the P_Key of the QP its
-        /// connection names, as the probe on the sending verb saw its
-        /// caller name a QP of its own.
+        /// Egress: a CM MAD of QP1 leaves with the P_Key its connection
+        /// was set up with: its QP's binding, as the probe on the sending
+        /// verb saw its caller name a QP of its own.
         Cm = 13 => "cm",
         /// Egress: a CM MAD of QP1 that no recorded connection explains
         /// (none recorded, a QP its caller did not make, one no rule binds)
@@ -183,7 +183,8 @@ crate::named_enum! {
         /// is reconciled, a request no recorded listener answers is refused.
         ListenerUnrecorded = 8 => "listener_unrecorded",
         /// A CM request or reply was recorded as its caller sent it, with
-        /// the QP it names: its connection's MADs leave with that QP's key.
+        /// the P_Key of the QP it names: its connection's MADs leave with
+        /// that key.
         CmSend = 9 => "cm_send",
         /// A CM request or reply named a QP its caller did not make (or
         /// that no probe saw made): its MADs leave with the default P_Key.
