@@ -15,12 +15,85 @@
 //! frame for the QP is refused as a Q_Key violation: there is no Q_Key yet
 //! that a frame could match.
 
-use crate::abi::{BindSpec, Creation, QpEntry, QpType, counters::Capture, matcher, qp_flags};
+use crate::abi::{
+    BindSpec, CGROUP_LEVELS, Creation, MAX_RULES, QpEntry, QpType, counters::Capture, matcher,
+    qp_flags,
+};
+
+/// A generation's `[[bind]]` rules, in file order, as the kernel keeps
+/// them (`BIND_RULES`).
+pub trait Rules {
+    /// Rule `index`; None past the table (an unused rule, all zero,
+    /// matches nothing).
+    fn rule(&self, index: u32) -> Option<&BindSpec>;
+}
+
+/// What rule `index` of `rules` makes of a QP numbered `qpn` (`u32::MAX`
+/// for none: no rule by QPN matches) with transport `transport`, made by
+/// `c`. (The QP-creation probe walks the same rules in a loop the kernel
+/// runs, `bpf_loop`, which only the probes may call.)
+#[inline(always)]
+pub fn step<R: Rules + ?Sized, C: Creator>(
+    rules: &R,
+    c: &C,
+    qpn: u32,
+    transport: QpType,
+    index: u32,
+) -> Step {
+    match rules.rule(index) {
+        // An unused slot ends the list.
+        Some(rule) if rule.matchers == 0 => Step::End,
+        Some(rule) if rule.matches(c, qpn, transport) => Step::Match,
+        Some(_) => Step::Next,
+        None => Step::End,
+    }
+}
+
+/// The index of the first rule `step` says matches; `MAX_RULES` where none
+/// does.
+#[inline(always)]
+pub fn first(mut step: impl FnMut(u32) -> Step) -> u32 {
+    let mut i = 0;
+    while i < MAX_RULES {
+        match step(i) {
+            Step::Match => return i,
+            Step::Next => i += 1,
+            Step::End => return MAX_RULES,
+        }
+    }
+    MAX_RULES
+}
+
+/// What one `[[bind]]` rule makes of a QP ([`step`]): a number, which
+/// crosses a BPF call as it is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Step {
+    /// It does not match; the next rule may.
+    Next = 0,
+    Match = 1,
+    /// No rule follows.
+    End = 2,
+}
+
+impl Step {
+    /// The inverse of `step as u32`.
+    #[inline(always)]
+    pub const fn from_u32(n: u32) -> Step {
+        match n {
+            0 => Step::Next,
+            1 => Step::Match,
+            _ => Step::End,
+        }
+    }
+}
 
 /// What the match knows of the task that created a QP.
 pub trait Creator {
-    /// A QP the kernel made for one of its own users (no task owns it).
-    fn kernel(&self) -> bool;
+    /// 1 for a QP the kernel made for one of its own users (no task owns
+    /// it), else 0 (a number, not a `bool`: the BPF target has no
+    /// instruction that makes one without a branch).
+    fn kernel(&self) -> u8;
     /// The creating thread's command name, or a kernel QP's module name.
     fn comm(&self) -> [u8; 16];
     fn pid(&self) -> u32;
@@ -29,7 +102,8 @@ pub trait Creator {
     /// The network namespace's cookie.
     fn netns(&self) -> u64;
     /// The id of the task's cgroup's ancestor at `level` (itself at its
-    /// own level), 0 when it is not that deep.
+    /// own level; below `CGROUP_LEVELS`, as rules name them), 0 when it is
+    /// not that deep.
     fn cgroup_at(&self, level: u32) -> u64;
     /// The RDMA device's index.
     fn device(&self) -> u32;
@@ -41,8 +115,8 @@ pub trait Creator {
 /// What the QP-creation probe recorded is what every later match reads:
 /// the same creator at every reload, whatever `/proc` says by then.
 impl Creator for Creation {
-    fn kernel(&self) -> bool {
-        self.kernel != 0
+    fn kernel(&self) -> u8 {
+        self.kernel & 1
     }
     fn comm(&self) -> [u8; 16] {
         self.comm
@@ -60,10 +134,8 @@ impl Creator for Creation {
         self.netns
     }
     fn cgroup_at(&self, level: u32) -> u64 {
-        match self.cgroups.get(level as usize) {
-            Some(&id) => id,
-            None => 0,
-        }
+        // Masked, not checked: no branch to walk per rule.
+        self.cgroups[level as usize % CGROUP_LEVELS]
     }
     fn device(&self) -> u32 {
         self.device
@@ -128,7 +200,8 @@ impl BindSpec {
                 & given(matcher::PORT))
             // Kernel QPs for kernel rules, user QPs for the others.
             | (u64::from(c.kernel()) ^ (given(matcher::KERNEL) & 1))
-            | (u64::from(m >> 31) ^ 1)
+            // (Through memory: LLVM would make a branch of a sign test.)
+            | (!core::hint::black_box(given(matcher::IN_USE)) & 1)
     }
 
     /// Whether a QP this rule matches is bound by it even where a `[[qp]]`
@@ -252,8 +325,8 @@ mod tests {
     }
 
     impl Creator for Task {
-        fn kernel(&self) -> bool {
-            self.kernel
+        fn kernel(&self) -> u8 {
+            self.kernel.into()
         }
         fn comm(&self) -> [u8; 16] {
             self.comm

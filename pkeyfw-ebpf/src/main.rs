@@ -33,15 +33,16 @@ use aya_ebpf::{
     macros::{classifier, xdp},
     programs::{TcContext, XdpContext},
 };
-use maps::{REASONS, SENDER, XMIT_REASONS, policy};
+use maps::{LISTENER_FOUND, REASONS, RulesOf, SENDER, XMIT_REASONS, policy};
 use packet::{Packet, Skb, XdpBytes};
 use pkeyfw_common::{
     Direction, Frame, Outcome, Stamp,
-    abi::{DEFAULT_QP_CAPACITY, KERNEL_SLOTS, QPN_MASK, Setup, role},
+    abi::{Config, DEFAULT_QP_CAPACITY, KERNEL_SLOTS, QPN_MASK, Setup, role},
     parse::{self, Located, Parsed},
     stamp::{self, Action, Origin, Plan},
     switch,
-    verdict::{self, PACKED_ALLOWED, PACKED_PASS, PACKED_RESTORE},
+    tenant::Step,
+    verdict::{self, Listening, PACKED_ALLOWED, PACKED_PASS, PACKED_REQUEST, PACKED_RESTORE},
 };
 
 /// What the loader chose at load (see `Setup`).
@@ -87,7 +88,11 @@ fn xdp(ctx: *mut xdp_md) -> u32 {
         // the kernel guards against return-stack attacks).
         let located =
             parse::locate_plain(&frame).map_or_else(|| pkeyfw_locate_xdp(ctx), Located::pack);
-        let outcome = host(&frame, located);
+        let mut outcome = host(&frame, located);
+        if outcome & PACKED_REQUEST != 0 {
+            let listening = pkeyfw_listening(pkeyfw_listener_xdp(ctx, located));
+            outcome = pkeyfw_request_xdp(ctx, located, listening);
+        }
         if outcome & PACKED_RESTORE != 0 {
             account::restored(pkeyfw_restore_xdp(ctx, located));
         }
@@ -129,7 +134,11 @@ pub fn pkeyfw_ingress(ctx: TcContext) -> i32 {
         // chain of calls may have (Linux 5.10 counts every chain).
         let located =
             parse::locate_plain(&frame).map_or_else(|| pkeyfw_locate_skb(skb), Located::pack);
-        let outcome = pkeyfw_host_skb(skb, located);
+        let mut outcome = pkeyfw_host_skb(skb, located);
+        if outcome & PACKED_REQUEST != 0 {
+            let listening = pkeyfw_listening(pkeyfw_listener_skb(skb, located));
+            outcome = pkeyfw_request_skb(skb, located, listening);
+        }
         if outcome & PACKED_RESTORE != 0 {
             account::restored(pkeyfw_restore_skb(skb, located));
         }
@@ -232,6 +241,69 @@ pub extern "C" fn pkeyfw_host_skb(ctx: *mut __sk_buff, located: u64) -> u64 {
     host(&Skb(tc(ctx)), located)
 }
 
+/// Who made the listener a CM request QP1 took (`PACKED_REQUEST`) names
+/// (`verdict::listener`), left in `LISTENER_FOUND` ([`FOUND`]; else why
+/// none decides, a packed `Listening`), then what binds it
+/// (`pkeyfw_listening`), then the verdict (`pkeyfw_request_xdp`): stages
+/// of their own, and the rules walked where nothing of the frame is, so
+/// that the verifier walks them once, not once per way the frame was read.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn pkeyfw_listener_xdp(ctx: *mut xdp_md, located: u64) -> u64 {
+    listener(&Packet::of(ctx), located)
+}
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn pkeyfw_listener_skb(ctx: *mut __sk_buff, located: u64) -> u64 {
+    listener(&Skb(tc(ctx)), located)
+}
+
+/// What binds the listener `pkeyfw_listener_xdp` found (`verdict::listening`:
+/// the live rules walked against who made it, one `pkeyfw_listener_rule`
+/// each), packed; what it said instead, as it is.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn pkeyfw_listening(found: u64) -> u64 {
+    if found != FOUND {
+        return found;
+    }
+    let (live, _) = policy();
+    let generation = live.generation;
+    verdict::listening_by(|index| Step::from_u32(pkeyfw_listener_rule(generation, index))).pack()
+}
+
+/// What rule `index` of generation `generation` makes of the listener in
+/// `LISTENER_FOUND` (`verdict::listener_rule`, a `Step`): a stage of its
+/// own, so that the verifier checks a rule once, not each of the 64 in
+/// turn.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn pkeyfw_listener_rule(generation: u32, index: u32) -> u32 {
+    match LISTENER_FOUND.get(0) {
+        Some(creator) => verdict::listener_rule(&RulesOf(generation), creator, index) as u32,
+        None => Step::End as u32,
+    }
+}
+
+/// What `pkeyfw_listener_xdp` returns when it left the listener's maker in
+/// `LISTENER_FOUND`: no packed `Listening`.
+const FOUND: u64 = u64::MAX;
+
+/// A host port's verdict on a CM request QP1 took, given what binds its
+/// listener (`pkeyfw_listening_xdp`): counted, as `pkeyfw_host_skb`'s.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn pkeyfw_request_xdp(ctx: *mut xdp_md, located: u64, listening: u64) -> u64 {
+    request(&Packet::of(ctx), located, listening)
+}
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn pkeyfw_request_skb(ctx: *mut __sk_buff, located: u64, listening: u64) -> u64 {
+    request(&Skb(tc(ctx)), located, listening)
+}
+
 /// Restores the default P_Key (0xFFFF) of a passed stamped frame, which
 /// the local rdma_rxe accepts alone: a `Stamp`, what came of it.
 #[unsafe(no_mangle)]
@@ -312,17 +384,62 @@ fn roce<F: Frame>(frame: &F, located: u64) -> Parsed {
 /// Judges a received frame and counts it; returns the verdict
 /// (`Outcome::pack`), with `PACKED_RESTORE` where the frame's stamped
 /// P_Key is to be restored: after the verdict, which judged the stamped
-/// P_Key, since the local rxe accepts only 0xFFFF.
+/// P_Key, since the local rxe accepts only 0xFFFF. A CM request QP1 takes
+/// comes back `PACKED_REQUEST`, uncounted, for its listener to decide
+/// (`request`).
 #[inline(always)]
 fn host<F: Frame>(frame: &F, located: u64) -> u64 {
     let (live, config) = policy();
-    let outcome = verdict::judge_parsed(frame, roce(frame, located), &live, &config);
-    account::reason(&REASONS, &outcome);
-    if trace::on() {
-        trace::frame(&outcome, None);
+    match verdict::judge_but_requests(frame, roce(frame, located), &live, &config) {
+        (_, true) => PACKED_REQUEST,
+        (outcome, false) => counted(&outcome, &config),
     }
-    account::qp(&outcome);
-    let restore = if stamp::restores(&outcome, &config) {
+}
+
+/// Who made the listener a CM request names, left in `LISTENER_FOUND`
+/// (see `pkeyfw_listener_xdp`).
+#[inline(always)]
+fn listener<F: Frame>(frame: &F, located: u64) -> u64 {
+    let (live, _) = policy();
+    let found = match roce(frame, located) {
+        Parsed::Roce(roce) => verdict::listener(frame, &roce, &live),
+        _ => Err(Listening::Unreadable),
+    };
+    match (found, LISTENER_FOUND.get_ptr_mut(0)) {
+        (Ok(creator), Some(slot)) => {
+            // SAFETY: this CPU's slot, which only this program run uses
+            // until it ends.
+            unsafe { *slot = *creator };
+            FOUND
+        }
+        (Ok(_), None) => Listening::Unreadable.pack(),
+        (Err(why), _) => why.pack(),
+    }
+}
+
+/// The verdict on a CM request QP1 took (see `pkeyfw_request_xdp`), as
+/// `host` returns one.
+#[inline(always)]
+fn request<F: Frame>(frame: &F, located: u64, listening: u64) -> u64 {
+    let (live, config) = policy();
+    let outcome = match roce(frame, located) {
+        Parsed::Roce(roce) => verdict::request(&roce, Listening::unpack(listening), &live, &config),
+        // Read as RoCE a moment ago, by the same code.
+        _ => verdict::judge_parsed(frame, Parsed::Malformed, &live, &config),
+    };
+    counted(&outcome, &config)
+}
+
+/// Counts a received frame's verdict; the verdict packed, with
+/// `PACKED_RESTORE` where its P_Key is to be restored.
+#[inline(always)]
+fn counted(outcome: &Outcome, config: &Config) -> u64 {
+    account::reason(&REASONS, outcome);
+    if trace::on() {
+        trace::frame(outcome, None);
+    }
+    account::qp(outcome);
+    let restore = if stamp::restores(outcome, config) {
         PACKED_RESTORE
     } else {
         0

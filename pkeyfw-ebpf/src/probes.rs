@@ -25,6 +25,7 @@
 #![no_main]
 #![feature(asm_experimental_arch)]
 
+mod cm;
 mod kernel;
 mod task;
 
@@ -308,7 +309,7 @@ fn join(ctx: &ProbeContext) -> Option<()> {
     // process's system call.
     let action = JOIN_ACTION.get(live.generation).copied().unwrap_or(0);
     let (pkey, joined) = live.join(qpn, &group);
-    let users_ud = read::<u32>(qp, layout.qp_type).and_then(transport) == Some(QpType::Ud)
+    let users_ud = read::<u32>(qp, layout.qp_type).and_then(QpType::of_ib) == Some(QpType::Ud)
         && read::<u8>(qp, layout.qp_res + layout.res_user).unwrap_or(0) != 0;
     // (P_Key 0 is no binding's.)
     if users_ud && capture::kills(joined, action, pkey != 0) {
@@ -404,36 +405,38 @@ fn count(outcome: Capture) {
 }
 
 /// The live generation's QP table.
-struct Live {
+pub(crate) struct Live {
     generation: u32,
 }
 
 impl Live {
-    fn now() -> Live {
+    pub(crate) fn now() -> Live {
         Live {
             generation: ACTIVE.get(0).map_or(0, |g| *g & 1),
         }
     }
 
-    /// The live policy's entry for local QP `qpn`.
-    fn bound(&self, qpn: u32) -> Option<QpEntry> {
-        // SAFETY: the value is copied out at once.
-        unsafe { QPS.get(&qp_key(self.generation, qpn)) }.copied()
+    /// Local QP `qpn`'s binding: the live generation's, or for a QP the
+    /// creation probe bound while a new generation was being written
+    /// (which the switch settles moments later), the other's. (Inlined
+    /// into callers that return no `Option<QpEntry>`: a None's unwritten
+    /// payload, copied out, is what the verifier refuses.)
+    #[inline(always)]
+    pub(crate) fn binding(&self, qpn: u32) -> Option<QpEntry> {
+        // SAFETY: the values are copied out at once.
+        unsafe { QPS.get(&qp_key(self.generation, qpn)) }
+            .or_else(|| {
+                unsafe { QPS.get(&qp_key(self.generation ^ 1, qpn)) }
+                    .filter(|e| e.flags & qp_flags::PROBE != 0)
+            })
+            .copied()
     }
 
     /// Local QP `qpn` joining group `addr`: the P_Key of its binding (0
-    /// if none) — the live generation's, or for a QP the creation probe
-    /// bound while a new generation was being written (which the switch
-    /// settles moments later), the other's — and what the policy makes of
-    /// the join. (Inlined, and no `Option<QpEntry>` returned: a None's
-    /// unwritten payload, copied out, is what the verifier refuses.)
+    /// if none) and what the policy makes of the join.
     #[inline(always)]
     fn join(&self, qpn: u32, addr: &[u8; 16]) -> (u16, Capture) {
-        // SAFETY: the value is copied out at once.
-        let other = unsafe { QPS.get(&qp_key(self.generation ^ 1, qpn)) }
-            .copied()
-            .filter(|e| e.flags & qp_flags::PROBE != 0);
-        let qp = self.bound(qpn).or(other);
+        let qp = self.binding(qpn);
         let config = CONFIG.get(self.generation).copied().unwrap_or_default();
         let unbound = capture::unbound(&config, quarantined(qpn));
         (
@@ -554,7 +557,7 @@ fn created(layout: &QpLayout, qp: *const u8, kernel: [u64; 2], ports: [u16; 2]) 
     if let Some((device, qpn)) = our_device_qp(layout, qp) {
         match read::<u32>(qp, layout.qp_type) {
             Some(t) => {
-                if let Some(transport) = transport(t)
+                if let Some(transport) = QpType::of_ib(t)
                     && let Some(m) = SCRATCH.get_ptr_mut(0)
                 {
                     // SAFETY: this CPU's scratch value, which no other run
@@ -583,19 +586,6 @@ fn created(layout: &QpLayout, qp: *const u8, kernel: [u64; 2], ports: [u16; 2]) 
     }
     // A full ring already holds a wake-up; losing this one changes nothing.
     let _ = QP_CREATED.output(&0u32, BPF_RB_FORCE_WAKEUP as u64);
-}
-
-/// The RoCE transport of an `enum ib_qp_type`; None for QP0, QP1 and the
-/// raw and driver types, which no rule binds.
-#[inline(always)]
-fn transport(ib_qp_type: u32) -> Option<QpType> {
-    match ib_qp_type {
-        2 => Some(QpType::Rc),
-        3 => Some(QpType::Uc),
-        4 => Some(QpType::Ud),
-        9 | 10 => Some(QpType::Xrc),
-        _ => None,
-    }
 }
 
 /// A QP whose creation found no room in `CREATIONS` (sized for every QP

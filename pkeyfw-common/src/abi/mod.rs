@@ -10,8 +10,10 @@
 //! other way, so a change of a rule cannot change the layout. [`counters`]
 //! holds the lists that index the counter maps.
 
+pub mod cm;
 pub mod counters;
 
+pub use cm::{CmLayout, ConnectionKind, ListenKey, connection_key, family};
 use counters::{Capture, REASON_SLOTS, Reason, Stamp};
 
 /// Map names, as the loader finds them in the object.
@@ -40,6 +42,10 @@ pub mod name {
     pub const JOIN_ACTION: &str = "JOIN_ACTION";
     pub const CREATIONS: &str = "CREATIONS";
     pub const REPORTS: &str = "REPORTS";
+    pub const LISTENERS: &str = "LISTENERS";
+    pub const CONNECTIONS: &str = "CONNECTIONS";
+    pub const CM_STATE: &str = "CM_STATE";
+    pub const LISTENER_FOUND: &str = "LISTENER_FOUND";
 }
 
 /// The layout of every map below, as one number: `ABI[0]` holds it, so a
@@ -57,6 +63,7 @@ const LAYOUT: u32 = 21;
 pub enum MapKind {
     Array,
     HashMap,
+    LruHashMap,
     PerCpuArray,
     RingBuf,
     Stack,
@@ -131,7 +138,7 @@ pub struct MapSpec {
 
 /// Every map of the filter object: the loader takes, pins, opens and sizes
 /// the maps from this table, and refuses an object with a map it lacks.
-pub const MAPS: [MapSpec; 24] = {
+pub const MAPS: [MapSpec; 28] = {
     use MapKind::*;
     use MapSize::*;
     const fn spec(name: &'static str, kind: MapKind, size: MapSize) -> MapSpec {
@@ -162,6 +169,10 @@ pub const MAPS: [MapSpec; 24] = {
         spec(name::JOIN_ACTION, Array, Fixed),
         spec(name::CREATIONS, HashMap, Probed),
         spec(name::REPORTS, RingBuf, ReportRing),
+        spec(name::LISTENERS, HashMap, Fixed),
+        spec(name::CONNECTIONS, LruHashMap, Fixed),
+        spec(name::CM_STATE, Array, Fixed),
+        spec(name::LISTENER_FOUND, PerCpuArray, Fixed),
     ]
 };
 
@@ -279,6 +290,21 @@ crate::named_enum! {
         Uc = 1 => "uc",
         Ud = 3 => "ud",
         Xrc = 5 => "xrc",
+    }
+}
+
+impl QpType {
+    /// The RoCE transport of an `enum ib_qp_type`; None for QP0, QP1 and
+    /// the raw and driver types, which no rule binds.
+    #[inline(always)]
+    pub const fn of_ib(ib_qp_type: u32) -> Option<QpType> {
+        match ib_qp_type {
+            2 => Some(QpType::Rc),
+            3 => Some(QpType::Uc),
+            4 => Some(QpType::Ud),
+            9 | 10 => Some(QpType::Xrc),
+            _ => None,
+        }
     }
 }
 
@@ -590,7 +616,10 @@ pub struct KernelSlot {
 }
 
 /// `CREATIONS[qpn]`: who made the QP numbered `qpn`, as the QP-creation
-/// probe saw it at creation (the task in the verb, or the kernel user).
+/// probe saw it at creation (the task in the verb, or the kernel user);
+/// `LISTENERS[key]`: who made an rdma_cm listener, as the listen probe saw
+/// it (its `qp` the listener's `struct rdma_cm_id`, its `ib_qp_type` the
+/// listener's).
 /// Every later match of the rules (a reload, a replacing attach, a release
 /// from quarantine) reads this, never `/proc`, which a tenant can make
 /// unreadable (a name that is not UTF-8, a thread that exited) or steer (a
@@ -918,6 +947,8 @@ const _: () = {
     assert!(size_of::<QpLayout>() == 80 + 4 * DEVICES);
     assert!(size_of::<SenderLayout>() == 32 + 4 * DEVICES);
     assert!(size_of::<BindSpec>() == 80);
+    assert!(size_of::<ListenKey>() == 32);
+    assert!(size_of::<CmLayout>() == 64);
 };
 
 #[cfg(feature = "user")]
@@ -937,6 +968,8 @@ mod pod {
     unsafe impl aya::Pod for super::Creation {}
     unsafe impl aya::Pod for super::EventBudget {}
     unsafe impl aya::Pod for super::BindSpec {}
+    unsafe impl aya::Pod for super::ListenKey {}
+    unsafe impl aya::Pod for super::CmLayout {}
 }
 
 #[cfg(test)]

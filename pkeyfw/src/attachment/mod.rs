@@ -27,6 +27,7 @@ use anyhow::{Result, bail};
 use crate::{
     control::{
         binder::Binder,
+        listeners,
         netlink::{self, XdpMode},
     },
     loading::{
@@ -169,6 +170,18 @@ pub fn run(opts: &Options) -> Result<()> {
         start_probes(&binder, &pins, &kernel_log)
     };
     start::replaced(&mut filter, &mut binder, old.as_ref(), probes.is_some())?;
+    // The filter judges connection setup by what the probes record, from
+    // the moment they record it, with the listeners they did not see start.
+    let records = probes.as_ref().map_or(0, |p| p.get_ref().cm_records());
+    filter.maps_mut().set_cm_records(records)?;
+    let mut caught = match records {
+        0 => Vec::new(),
+        _ => listeners::reconcile(filter.maps_mut(), binder.ifindex()).unwrap_or_else(|e| {
+            vec![format!(
+                "pkeyfw: warning: cannot read the rdma_cm listeners ({e:#}): requests to one listening before the probes ran meet the unknown-QP rule"
+            )]
+        }),
+    };
     if probes.is_some()
         && let Err(e) = binder.probes_started()
     {
@@ -176,9 +189,8 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     // QPs made between the snapshot the attach bound and the probes' start
     // are bound now.
-    let mut caught = Vec::new();
     if probes.is_some() && binder.active() {
-        caught = binder.sync(filter.maps_mut())?;
+        caught.extend(binder.sync(filter.maps_mut())?);
     }
     // Enforcement is on: the logs' readers are extras, whose failure is
     // said, not fatal. A pinned attachment has no reader.

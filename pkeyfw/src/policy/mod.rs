@@ -20,6 +20,7 @@ use pkeyfw_common::{
         switch_flags, v4_mapped,
     },
     pkey,
+    tenant::Rules,
 };
 
 pub use bind::{BindRule, Binding};
@@ -345,6 +346,14 @@ impl Tables for Policy {
     /// The quarantine is the QP-creation probe's, in the kernel only.
     fn quarantined(&self, _qpn: u32) -> bool {
         false
+    }
+}
+
+/// The listeners are the probes' records, in the kernel only: the host's
+/// tables have none for its rules to bind.
+impl Rules for Policy {
+    fn rule(&self, _index: u32) -> Option<&BindSpec> {
+        None
     }
 }
 

@@ -29,11 +29,14 @@ mod page;
 
 /// The scenarios that define the product: a stamped pair across
 /// partitions (UD and RC), binding at creation by cgroup, a pinned
-/// attachment replaced across a restart, quarantine, and tenants on one
-/// host with devices of their own (UD, rdma_cm, a stall between
-/// partitions, and between limited members with the device guard tried).
+/// attachment replaced across a restart, quarantine, connection setup
+/// inside partitions (rping's REQs across partitions and between limited
+/// members refused unseen, the listeners then serving their own), and
+/// tenants on one host with devices of their own (UD, rdma_cm, a stall
+/// between partitions, and between limited members with the device guard
+/// tried).
 pub const CORE: &str = "stamp-ud-a-b,stamp-rc-b-c,tenant-cgroup-a-b,stamp-rc-restart,fill-table,\
-    own-device-ud-a-b,own-device-rping-a-b,own-device-ud-a-d,own-device-rc-b-c";
+    cm-rping,own-device-ud-a-b,own-device-rping-a-b,own-device-ud-a-d,own-device-rc-b-c";
 
 /// What a kernel without the RDMA-core probes and rdma_rxe's BTF can do
 /// (5.10): judge unstamped pairs by partition and Q_Key (the policy's:
@@ -52,10 +55,14 @@ fn scenarios(kernel: Kernel) -> &'static str {
 
 /// What `attach` must say where the kernel (its `pkeyfw kernel --json`
 /// features) lacks what a scenario would use: the feature, and the line.
-const SAYS: [(&str, &str); 2] = [
+const SAYS: [(&str, &str); 3] = [
     (
         "RDMA-core probes (Linux 6.1)",
         "QP creation is not probed (the probes need Linux 6.1 or later",
+    ),
+    (
+        "RDMA-core probes (Linux 6.1)",
+        "connection setup is not partitioned (the probes need Linux 6.1 or later",
     ),
     (
         "rdma_rxe's BTF (CONFIG_DEBUG_INFO_BTF_MODULES)",

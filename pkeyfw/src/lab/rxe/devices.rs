@@ -371,7 +371,7 @@ impl Drop for Host {
 /// The `pkeyfw_tenant_device_info` series a scrape shows now, each as
 /// "interface device pkey uplink".
 fn tenant_series() -> Result<BTreeSet<String>> {
-    let text = crate::cmd::metrics::exposition()?;
+    let text = scrape()?;
     Ok(text
         .lines()
         .filter_map(|l| l.strip_prefix("pkeyfw_tenant_device_info{"))
@@ -388,6 +388,40 @@ fn tenant_series() -> Result<BTreeSet<String>> {
                 .join(" ")
         })
         .collect())
+}
+
+/// Where the lab's `pkeyfw metrics` listens (the guest's loopback).
+const METRICS: &str = "127.0.0.1:9436";
+
+/// One scrape of a `pkeyfw metrics` the lab starts for it, as Prometheus
+/// makes it: the body of `GET /metrics`.
+fn scrape() -> Result<String> {
+    use std::io::{Read as _, Write as _};
+    let _server = Proc(
+        Command::new(std::env::current_exe()?)
+            .args(["metrics", "--listen", METRICS])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .context("starting pkeyfw metrics")?,
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut stream = loop {
+        match std::net::TcpStream::connect(METRICS) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => return Err(e).context("pkeyfw metrics never listened"),
+        }
+    };
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n")?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    match answer.split_once("\r\n\r\n") {
+        Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_string()),
+        _ => bail!(
+            "pkeyfw metrics answered: {}",
+            answer.lines().next().unwrap_or("nothing")
+        ),
+    }
 }
 
 /// `ip route get` of every address of [`ASKED`], one line each, as a

@@ -10,6 +10,7 @@
 //! rdma_rxe module and the RDMA userland (rdma-core, perftest,
 //! rdmacm-utils); `cargo xtask rxe-lab` runs it in a guest that has them.
 
+mod connect;
 mod devices;
 mod fabric;
 mod run;
@@ -32,7 +33,7 @@ use topology::Topology;
 
 /// One of `of` parts of the scenarios (`--shard INDEX/OF`): every `of`-th
 /// one, from the `index`-th (0-based), counting the pair's scenarios, then
-/// the switch's; so that several guests can share the scenarios out. The
+/// connection setup's, then the switch's; so that several guests can share the scenarios out. The
 /// scenarios of devices of their own go together (they share one host's
 /// setup), as the next one counted.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -84,18 +85,26 @@ pub fn run(
         .filter(|(i, s)| chosen(*i, s.name))
         .map(|(_, s)| s)
         .collect();
-    let switches = switch::all().len();
-    let switched: Vec<switch::Scenario> = switch::all()
+    let connecting = connect::all();
+    let pairs_and_cm = pairs + connecting.len();
+    let connecting: Vec<connect::Scenario> = connecting
         .into_iter()
         .enumerate()
         .filter(|(i, s)| chosen(pairs + i, s.name))
         .map(|(_, s)| s)
         .collect();
+    let switches = switch::all().len();
+    let switched: Vec<switch::Scenario> = switch::all()
+        .into_iter()
+        .enumerate()
+        .filter(|(i, s)| chosen(pairs_and_cm + i, s.name))
+        .map(|(_, s)| s)
+        .collect();
     let owning: Vec<devices::Scenario> = devices::all()
         .into_iter()
-        .filter(|s| chosen(pairs + switches, s.name))
+        .filter(|s| chosen(pairs_and_cm + switches, s.name))
         .collect();
-    if scenarios.is_empty() && switched.is_empty() && owning.is_empty() {
+    if scenarios.is_empty() && connecting.is_empty() && switched.is_empty() && owning.is_empty() {
         bail!("no scenario matches {only:?}");
     }
     // Until the table is judged: the policies name the tenants' cgroups.
@@ -106,10 +115,10 @@ pub fn run(
         fs::create_dir_all(dir)?;
     }
     let result = (|| {
-        let rows = if scenarios.is_empty() {
-            Vec::new()
+        let (rows, cm_rows) = if scenarios.is_empty() && connecting.is_empty() {
+            Default::default()
         } else {
-            on_pair(&scenarios, &work, captures)?
+            on_pair(&scenarios, &connecting, &work, captures)?
         };
         // The pair is gone by now: the fabric moves the local rule anew.
         let switch_rows = if switched.is_empty() {
@@ -122,17 +131,19 @@ pub fn run(
         } else {
             Some(devices::run(&owning, &work, captures)?)
         };
-        Ok::<_, anyhow::Error>((rows, switch_rows, owned))
+        Ok::<_, anyhow::Error>((rows, cm_rows, switch_rows, owned))
     })();
     let _ = fs::remove_dir_all(&work);
-    let (rows, switch_rows, owned) = result?;
+    let (rows, cm_rows, switch_rows, owned) = result?;
     let pair_ok = scenarios.is_empty() || table(&scenarios, &rows);
+    let cm_ok = connecting.is_empty() || connect::table(&connecting, &cm_rows);
     let switch_ok = switched.is_empty() || switch::table(&switched, &switch_rows);
     let owned_ok = owned
         .as_ref()
         .is_none_or(|ran| devices::table(&owning, ran));
     if let Some(path) = json {
         let mut list = results(&scenarios, &rows);
+        list.extend(connect::results(&connecting, &cm_rows));
         list.extend(switch::results(&switched, &switch_rows));
         if let Some(ran) = &owned {
             list.extend(devices::results(&owning, ran));
@@ -142,11 +153,17 @@ pub fn run(
             serde_json::to_string_pretty(&json!({ "scenarios": list }))?,
         )?;
     }
-    Ok(pair_ok && switch_ok && owned_ok)
+    Ok(pair_ok && cm_ok && switch_ok && owned_ok)
 }
 
-/// Runs the scenarios of the veth pair; what came of each.
-fn on_pair(scenarios: &[Scenario], work: &Path, captures: Option<&Path>) -> Result<Vec<Observed>> {
+/// Runs the scenarios of the veth pair, those of one client and server,
+/// then those of connection setup; what came of each.
+fn on_pair(
+    scenarios: &[Scenario],
+    connecting: &[connect::Scenario],
+    work: &Path,
+    captures: Option<&Path>,
+) -> Result<(Vec<Observed>, Vec<connect::Observed>)> {
     let topo = Topology::create()?;
     let (c, s) = (topo.client(), topo.server());
     println!(
@@ -164,7 +181,8 @@ fn on_pair(scenarios: &[Scenario], work: &Path, captures: Option<&Path>) -> Resu
         }
         rows.push(observed);
     }
-    Ok(rows)
+    let cm_rows = connect::run(&topo, connecting, work, captures)?;
+    Ok((rows, cm_rows))
 }
 
 /// Whether a scenario went as the rules say: the programs completed or not,

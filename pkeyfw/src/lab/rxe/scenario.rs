@@ -640,7 +640,7 @@ pub fn all() -> Vec<Scenario> {
             attack: None,
             tenants: [Tenant::ANY; 2],
             pinned: false,
-            why: "CM to QP1 passes; the RC QP is unbound",
+            why: "no rule binds the listener: its REQ is refused",
         },
         Scenario {
             name: "stamp-ud-a-b",
@@ -918,7 +918,8 @@ pub fn all() -> Vec<Scenario> {
             binding: "nvmet 0x8001 ⟵ nvme-rdma 0x0001, by port 4420 and device, stamped",
             completes: true,
             reason: Reason::Ok,
-            wire_pkeys: &[0x0001, 0x8001, 0xffff],
+            // The CM MADs too: each carries its connection's key.
+            wire_pkeys: &[0x0001, 0x8001],
             wire_qkeys: &[GSI_QKEY],
             attack: None,
             tenants: [Tenant::ANY; 2],
