@@ -111,6 +111,8 @@ pub fn all() -> Vec<Scenario> {
         sc("own-device-rping-a-b", Rping, [A, B], true, FULL_LIMITED),
         sc("own-device-ud-a-d", Ud, [A, D], false, OTHER),
         sc("own-device-rc-a-d", Rc, [A, D], false, OTHER),
+        // D's connection request refused at A's port: A's rping sees none.
+        sc("own-device-rping-a-d", Rping, [A, D], false, OTHER),
         sc("own-device-ud-b-c", Ud, [B, C], false, LIMITED),
         Scenario {
             beside: Beside::Opens,
@@ -120,16 +122,13 @@ pub fn all() -> Vec<Scenario> {
 }
 
 impl Scenario {
-    /// The P_Keys on the wire: the client's, the server's where it
-    /// answers, and the default one of rdma_cm's connection management
-    /// (QP1, which keeps the port's key).
+    /// The P_Keys on the wire: the client's, and the server's where it
+    /// answers (rdma_cm's connection management among them: each side's
+    /// MADs carry its connection's key).
     fn wire_pkeys(&self) -> BTreeSet<u16> {
         let mut keys = BTreeSet::from([ROLES[self.client].1]);
         if self.completes {
             keys.insert(ROLES[self.server].1);
-        }
-        if self.program == Program::Rping {
-            keys.insert(0xffff);
         }
         keys
     }
@@ -297,7 +296,9 @@ impl Host {
                 refused,
                 pkey_violations: n(&o["reasons"]["pkey_violation"]),
                 unknown_qp: n(&o["reasons"]["unknown_qp"]),
-                stamped: n(&o["stamping"]["frames"]["stamped"]),
+                // Data frames, and CM MADs stamped with their
+                // connection's key.
+                stamped: n(&o["stamping"]["frames"]["stamped"]) + n(&o["stamping"]["frames"]["cm"]),
                 restored: n(&o["stamping"]["frames"]["restored"]),
                 foreign: n(&o["probes"]["foreign_device"]),
             })
@@ -705,7 +706,7 @@ fn uverbs_node(device: &str) -> Result<PathBuf> {
 /// and taken in by none (as a P_Key violation; the last retries of a
 /// stalled client, in flight as the server exits, meet no QP) — and back,
 /// and each device's rxe took in exactly the frames its port passed
-/// (rdma_cm's QP1 frames, unstamped, among them); no other port moved; the
+/// (rdma_cm's MADs, with their connection's key, among them); no other port moved; the
 /// wire carried the tenants' keys, every ICRC right; what ran beside went
 /// as it must; the host's routes were as before.
 fn unmet(sc: &Scenario, o: &Observed) -> Vec<&'static str> {
