@@ -2,7 +2,36 @@
 //! the protocol of the result files the guests' scripts write, one line
 //! per check: `ok NAME`, or `FAILED NAME: why`.
 
+use std::sync::Mutex;
+
 use anyhow::{Result, bail};
+
+/// Every failed test's line, printed again at the end of a run: CI keeps
+/// only the head and the tail of a long log, and a failure's reason
+/// printed amid the labs' output is lost there.
+static FAILURES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Prints the test line of `name`, failed for `why`, and keeps it for
+/// [`print_failures`].
+pub fn fail(name: &str, why: &str) {
+    let line = format!("test {name} ... FAILED: {why}");
+    println!("{line}");
+    FAILURES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(line);
+}
+
+/// The failed tests' lines so far, under one heading, if any.
+pub fn print_failures() {
+    let failures = FAILURES.lock().unwrap_or_else(|e| e.into_inner());
+    if !failures.is_empty() {
+        println!("\nfailures in the guests and the package:");
+        for line in failures.iter() {
+            println!("  {line}");
+        }
+    }
+}
 
 /// Tests passed and failed.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -14,7 +43,7 @@ pub struct Outcome {
 impl Outcome {
     /// One failed test, `NAME`, printed with why.
     pub fn failed(name: &str, why: &anyhow::Error) -> Outcome {
-        println!("test {name} ... FAILED: {why:#}");
+        fail(name, &format!("{why:#}"));
         Outcome {
             passed: 0,
             failed: 1,
@@ -56,11 +85,12 @@ pub fn checks<'a>(
                 outcome.passed += 1;
             }
             Some(line) => {
-                println!("test {prefix}::{name} ... {line}");
+                let why = line.strip_prefix(&refused).unwrap_or(line).trim();
+                fail(&format!("{prefix}::{name}"), why);
                 outcome.failed += 1;
             }
             None => {
-                println!("test {prefix}::{name} ... FAILED: not run");
+                fail(&format!("{prefix}::{name}"), "not run");
                 outcome.failed += 1;
             }
         }

@@ -214,7 +214,10 @@ pub fn judge(scenarios: &[(PathBuf, serde_json::Value)], prefix: &str) -> Outcom
         let wire = match wire::decode(&captures) {
             Ok(wire) => wire,
             Err(e) => {
-                println!("test {prefix}::{name} ... FAILED: the captures: {e:#}");
+                crate::results::fail(
+                    &format!("{prefix}::{name}"),
+                    &format!("the captures: {e:#}"),
+                );
                 failed += 1;
                 continue;
             }
@@ -241,7 +244,12 @@ pub fn judge(scenarios: &[(PathBuf, serde_json::Value)], prefix: &str) -> Outcom
         if ok {
             passed += 1;
         } else {
-            println!("test {prefix}::{name} ... FAILED");
+            let why = if wire_ok {
+                format!("in the guest: observed {}", s["observed"])
+            } else {
+                format!("on the wire: {} frames, {verdict}", wire.frames)
+            };
+            crate::results::fail(&format!("{prefix}::{name}"), &why);
             failed += 1;
         }
     }

@@ -63,6 +63,7 @@ pub fn run() -> Result<()> {
     failed += guests.failed;
     // One closing line for the whole run: the last test binary cargo reports
     // (a crate's doc tests) usually has none of its own.
+    crate::results::print_failures();
     println!("{passed} passed, {failed} failed");
     if failed > 0 {
         bail!("{failed} tests failed");

@@ -207,7 +207,7 @@ fn check(kernel: Kernel, share: &Path, code: i32, prefix: &str) -> Result<(Outco
                 outcome.passed += 1;
             }
             Err(e) => {
-                println!("test {prefix}::{name} ... FAILED: {e:#}");
+                crate::results::fail(&format!("{prefix}::{name}"), &format!("{e:#}"));
                 outcome.failed += 1;
             }
         }

@@ -52,7 +52,7 @@ pub fn run(package: &Package) -> Result<(u64, u64)> {
                 passed += 1;
             }
             Err(e) => {
-                println!("test package::{name} ... FAILED: {e:#}");
+                crate::results::fail(&format!("package::{name}"), &format!("{e:#}"));
                 failed += 1;
             }
         }
