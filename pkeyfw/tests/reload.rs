@@ -152,6 +152,15 @@ fn sighup_reloads_a_foreground_attachment_and_refuses_a_bad_file() {
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert!(lines.next().unwrap().unwrap().contains("attached to"));
+    // Holding maps, it runs ahead of tenants' tasks (loading::priority);
+    // what it starts would not.
+    // SAFETY: reads a process's scheduling policy.
+    let policy = unsafe { libc::sched_getscheduler(child.id() as i32) };
+    assert_eq!(
+        policy,
+        libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK,
+        "a foreground attachment's scheduling policy"
+    );
     let hup = |child: &std::process::Child| {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };

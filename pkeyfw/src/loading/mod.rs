@@ -2,7 +2,8 @@
 //! ([`filter`], the object's [`programs`]), their typed maps ([`maps`],
 //! written in batches: `batch`), where they are pinned ([`pins`]), the
 //! kernel structure layouts the probes read ([`btf`]), what the kernel
-//! offers ([`features`]) and what loading costs it ([`cost`]); bpf(2)
+//! offers ([`features`]) and what loading costs it ([`cost`]); the
+//! priority of whoever holds the maps ([`priority`]); bpf(2)
 //! itself where aya has no call for a command ([`syscall`]).
 
 mod batch;
@@ -12,5 +13,6 @@ pub mod features;
 pub mod filter;
 pub mod maps;
 pub mod pins;
+pub mod priority;
 pub mod programs;
 pub mod syscall;
