@@ -12,6 +12,12 @@
 //! programs. While a device is being made (`SEALED`), a node of the RDMA
 //! core's majors (`MAJORS`) that the guard does not know yet is refused
 //! too: the new device's nodes exist before the loader can name them.
+//!
+//! The rules and each node's owner come in two generations; one write of
+//! `ACTIVE` switches from one to the other. A node's owner is a rule's
+//! index: written apart, a reload that moves rules would for a moment give
+//! a device to the tenant of the rule now at its old index, and an fd
+//! opened then outlives the reload.
 #![no_std]
 #![no_main]
 
@@ -29,16 +35,22 @@ use pkeyfw_common::abi::{
     BindSpec, Creation, DEVICE_MAJORS, DEVICE_NODES, MAX_RULES, NO_TENANT, QpLayout, node_key,
 };
 
-/// A tenant device's nodes, by [`node_key`]: the index of its tenant's rule
-/// in `TENANTS`; [`NO_TENANT`] for a node of any other RDMA device (known,
-/// so that it opens while the guard is sealed).
+/// A tenant device's nodes, by [`node_key`], per generation: the index of
+/// its tenant's rule in that generation's `TENANTS`; [`NO_TENANT`] for a
+/// node of any other RDMA device (known, so that it opens while the guard
+/// is sealed); `CLOSED` for one of a device no tenant may open (going,
+/// or not made yet in that generation).
 #[btf_map]
-static NODES: HashMap<u32, u32, { DEVICE_NODES as usize }> = HashMap::new();
+static NODES: HashMap<u32, [u32; 2], { DEVICE_NODES as usize }> = HashMap::new();
 
 /// The host policy's `[[bind]]` rules, in file order, as the probes read
-/// them.
+/// them: generation 0's, then generation 1's.
 #[btf_map]
-static TENANTS: Array<BindSpec, { MAX_RULES as usize }> = Array::new();
+static TENANTS: Array<BindSpec, { 2 * MAX_RULES as usize }> = Array::new();
+
+/// The generation in force (0 or 1).
+#[btf_map]
+static ACTIVE: Array<u32, 1> = Array::new();
 
 /// The character device majors of the RDMA core (uverbs, umad), as keys.
 #[btf_map]
@@ -68,9 +80,16 @@ pub fn pkeyfw_guard(ctx: DeviceContext) -> i32 {
     if access & 0xffff != BPF_DEVCG_DEV_CHAR || !opens {
         return 1;
     }
+    let generation = ACTIVE.get(0).map_or(0, |g| *g & 1);
     // SAFETY: the values are copied out at once.
     let owner = match unsafe { NODES.get(&node_key(major, minor)) } {
-        Some(&owner) => owner,
+        Some(owners) => {
+            if generation == 0 {
+                owners[0]
+            } else {
+                owners[1]
+            }
+        }
         None => {
             let rdma = unsafe { MAJORS.get(&major) }.is_some();
             let sealed = SEALED.get(0).is_some_and(|s| *s != 0);
@@ -86,6 +105,7 @@ pub fn pkeyfw_guard(ctx: DeviceContext) -> i32 {
     // SAFETY: this CPU's scratch value; a device program does not nest.
     let m = unsafe { &mut *m };
     task::current_task(&mut m.me, &LAYOUT.load());
+    m.base = generation * MAX_RULES;
     match first_tenant(m) {
         MAX_RULES => i32::from(m.me.uid == 0),
         rule => i32::from(rule == owner),
@@ -98,6 +118,8 @@ pub fn pkeyfw_guard(ctx: DeviceContext) -> i32 {
 struct Matching {
     me: Creation,
     found: u32,
+    /// Where the generation's rules start in `TENANTS`.
+    base: u32,
 }
 
 #[btf_map]
@@ -129,7 +151,7 @@ fn first_tenant(m: &mut Matching) -> u32 {
 extern "C" fn admits(i: u64, ctx: *mut core::ffi::c_void) -> i64 {
     // SAFETY: `ctx` is the pointer `first_tenant` passes.
     let m = unsafe { &mut **ctx.cast::<*mut Matching>() };
-    match TENANTS.get(i as u32) {
+    match TENANTS.get(m.base + i as u32) {
         Some(rule) if rule.admits(&m.me) => {
             m.found = i as u32;
             1

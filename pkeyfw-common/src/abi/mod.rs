@@ -660,6 +660,7 @@ pub mod guard_name {
     pub const TENANTS: &str = "TENANTS";
     pub const MAJORS: &str = "MAJORS";
     pub const SEALED: &str = "SEALED";
+    pub const ACTIVE: &str = "ACTIVE";
 }
 
 /// Device nodes the guard can tell apart: every RDMA device's uverbs, umad
@@ -670,6 +671,10 @@ pub const DEVICE_NODES: u32 = 1 << 12;
 pub const DEVICE_MAJORS: u32 = 16;
 /// `NODES` value of a node of no tenant's device: anyone's to open.
 pub const NO_TENANT: u32 = u32::MAX;
+/// `NODES` value of a node of a tenant's device that no tenant may open
+/// (root outside every tenant may): one a reload removes, or one made
+/// after the generation was written. No rule has this index.
+pub const CLOSED: u32 = u32::MAX - 1;
 
 /// `NODES` key of character device `major:minor` (as `dev_t` packs them:
 /// 12 bits of major, 20 of minor).

@@ -190,6 +190,7 @@ fn apply(host: &Pins, policy: &Policy, path: &Path, before: Option<&Record>) -> 
         Some(old) => Some(old),
         None => Some(tenancy::quiet_uplink(uplink_name)?),
     };
+    let mut switched = false;
     let result = (|| {
         guard.seal(true)?;
         let mut devices = Vec::new();
@@ -216,8 +217,16 @@ fn apply(host: &Pins, policy: &Policy, path: &Path, before: Option<&Record>) -> 
                 line: policy.binds[rule].line,
             });
         }
-        guard.rules(&policy.specs())?;
-        guard.nodes(&owners)?;
+        // A device the policy drops is no one's from now until it is gone:
+        // an fd opened in between would outlive it being dropped.
+        let dropped = had
+            .iter()
+            .filter(|o| !owners.contains_key(&o.device))
+            .map(|o| o.device.clone())
+            .collect();
+        guard.stage(&policy.specs(), &owners, &dropped)?;
+        guard.switch()?;
+        switched = true;
         guard.seal(false)?;
         for m in devices.iter().map(|t| &t.made) {
             if Pins::of(&m.iface).exists() {
@@ -232,6 +241,10 @@ fn apply(host: &Pins, policy: &Policy, path: &Path, before: Option<&Record>) -> 
     let devices = match result {
         Ok(devices) => devices,
         Err(e) => {
+            // The guard goes back to the policy the ports still run.
+            if switched {
+                let _ = guard.switch();
+            }
             let _ = guard.seal(false);
             undo(&made_now, &ported);
             if let (true, Some(old)) = (quieted, &arp_ignore) {
@@ -250,6 +263,7 @@ fn apply(host: &Pins, policy: &Policy, path: &Path, before: Option<&Record>) -> 
             format!("removing {}, which the policy no longer gives", old.device)
         })?;
     }
+    let _ = guard.forget_gone();
     tenancy::restore_routing()?;
     let record = Record {
         devices,

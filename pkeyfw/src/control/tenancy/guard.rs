@@ -5,9 +5,13 @@
 //! systemd (`DeviceAllow=`) or a container runtime attaches below: every
 //! program must allow an open. Its link and maps are pinned with the tenant
 //! host's, so it outlives pkeyfw's process and goes with `pkeyfw detach`.
+//!
+//! A policy is written into the generation not in force ([`Guard::stage`])
+//! and put in force by one write ([`Guard::switch`]), or not at all: an
+//! open sees the rules and the nodes' owners of one policy, never a mix.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     fs,
     os::fd::{AsFd as _, AsRawFd as _},
     path::Path,
@@ -19,7 +23,9 @@ use aya::{
     maps::{Array, HashMap, MapData},
     programs::CgroupDevice,
 };
-use pkeyfw_common::abi::{BindSpec, DEVICE_NODES, MAX_RULES, NO_TENANT, guard_name, node_key};
+use pkeyfw_common::abi::{
+    BindSpec, CLOSED, DEVICE_NODES, MAX_RULES, NO_TENANT, guard_name, node_key,
+};
 
 use crate::{
     control::probes,
@@ -33,19 +39,21 @@ const PROGRAM: &str = "pkeyfw_guard";
 /// The pinned link, in the tenant host's pins.
 const LINK: &str = "guard-link";
 /// The maps it pins beside the link.
-const MAPS: [&str; 4] = [
+const MAPS: [&str; 5] = [
     guard_name::NODES,
     guard_name::TENANTS,
     guard_name::MAJORS,
     guard_name::SEALED,
+    guard_name::ACTIVE,
 ];
 
 /// The guard's maps, as the loader writes them.
 pub struct Guard {
-    nodes: HashMap<MapData, u32, u32>,
+    nodes: HashMap<MapData, u32, [u32; 2]>,
     tenants: Array<MapData, BindSpec>,
     majors: HashMap<MapData, u32, u32>,
     sealed: Array<MapData, u32>,
+    active: Array<MapData, u32>,
 }
 
 impl Guard {
@@ -68,7 +76,7 @@ impl Guard {
             .context("loading the device guard")?;
         let mut guard = Guard::take(&mut ebpf)?;
         guard.seal(true)?;
-        guard.nodes(&BTreeMap::new())?;
+        guard.stage(&[], &BTreeMap::new(), &BTreeSet::new())?;
         let program: &mut CgroupDevice = ebpf
             .program_mut(PROGRAM)
             .ok_or_else(|| anyhow!("the guard object has no {PROGRAM}"))?
@@ -107,17 +115,13 @@ impl Guard {
             tenants: Array::try_from(map(guard_name::TENANTS)?)?,
             majors: HashMap::try_from(map(guard_name::MAJORS)?)?,
             sealed: Array::try_from(map(guard_name::SEALED)?)?,
+            active: Array::try_from(map(guard_name::ACTIVE)?)?,
         })
     }
 
-    /// The host policy's rules, as the probes read them: whose tenant each
-    /// device's opener is.
-    pub fn rules(&mut self, specs: &[BindSpec]) -> Result<()> {
-        for i in 0..MAX_RULES {
-            let spec = specs.get(i as usize).copied().unwrap_or_default();
-            self.tenants.set(i, &spec, 0)?;
-        }
-        Ok(())
+    /// The generation in force.
+    fn active(&self) -> Result<u32> {
+        Ok(self.active.get(&0, 0)? & 1)
     }
 
     /// While sealed, an RDMA node the guard does not know is refused: a
@@ -126,10 +130,25 @@ impl Guard {
         Ok(self.sealed.set(0, &u32::from(on), 0)?)
     }
 
-    /// Every RDMA device's nodes as they are now: those of the devices in
-    /// `owners` (by name) their tenant's rule, the rest anyone's; and the
-    /// RDMA core's majors.
-    pub fn nodes(&mut self, owners: &BTreeMap<String, u32>) -> Result<()> {
+    /// Writes the generation not in force: the host policy's rules
+    /// `specs` (as the probes read them: whose tenant each opener is), and
+    /// the owner of every RDMA device's nodes as they are now — of a
+    /// device in `owners` (by name) its tenant's rule, of one in `closed`
+    /// (going) no tenant, of the rest anyone. In the generation in force a
+    /// node it did not know yet is closed if its device is in `owners` (one
+    /// being made), anyone's otherwise. Nodes of devices gone are
+    /// forgotten. Also notes the RDMA core's majors.
+    pub fn stage(
+        &mut self,
+        specs: &[BindSpec],
+        owners: &BTreeMap<String, u32>,
+        closed: &BTreeSet<String>,
+    ) -> Result<()> {
+        let staged = self.active()? ^ 1;
+        for i in 0..MAX_RULES {
+            let spec = specs.get(i as usize).copied().unwrap_or_default();
+            self.tenants.set(staged * MAX_RULES + i, &spec, 0)?;
+        }
         let now = device_nodes()?;
         if now.len() > DEVICE_NODES as usize {
             bail!(
@@ -137,16 +156,47 @@ impl Guard {
                 now.len()
             );
         }
-        let old: Vec<u32> = self.nodes.keys().collect::<Result<_, _>>()?;
         for (key, device) in &now {
-            let owner = owners.get(device).copied().unwrap_or(NO_TENANT);
-            self.nodes.insert(key, &owner, 0)?;
+            let owner = match owners.get(device) {
+                Some(&rule) => rule,
+                None if closed.contains(device) => CLOSED,
+                None => NO_TENANT,
+            };
+            let mut both = self.nodes.get(key, 0).unwrap_or_else(|_| {
+                let before = if owners.contains_key(device) {
+                    CLOSED
+                } else {
+                    NO_TENANT
+                };
+                [before; 2]
+            });
+            both[staged as usize] = owner;
+            self.nodes.insert(key, &both, 0)?;
         }
-        for key in old.iter().filter(|k| !now.contains_key(k)) {
-            let _ = self.nodes.remove(key);
-        }
+        self.forget(&now)?;
         for major in rdma_majors()? {
             self.majors.insert(&major, &1, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Puts the generation [`Guard::stage`] wrote in force, or, called
+    /// again, the one before back: one write.
+    pub fn switch(&mut self) -> Result<()> {
+        let staged = self.active()? ^ 1;
+        Ok(self.active.set(0, &staged, 0)?)
+    }
+
+    /// Forgets the nodes of devices that are gone (a minor of theirs that
+    /// a new device takes is that device's).
+    pub fn forget_gone(&mut self) -> Result<()> {
+        self.forget(&device_nodes()?)
+    }
+
+    fn forget(&mut self, now: &BTreeMap<u32, String>) -> Result<()> {
+        let old: Vec<u32> = self.nodes.keys().collect::<Result<_, _>>()?;
+        for key in old.iter().filter(|k| !now.contains_key(k)) {
+            let _ = self.nodes.remove(key);
         }
         Ok(())
     }

@@ -318,7 +318,18 @@ impl Host {
         let series_before = tenant_series()?;
         let path = work.join("own-devices-without-d.toml");
         fs::write(&path, policy(D))?;
+        // `nobody` tries D's device all through the reload: a device on its
+        // way out is no one's to open (an fd got then would outlive the
+        // reload, and meet D's QPs inside rdma_rxe until D's device goes).
+        let opener = racing_opener(&uverbs_node(&device(D))?, work)?;
         run::pkeyfw(&["reload", UPLINK, "--policy", &path.display().to_string()])?;
+        let opened = opener.stop()?;
+        if opened > 0 {
+            println!(
+                "  nobody opened {}'s device {opened} times during the reload that removed it",
+                NAMES[D]
+            );
+        }
         let kept: Vec<Option<String>> = (0..D).map(|i| index(&device(i))).collect();
         let gone = !Path::new(&format!("/sys/class/infiniband/{}", device(D))).exists()
             && index(&device(D)).is_none();
@@ -334,7 +345,7 @@ impl Host {
                 "  pkeyfw_tenant_device_info: {series_before:?} before the reload, {series_after:?} after"
             );
         }
-        Ok(gone && kept == before && kept.iter().all(Option::is_some) && shown)
+        Ok(gone && kept == before && kept.iter().all(Option::is_some) && shown && opened == 0)
     }
 
     /// Detaches the host: whether the host's routes are then as before the
@@ -686,6 +697,46 @@ fn opens(host: &Host, sc: &Scenario) -> Result<Vec<String>> {
         problems.push(format!("nobody opening {device}'s node: {said}"));
     }
     Ok(problems)
+}
+
+/// `nobody`, outside every tenant, opening `node` over and over until
+/// stopped, noting each open that succeeded.
+struct RacingOpener {
+    proc: Proc,
+    log: PathBuf,
+}
+
+fn racing_opener(node: &Path, work: &Path) -> Result<RacingOpener> {
+    let log = work.join("racing-opener.log");
+    let mut cmd = Command::new("sh");
+    cmd.args([
+        "-c",
+        &format!(
+            "while :; do (exec 3<> {}) 2>/dev/null && echo opened; done",
+            node.display()
+        ),
+    ])
+    .stdout(fs::File::create(&log)?);
+    Tenant {
+        cgroup: None,
+        uid: Some(65534),
+    }
+    .place(&mut cmd)?;
+    let proc = Proc(cmd.spawn().context("starting the racing opener")?);
+    // Its first tries are made before what it races starts.
+    std::thread::sleep(Duration::from_millis(300));
+    Ok(RacingOpener { proc, log })
+}
+
+impl RacingOpener {
+    /// Stops it; how many times it opened the node.
+    fn stop(self) -> Result<usize> {
+        drop(self.proc);
+        Ok(fs::read_to_string(&self.log)?
+            .lines()
+            .filter(|l| *l == "opened")
+            .count())
+    }
 }
 
 /// The uverbs node of RDMA device `device`.
