@@ -187,9 +187,30 @@ fn apply(host: &Pins, policy: &Policy, path: &Path, before: Option<&Record>) -> 
     };
     let quieted = before.and_then(|r| r.arp_ignore.clone()).is_none();
     let arp_ignore = match before.and_then(|r| r.arp_ignore.clone()) {
-        Some(old) => Some(old),
-        None => Some(tenancy::quiet_uplink(uplink_name)?),
+        Some(old) => old,
+        None => tenancy::uplink_arp_ignore(uplink_name)?,
     };
+    // Noted before anything is changed: the uplink's setting as it was,
+    // and every device this call may make. An attach killed on the way
+    // (SIGKILL, a crash) leaves what the next one, or a detach, removes.
+    let mut pending = before.map(|r| r.devices.clone()).unwrap_or_default();
+    for (rule, own) in policy.own_devices() {
+        if !pending.iter().any(|t| t.made.device == own.name) {
+            pending.push(Tenant {
+                made: Made::pending(own),
+                pkey: policy.binds[rule].pkey,
+                line: policy.binds[rule].line,
+            });
+        }
+    }
+    host.note_tenants(&Record {
+        devices: pending,
+        arp_ignore: Some(arp_ignore.clone()),
+    })?;
+    if quieted {
+        tenancy::quiet_uplink(uplink_name, &arp_ignore)?;
+    }
+    let arp_ignore = Some(arp_ignore);
     let mut switched = false;
     let result = (|| {
         guard.seal(true)?;
@@ -249,6 +270,9 @@ fn apply(host: &Pins, policy: &Policy, path: &Path, before: Option<&Record>) -> 
             undo(&made_now, &ported);
             if let (true, Some(old)) = (quieted, &arp_ignore) {
                 let _ = tenancy::restore_uplink(uplink_name, old);
+            }
+            if let Some(before) = before {
+                let _ = host.note_tenants(before);
             }
             return Err(e);
         }

@@ -37,6 +37,22 @@ pub struct Made {
     pub addrs: Vec<String>,
 }
 
+impl Made {
+    /// `dev` as noted before it is made, so that whatever of it an attach
+    /// killed on the way leaves is removed: its names and addresses (what
+    /// removing it and keeping it go by), no index, MAC or table yet.
+    pub fn pending(dev: &OwnDevice) -> Made {
+        Made {
+            device: dev.name.clone(),
+            iface: dev.iface.clone(),
+            ifindex: 0,
+            mac: String::new(),
+            table: 0,
+            addrs: dev.addrs.iter().map(ToString::to_string).collect(),
+        }
+    }
+}
+
 /// Makes `dev` on the uplink numbered `uplink`: its interface, then its
 /// soft-RoCE device on it. On a failure nothing of it is left.
 pub fn make(dev: &OwnDevice, uplink: u32) -> Result<Made> {
@@ -148,16 +164,19 @@ pub fn check_uplink(uplink: &str, index: u32) -> Result<()> {
     Ok(())
 }
 
-/// Makes the uplink answer ARP only for its own addresses (else it answers
-/// for the tenants', which are the host's too); its value before, to be
-/// put back at the end.
-pub fn quiet_uplink(uplink: &str) -> Result<String> {
-    let key = format!("ipv4/conf/{uplink}/arp_ignore");
-    let old = net::read_sysctl(&key)?;
+/// The uplink's `arp_ignore`, to be put back at the end.
+pub fn uplink_arp_ignore(uplink: &str) -> Result<String> {
+    net::read_sysctl(&format!("ipv4/conf/{uplink}/arp_ignore"))
+}
+
+/// Makes the uplink, whose `arp_ignore` is `old`, answer ARP only for its
+/// own addresses (else it answers for the tenants', which are the host's
+/// too).
+pub fn quiet_uplink(uplink: &str, old: &str) -> Result<()> {
     if old == "0" {
-        net::sysctl(&key, "1")?;
+        net::sysctl(&format!("ipv4/conf/{uplink}/arp_ignore"), "1")?;
     }
-    Ok(old)
+    Ok(())
 }
 
 /// Puts the uplink's ARP setting back.

@@ -364,10 +364,12 @@ fn place_local_rule(family: AddressFamily) -> Result<u32> {
                     table_and_pref(other).0
                 );
             }
-            move_local_rule(family, TENANT_PREF, LOCAL_PREF)?;
-            // So that the last tenant's removal puts it back, and only then.
+            // So that the last tenant's removal puts it back, and only then;
+            // noted first, so that a kill between the two leaves no rule
+            // moved unnoted (a note of a rule not moved is no harm).
             fs::create_dir_all(RUN_DIR)?;
             fs::write(moved_note(family), "")?;
+            move_local_rule(family, TENANT_PREF, LOCAL_PREF)?;
             Ok(TENANT_PREF)
         }
         // Moved already (by pkeyfw, or by another program ahead of its own
@@ -406,14 +408,24 @@ fn restore_local_rule(family: AddressFamily) -> Result<()> {
     if rules.iter().any(|r| ours(table_and_pref(r).0)) {
         return Ok(());
     }
-    let _ = fs::remove_file(moved_note(family));
-    let Some(local) = rules.iter().find(|r| is_local_rule(r)) else {
-        return Ok(());
+    let at = |pref: u32| {
+        rules
+            .iter()
+            .any(|r| is_local_rule(r) && table_and_pref(r).1 == pref)
     };
-    if table_and_pref(local).1 != LOCAL_PREF {
-        return Ok(());
+    if at(LOCAL_PREF) {
+        if at(TENANT_PREF) {
+            // A move killed between its two steps: the copy goes.
+            netlink::change(
+                RouteNetlinkMessage::DelRule(rule(family, LOCAL_PREF, LOCAL_TABLE, Vec::new())),
+                &format!("removing the local table's routing rule at preference {LOCAL_PREF}"),
+            )?;
+        } else {
+            move_local_rule(family, LOCAL_PREF, TENANT_PREF)?;
+        }
     }
-    move_local_rule(family, LOCAL_PREF, TENANT_PREF)
+    let _ = fs::remove_file(moved_note(family));
+    Ok(())
 }
 
 /// Moves the local table's rule of `family` from preference `from` to

@@ -228,8 +228,11 @@ impl Observed {
 struct Host {
     /// The roles' devices, as the programs name them.
     ends: [End; 4],
-    /// `ip route get` of [`ASKED`] before the attach.
+    /// `ip route get` of [`ASKED`], `ip rule` and the uplink's
+    /// `arp_ignore` before the attach.
     routes: Vec<String>,
+    rules: String,
+    arp_ignore: String,
     /// How long the attach took.
     attach: Duration,
 }
@@ -246,6 +249,7 @@ impl Host {
         topology::ip(&["link", "set", UPLINK, "up"])?;
         topology::ip(&["-n", NETNS, "link", "set", PEER, "up"])?;
         let routes = routes()?;
+        let (rules, arp_ignore) = (rules()?, uplink_arp_ignore()?);
         let policy = work.join("own-devices.toml");
         fs::write(&policy, self::policy(ROLES.len()))?;
         let started = Instant::now();
@@ -269,6 +273,8 @@ impl Host {
         Ok(Host {
             ends,
             routes,
+            rules,
+            arp_ignore,
             attach,
         })
     }
@@ -348,10 +354,16 @@ impl Host {
         Ok(gone && kept == before && kept.iter().all(Option::is_some) && shown && opened == 0)
     }
 
-    /// Detaches the host: whether the host's routes are then as before the
-    /// attach and no tenant's interface or device is left.
-    fn detach(self) -> Result<bool> {
+    /// Detaches the host: whether the host's routes, rules and uplink are
+    /// then as before the attach and no tenant's interface or device is
+    /// left.
+    fn detach(&self) -> Result<bool> {
         run::pkeyfw(&["detach", UPLINK])?;
+        self.as_before("once detached")
+    }
+
+    /// Whether the host is as before the attach, saying what is not.
+    fn as_before(&self, when: &str) -> Result<bool> {
         let left: Vec<String> = (0..4)
             .map(device)
             .filter(|d| {
@@ -359,15 +371,57 @@ impl Host {
                     || Path::new(&format!("/sys/class/infiniband/{d}")).exists()
             })
             .collect();
-        let now = routes()?;
-        if now != self.routes || !left.is_empty() {
+        let (now, rules, arp_ignore) = (routes()?, rules()?, uplink_arp_ignore()?);
+        if now != self.routes
+            || rules != self.rules
+            || arp_ignore != self.arp_ignore
+            || !left.is_empty()
+        {
             println!(
-                "  once detached: routes {now:?} (before the attach {:?}), left {left:?}",
-                self.routes
+                "  {when}: routes {now:?} (before the attach {:?}), rules {rules:?} (before {:?}), {UPLINK}'s arp_ignore {arp_ignore} (before {}), left {left:?}",
+                self.routes, self.rules, self.arp_ignore
             );
             return Ok(false);
         }
         Ok(true)
+    }
+
+    /// An attach of the four tenants SIGKILLed once it made their devices
+    /// (before it attached their ports and noted what it made), an attach
+    /// without D's rule replacing it, then a detach: whether the host is
+    /// then as before (D's device, made by the killed attach alone, gone;
+    /// the uplink's `arp_ignore` back).
+    fn killed_attach(&self, work: &Path) -> Result<bool> {
+        let all = work.join("own-devices.toml");
+        let mut killed = Proc(
+            Command::new(std::env::current_exe()?)
+                .args(["attach", UPLINK, "--pin", "--policy"])
+                .arg(&all)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .context("starting the attach to kill")?,
+        );
+        let made = Path::new("/sys/class/infiniband").join(device(D));
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !made.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        killed.0.kill()?;
+        killed.0.wait()?;
+        if !made.exists() {
+            bail!("the attach to kill made no device {} in 120 s", device(D));
+        }
+        let without_d = work.join("own-devices-without-d.toml");
+        run::pkeyfw(&[
+            "attach",
+            UPLINK,
+            "--pin",
+            "--policy",
+            &without_d.display().to_string(),
+        ])?;
+        run::pkeyfw(&["detach", UPLINK])?;
+        self.as_before("after a SIGKILLed attach, a replacing one without D and a detach")
     }
 }
 
@@ -436,6 +490,25 @@ fn scrape() -> Result<String> {
     }
 }
 
+/// `ip rule` of both families.
+fn rules() -> Result<String> {
+    let mut text = String::new();
+    for family in ["-4", "-6"] {
+        let out = Command::new("ip").args([family, "rule"]).output()?;
+        text += &String::from_utf8_lossy(&out.stdout);
+    }
+    Ok(text)
+}
+
+/// The uplink's `arp_ignore`.
+fn uplink_arp_ignore() -> Result<String> {
+    Ok(
+        fs::read_to_string(format!("/proc/sys/net/ipv4/conf/{UPLINK}/arp_ignore"))?
+            .trim()
+            .to_string(),
+    )
+}
+
 /// `ip route get` of every address of [`ASKED`], one line each, as a
 /// route reads whatever table the kernel found it in (with custom rules
 /// the local table answers by name, where it answered as main before).
@@ -462,7 +535,8 @@ fn routes() -> Result<Vec<String>> {
 pub struct Ran {
     pub rows: Vec<Observed>,
     /// A reload without D's rule removed D's device alone, and once
-    /// detached the host's routes were as before and no device was left.
+    /// detached the host's routes were as before and no device was left;
+    /// so too after a SIGKILLed attach, a replacing one and a detach.
     pub restored: bool,
     pub attach: Duration,
     /// The whole group's time: setup, scenarios, reload, detach.
@@ -509,7 +583,7 @@ pub fn run(scenarios: &[Scenario], work: &Path, capture_dir: Option<&Path>) -> R
     if !reloaded {
         println!("  a reload without D's rule did not remove D's device alone");
     }
-    let restored = reloaded && host.detach()?;
+    let restored = reloaded && host.detach()? && host.killed_attach(work)?;
     Ok(Ran {
         rows,
         restored,
