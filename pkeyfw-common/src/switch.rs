@@ -224,7 +224,7 @@ pub fn judge_parsed<F: Frame + ?Sized, T: Tables>(
             allowed,
             pass: allowed || monitor || corrupt,
             corrupt,
-            qp_slot: crate::verdict::NO_SLOT,
+            qp: crate::verdict::NO_QP,
             roce,
         },
         rewrite,

@@ -17,9 +17,9 @@ pub const SMI_QPN: u32 = 0;
 pub const GSI_QPN: u32 = 1;
 /// The multicast destination QPN.
 pub const MULTICAST_QPN: u32 = 0x00ff_ffff;
-/// No QP-table slot judged the frame ([`Outcome::qp_slot`]): no map holds
-/// that many.
-pub const NO_SLOT: u32 = u32::MAX;
+/// No QP-table entry judged the frame ([`Outcome::qp`]): no QPN is that
+/// large.
+pub const NO_QP: u32 = u32::MAX;
 /// The well-known Q_Key of QP1, the GSI (IBA 13.4: privileged Q_Keys have bit 31 set).
 pub const GSI_QKEY: u32 = 0x8001_0000;
 
@@ -58,11 +58,11 @@ pub fn judge_parsed<F: Frame + ?Sized, T: Tables>(
     tables: &T,
     config: &Config,
 ) -> Outcome {
-    let (roce, (reason, allowed, slot)) = match parsed {
-        Parsed::NotRoce => (None, (Reason::NotRoce, true, NO_SLOT)),
-        Parsed::Malformed => (None, (Reason::Malformed, false, NO_SLOT)),
+    let (roce, (reason, allowed, qp)) = match parsed {
+        Parsed::NotRoce => (None, (Reason::NotRoce, true, NO_QP)),
+        Parsed::Malformed => (None, (Reason::Malformed, false, NO_QP)),
         // A super-packet is refused whole: its later segments go unjudged.
-        Parsed::Roce(roce) if roce.aggregate(frame) => (Some(roce), (Reason::Gso, false, NO_SLOT)),
+        Parsed::Roce(roce) if roce.aggregate(frame) => (Some(roce), (Reason::Gso, false, NO_QP)),
         Parsed::Roce(roce) => (Some(roce), decide(frame, &roce, tables, config)),
     };
     Outcome {
@@ -70,13 +70,13 @@ pub fn judge_parsed<F: Frame + ?Sized, T: Tables>(
         allowed,
         pass: allowed || config.monitor != 0,
         corrupt: false,
-        qp_slot: slot,
+        qp,
         roce,
     }
 }
 
-/// Verdict on a RoCE frame: reason, pass, and the QP-table slot that judged
-/// it ([`NO_SLOT`] if none did).
+/// Verdict on a RoCE frame: reason, pass, and the QPN whose QP-table entry
+/// judged it ([`NO_QP`] if none did).
 #[inline(always)]
 fn decide<F: Frame + ?Sized, T: Tables>(
     frame: &F,
@@ -89,8 +89,8 @@ fn decide<F: Frame + ?Sized, T: Tables>(
         // QP0, the SMI, checks no P_Key or Q_Key, but takes only SMPs, which
         // are datagrams (IBA 13.5: MADs on UD). RoCE has no SMI at all (rxe
         // drops QP0 frames): anything else to QP0 is refused.
-        SMI_QPN if ud => return (Reason::Smi, true, NO_SLOT),
-        SMI_QPN => return (Reason::OpcodeMismatch, false, NO_SLOT),
+        SMI_QPN if ud => return (Reason::Smi, true, NO_QP),
+        SMI_QPN => return (Reason::OpcodeMismatch, false, NO_QP),
         // QP1 accepts a P_Key matching any entry of the port's table.
         GSI_QPN => check(
             ud,
@@ -113,16 +113,16 @@ fn decide<F: Frame + ?Sized, T: Tables>(
                     // check; a UD QP that has set none yet accepts no frame.
                     !ud || (qp.flags & qp_flags::UNSET_QKEY == 0 && roce.qkey == qp.qkey),
                 );
-                return (reason, reason == Reason::Ok, qp.slot);
+                return (reason, reason == Reason::Ok, qpn);
             }
             // A QP a rule would bind is never let in as one no rule binds:
             // refused whatever the unknown-QP rule (as `drop` refuses it,
             // so the verifier meets a state it has seen).
-            None if tables.quarantined(qpn) => return (Reason::UnknownQp, false, NO_SLOT),
+            None if tables.quarantined(qpn) => return (Reason::UnknownQp, false, NO_QP),
             None => return unknown(roce.pkey, config),
         },
     };
-    (reason, reason == Reason::Ok, NO_SLOT)
+    (reason, reason == Reason::Ok, NO_QP)
 }
 
 /// The receive checks in IBA order: transport, then P_Key, then Q_Key.
@@ -144,11 +144,11 @@ fn check(transport_ok: bool, pkey_ok: bool, qkey_ok: bool) -> Reason {
 fn unknown(frame_pkey: u16, config: &Config) -> (Reason, bool, u32) {
     match UnknownQp::from_u8(config.unknown_qp) {
         UnknownQp::DefaultPkey if pkey::matches(frame_pkey, config.default_pkey) => {
-            (Reason::UnknownQp, true, NO_SLOT)
+            (Reason::UnknownQp, true, NO_QP)
         }
-        UnknownQp::DefaultPkey => (Reason::PkeyViolation, false, NO_SLOT),
-        UnknownQp::Drop => (Reason::UnknownQp, false, NO_SLOT),
-        UnknownQp::Pass => (Reason::UnknownQp, true, NO_SLOT),
+        UnknownQp::DefaultPkey => (Reason::PkeyViolation, false, NO_QP),
+        UnknownQp::Drop => (Reason::UnknownQp, false, NO_QP),
+        UnknownQp::Pass => (Reason::UnknownQp, true, NO_QP),
     }
 }
 
@@ -163,17 +163,17 @@ pub struct Outcome {
     /// Refused, and to be passed with its ICRC broken (a switch port's
     /// `corrupt`); `pass` is then true.
     pub corrupt: bool,
-    /// Counter slot of the QP-table entry that judged the frame, or
-    /// [`NO_SLOT`]. (A number, not an `Option`: a `None` made on some paths
+    /// The QPN whose QP-table entry judged the frame (its counters count
+    /// it), or [`NO_QP`]. (A number, not an `Option`: a `None` made on some paths
     /// leaves the kernel's register undefined, which its verifier refuses
     /// to read.)
-    pub qp_slot: u32,
+    pub qp: u32,
     /// The RoCE headers, when the frame is RoCE.
     pub roce: Option<Roce>,
 }
 
-/// [`Outcome::pack`]'s fields above the QP slot (bits 0-31).
-const HAS_SLOT: u64 = 1 << 32;
+/// [`Outcome::pack`]'s fields above the QPN (bits 0-31).
+const HAS_QP: u64 = 1 << 32;
 pub const PACKED_ALLOWED: u64 = 1 << 33;
 pub const PACKED_PASS: u64 = 1 << 34;
 const CORRUPT: u64 = 1 << 35;
@@ -190,16 +190,16 @@ impl Outcome {
     /// needed, it keeps the P_Key, which a rewrite may change meanwhile.
     #[inline(always)]
     pub const fn pack(&self) -> u64 {
-        let slot = if self.qp_slot == NO_SLOT {
+        let qp = if self.qp == NO_QP {
             0
         } else {
-            self.qp_slot as u64 | HAS_SLOT
+            self.qp as u64 | HAS_QP
         };
         let pkey = match self.roce {
             Some(roce) => roce.pkey as u64,
             None => 0,
         };
-        slot | if self.allowed { PACKED_ALLOWED } else { 0 }
+        qp | if self.allowed { PACKED_ALLOWED } else { 0 }
             | if self.pass { PACKED_PASS } else { 0 }
             | if self.corrupt { CORRUPT } else { 0 }
             | (self.reason as u64) << REASON_SHIFT
@@ -226,10 +226,10 @@ impl Outcome {
             allowed: bits & PACKED_ALLOWED != 0,
             pass: bits & PACKED_PASS != 0,
             corrupt: bits & CORRUPT != 0,
-            qp_slot: if bits & HAS_SLOT != 0 {
+            qp: if bits & HAS_QP != 0 {
                 bits as u32
             } else {
-                NO_SLOT
+                NO_QP
             },
             roce,
         }
@@ -263,7 +263,7 @@ mod tests {
             allowed: bool,
             pass: bool,
             corrupt: bool,
-            slot in prop_oneof![Just(NO_SLOT), 0..NO_SLOT],
+            qp in prop_oneof![Just(NO_QP), 0..NO_QP],
             pkey: u16,
         ) {
             let roce = Roce {
@@ -283,7 +283,7 @@ mod tests {
                 allowed,
                 pass,
                 corrupt,
-                qp_slot: slot,
+                qp,
                 roce: Some(roce),
             };
             // Read again after a rewrite changed its P_Key.

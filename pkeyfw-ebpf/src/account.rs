@@ -32,18 +32,18 @@ pub fn reason(counters: &PerCpuArray<u64, REASON_SLOTS>, outcome: &Outcome) {
     }
 }
 
-/// Counts a frame against the QP-table entry that judged it, in this CPU's
-/// counters.
+/// Counts a frame against the QP-table entry that judged it (its QPN's
+/// counters), in this CPU's counters.
 #[inline(always)]
 pub fn qp(outcome: &Outcome) {
-    let slots = SETUP.load().stats_slots;
-    // NO_SLOT is no slot: then there is none.
-    if outcome.qp_slot >= slots {
+    let qpns = SETUP.load().qpns;
+    // NO_QP is beyond every table: then no entry judged it.
+    if outcome.qp >= qpns {
         return;
     }
     // SAFETY: no preconditions (the kernel inlines it).
     let cpu = unsafe { bpf_get_smp_processor_id() };
-    if let Some(stats) = QP_STATS.get_ptr_mut(qp_stats_index(outcome.qp_slot, cpu, slots)) {
+    if let Some(stats) = QP_STATS.get_ptr_mut(qp_stats_index(outcome.qp, cpu, qpns)) {
         // SAFETY: this CPU's counters, written only by this CPU.
         unsafe {
             if outcome.pass {

@@ -37,7 +37,7 @@ use maps::{REASONS, SENDER, XMIT_REASONS, policy};
 use packet::{Packet, Skb, XdpBytes};
 use pkeyfw_common::{
     Direction, Frame, Outcome, Stamp,
-    abi::{DEFAULT_QP_CAPACITY, KERNEL_SLOTS, QPN_MASK, Setup, role},
+    abi::{MIN_QPNS, QPN_MASK, Setup, role},
     parse::{self, Located, Parsed},
     stamp::{self, Action, Origin, Plan},
     switch,
@@ -51,7 +51,7 @@ pub static SETUP: Global<Setup> = Global::new(Setup {
     frags: 1,
     coarse_clock: 1,
     _pad: 0,
-    stats_slots: DEFAULT_QP_CAPACITY + KERNEL_SLOTS,
+    qpns: MIN_QPNS,
 });
 
 /// Ingress in the driver (native XDP), multi-buffer aware (`xdp.frags`),

@@ -1,6 +1,7 @@
 //! The programs and maps in the kernel: loading and attaching them
 //! ([`filter`], the object's [`programs`]), their typed maps ([`maps`],
-//! written in batches: `batch`), where they are pinned ([`pins`]), the
+//! written in batches: `batch`; the QP table through its memory:
+//! [`qp_table`]), where they are pinned ([`pins`]), the
 //! kernel structure layouts the probes read ([`btf`]), what the kernel
 //! offers ([`features`]) and what loading costs it ([`cost`]).
 
@@ -12,3 +13,4 @@ pub mod filter;
 pub mod maps;
 pub mod pins;
 pub mod programs;
+pub mod qp_table;

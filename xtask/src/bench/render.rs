@@ -10,7 +10,7 @@ use crate::table::{Table, thousands};
 /// The maps the memory table shows one by one; the others are summed.
 const BIG_MAPS: &[&str] = &["QPS", "QP_STATS"];
 /// Those the probe's room table shows one by one: the ones sized by it.
-const PROBE_MAPS: &[&str] = &["QPS", "QP_STATS", "KSLOTS", "QKEYS", "FREE_SLOTS"];
+const PROBE_MAPS: &[&str] = &["QPS", "QP_STATS", "QKEYS", "CREATIONS"];
 
 /// The line that says where and how the figures were measured.
 pub fn header(doc: &Value) -> Result<String> {
