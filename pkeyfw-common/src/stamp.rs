@@ -14,7 +14,7 @@ use crate::{
     csum,
     frame::Frame,
     icrc,
-    parse::{self, Bth, Parsed, Transport},
+    parse::{self, Bth, Class, Parsed, Transport},
     pkey,
     verdict::{GSI_QPN, SMI_QPN},
 };
@@ -154,15 +154,25 @@ pub fn egress_parsed<F: Frame + ?Sized, T: Tables>(
         // rdma_rxe sends one well-formed packet per skb: anything else
         // could carry packets past what is judged here, and any process
         // may send it (UDP_SEGMENT, a datagram the stack fragments).
-        Parsed::Roce(roce) if roce.aggregate(frame) => return Some(Action::Drop(Stamp::Gso)),
-        Parsed::Malformed => return Some(Action::Drop(Stamp::Malformed)),
+        Parsed {
+            class: Class::Roce,
+            roce,
+        } if roce.aggregate(frame) => return Some(Action::Drop(Stamp::Gso)),
+        Parsed {
+            class: Class::Malformed,
+            ..
+        } => return Some(Action::Drop(Stamp::Malformed)),
         // RoCE v1 has no UDP header to attribute or patch; sending it takes
         // a raw socket, which takes privilege.
-        Parsed::Roce(roce) if roce.udp_at().is_some() => roce,
+        Parsed {
+            class: Class::Roce,
+            roce,
+        } if roce.udp_at().is_some() => roce,
         _ => return Some(Action::Leave(Stamp::NotRoce)),
     };
-    let ud = roce.transport == Transport::Ud;
-    let management = matches!(roce.dest_qp, SMI_QPN | GSI_QPN) || (ud && roce.src_qp <= GSI_QPN);
+    let ud = roce.transport() == Transport::Ud;
+    let management =
+        matches!(roce.dest_qp(), SMI_QPN | GSI_QPN) || (ud && roce.src_qp() <= GSI_QPN);
     // Asked only of a RoCE v2 frame while the policy stamps.
     let sender = match origin() {
         Origin::Qp(qpn) => Some(qpn),
@@ -172,9 +182,9 @@ pub fn egress_parsed<F: Frame + ?Sized, T: Tables>(
     // table: a process's frame naming QP0/QP1 could otherwise carry any key
     // of the table to any remote QP.
     if management {
-        let flags = tables.port_flags(pkey::key(roce.pkey));
+        let flags = tables.port_flags(pkey::key(roce.pkey()));
         return Some(match sender {
-            Some(_) if pkey::port::holds(roce.pkey, flags) => Action::Leave(Stamp::Management),
+            Some(_) if pkey::port::holds(roce.pkey(), flags) => Action::Leave(Stamp::Management),
             _ => Action::Drop(Stamp::Forged),
         });
     }
@@ -184,7 +194,7 @@ pub fn egress_parsed<F: Frame + ?Sized, T: Tables>(
         Some((q, None)) if tables.quarantined(q) => return Some(Action::Drop(Stamp::Quarantined)),
         _ => (config.default_pkey, Stamp::Unbound, Stamp::Defaulted),
     };
-    if roce.pkey == key {
+    if roce.pkey() == key {
         return Some(Action::Leave(kept));
     }
     Some(match plan(frame, &roce, key) {
@@ -215,7 +225,7 @@ pub fn restores(outcome: &Outcome, config: &Config) -> bool {
         && outcome.pass
         && outcome
             .roce
-            .is_some_and(|roce| roce.udp_at().is_some() && roce.pkey != pkey::DEFAULT)
+            .is_some_and(|roce| roce.udp_at().is_some() && roce.pkey() != pkey::DEFAULT)
 }
 
 /// Locates the rewrite of a RoCE v2 frame's P_Key to `new`.
@@ -247,12 +257,12 @@ fn locate<F: Frame + ?Sized>(frame: &F, roce: &parse::Roce, new: u16) -> Result<
     let icrc_at = (udp_at + u16::from_be_bytes(udp.len) as usize)
         .checked_sub(4)
         .ok_or(Stamp::NotRoce)?;
-    if icrc_at < roce.bth_at + Bth::LEN {
+    if icrc_at < roce.bth_at() + Bth::LEN {
         return Err(Stamp::NotRoce);
     }
     let plan = Plan {
-        pkey_at: roce.bth_at + 2,
-        old: roce.pkey,
+        pkey_at: roce.bth_at() + 2,
+        old: roce.pkey(),
         new,
         udp_at,
         icrc_at,

@@ -7,7 +7,7 @@ use crate::{
         qp_flags,
     },
     frame::Frame,
-    parse::{self, Parsed, Roce, Transport},
+    parse::{self, Class, Parsed, Roce, Transport},
     pkey,
 };
 
@@ -58,12 +58,13 @@ pub fn judge_parsed<F: Frame + ?Sized, T: Tables>(
     tables: &T,
     config: &Config,
 ) -> Outcome {
-    let (roce, (reason, allowed, qp)) = match parsed {
-        Parsed::NotRoce => (None, (Reason::NotRoce, true, NO_QP)),
-        Parsed::Malformed => (None, (Reason::Malformed, false, NO_QP)),
+    let roce = parsed.roce;
+    let (roce, (reason, allowed, qp)) = match parsed.class {
+        Class::NotRoce => (None, (Reason::NotRoce, true, NO_QP)),
+        Class::Malformed => (None, (Reason::Malformed, false, NO_QP)),
         // A super-packet is refused whole: its later segments go unjudged.
-        Parsed::Roce(roce) if roce.aggregate(frame) => (Some(roce), (Reason::Gso, false, NO_QP)),
-        Parsed::Roce(roce) => (Some(roce), decide(frame, &roce, tables, config)),
+        Class::Roce if roce.aggregate(frame) => (Some(roce), (Reason::Gso, false, NO_QP)),
+        Class::Roce => (Some(roce), decide(frame, &roce, tables, config)),
     };
     Outcome {
         reason,
@@ -84,8 +85,8 @@ fn decide<F: Frame + ?Sized, T: Tables>(
     tables: &T,
     config: &Config,
 ) -> (Reason, bool, u32) {
-    let ud = roce.transport == Transport::Ud;
-    let reason = match roce.dest_qp {
+    let ud = roce.transport() == Transport::Ud;
+    let reason = match roce.dest_qp() {
         // QP0, the SMI, checks no P_Key or Q_Key, but takes only SMPs, which
         // are datagrams (IBA 13.5: MADs on UD). RoCE has no SMI at all (rxe
         // drops QP0 frames): anything else to QP0 is refused.
@@ -94,24 +95,32 @@ fn decide<F: Frame + ?Sized, T: Tables>(
         // QP1 accepts a P_Key matching any entry of the port's table.
         GSI_QPN => check(
             ud,
-            pkey::port::matches(roce.pkey, tables.port_flags(pkey::key(roce.pkey))),
-            roce.qkey == GSI_QKEY,
+            pkey::port::matches(roce.pkey(), tables.port_flags(pkey::key(roce.pkey()))),
+            roce.qkey() == GSI_QKEY,
         ),
-        MULTICAST_QPN => match roce.addrs.read(frame, true).and_then(|a| tables.group(&a)) {
-            Some(g) => check(ud, pkey::matches(roce.pkey, g.pkey), roce.qkey == g.qkey),
-            None => return unknown(roce.pkey, config),
+        MULTICAST_QPN => match roce
+            .addrs()
+            .read(frame, true)
+            .and_then(|a| tables.group(&a))
+        {
+            Some(g) => check(
+                ud,
+                pkey::matches(roce.pkey(), g.pkey),
+                roce.qkey() == g.qkey,
+            ),
+            None => return unknown(roce.pkey(), config),
         },
         qpn => match tables.qp(qpn) {
             Some(qp) => {
                 let reason = check(
-                    match roce.transport.qp_type() {
+                    match roce.transport().qp_type() {
                         Some(t) => t == qp.qp_type,
                         None => true, // CNP: any QP type
                     },
-                    pkey::matches(roce.pkey, qp.pkey),
+                    pkey::matches(roce.pkey(), qp.pkey),
                     // A CNP carries no DETH: only UD frames have a Q_Key to
                     // check; a UD QP that has set none yet accepts no frame.
-                    !ud || (qp.flags & qp_flags::UNSET_QKEY == 0 && roce.qkey == qp.qkey),
+                    !ud || (qp.flags & qp_flags::UNSET_QKEY == 0 && roce.qkey() == qp.qkey),
                 );
                 return (reason, reason == Reason::Ok, qpn);
             }
@@ -119,7 +128,7 @@ fn decide<F: Frame + ?Sized, T: Tables>(
             // refused whatever the unknown-QP rule (as `drop` refuses it,
             // so the verifier meets a state it has seen).
             None if tables.quarantined(qpn) => return (Reason::UnknownQp, false, NO_QP),
-            None => return unknown(roce.pkey, config),
+            None => return unknown(roce.pkey(), config),
         },
     };
     (reason, reason == Reason::Ok, NO_QP)
@@ -196,7 +205,7 @@ impl Outcome {
             self.qp as u64 | HAS_QP
         };
         let pkey = match self.roce {
-            Some(roce) => roce.pkey as u64,
+            Some(roce) => roce.pkey() as u64,
             None => 0,
         };
         qp | if self.allowed { PACKED_ALLOWED } else { 0 }
@@ -212,10 +221,7 @@ impl Outcome {
     #[inline(always)]
     pub const fn unpack(bits: u64, roce: Option<Roce>) -> Outcome {
         let roce = match roce {
-            Some(mut roce) => {
-                roce.pkey = (bits >> PKEY_SHIFT) as u16;
-                Some(roce)
-            }
+            Some(roce) => Some(roce.with_pkey((bits >> PKEY_SHIFT) as u16)),
             None => None,
         };
         Outcome {
@@ -253,7 +259,6 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::parse::{Addrs, Transport};
 
     proptest! {
         /// The verdict handed on in a register, the headers read again.
@@ -266,18 +271,7 @@ mod tests {
             qp in prop_oneof![Just(NO_QP), 0..NO_QP],
             pkey: u16,
         ) {
-            let roce = Roce {
-                opcode: 0x04,
-                transport: Transport::Rc,
-                pkey,
-                dest_qp: 0x11,
-                qkey: 0,
-                src_qp: 0,
-                addrs: Addrs::V4At(26),
-                bth_at: 42,
-                udp: 34,
-                len: 100,
-            };
+            let roce = Roce::of(0x04, pkey, 0x11, 0, 0);
             let outcome = Outcome {
                 reason: Reason::ALL[reason],
                 allowed,
@@ -287,7 +281,7 @@ mod tests {
                 roce: Some(roce),
             };
             // Read again after a rewrite changed its P_Key.
-            let reread = Roce { pkey: !pkey, ..roce };
+            let reread = roce.with_pkey(!pkey);
             prop_assert_eq!(Outcome::unpack(outcome.pack(), Some(reread)), outcome);
         }
     }

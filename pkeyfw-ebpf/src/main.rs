@@ -38,7 +38,7 @@ use packet::{Packet, Skb, XdpBytes};
 use pkeyfw_common::{
     Direction, Frame, Outcome, Stamp,
     abi::{MIN_QPNS, QPN_MASK, Setup, role},
-    parse::{self, Located, Parsed},
+    parse::{self, Located, Parsed, Plain},
     stamp::{self, Action, Origin, Plan},
     switch,
     verdict::{self, PACKED_ALLOWED, PACKED_PASS, PACKED_RESTORE},
@@ -72,7 +72,7 @@ pub fn pkeyfw_linear(ctx: XdpContext) -> u32 {
 #[inline(always)]
 fn xdp(ctx: *mut xdp_md) -> u32 {
     let frame = Packet::of(ctx);
-    let (located, outcome, port) = if SETUP.load().role == role::SWITCH {
+    let outcome = if SETUP.load().role == role::SWITCH {
         let inbound = Direction::Inbound;
         let (located, outcome) = switch_port(
             &frame,
@@ -80,22 +80,24 @@ fn xdp(ctx: *mut xdp_md) -> u32 {
             || pkeyfw_locate_xdp(ctx),
             |l| pkeyfw_port_xdp(ctx, l, inbound as u32),
         );
-        (located, outcome, inbound as u32)
+        if outcome & PACKED_ALLOWED == 0 {
+            pkeyfw_refused_xdp(ctx, located, outcome, inbound as u32);
+        }
+        outcome
     } else {
         // The host's path runs inline, with no call on a frame that passes
-        // and needs no restore: calls cost (a return thunk each, on CPUs
-        // the kernel guards against return-stack attacks).
-        let located =
-            parse::locate_plain(&frame).map_or_else(|| pkeyfw_locate_xdp(ctx), Located::pack);
-        let outcome = host(&frame, located);
+        // and needs no restore, nor on one it refuses: calls cost (a
+        // return thunk each, on CPUs the kernel guards against
+        // return-stack attacks).
+        let (located, parsed) = plain_or(&frame, || pkeyfw_locate_xdp(ctx));
+        let outcome = host(&frame, parsed, |outcome| {
+            pkeyfw_report_xdp(ctx, located, outcome);
+        });
         if outcome & PACKED_RESTORE != 0 {
             account::restored(pkeyfw_restore_xdp(ctx, located));
         }
-        (located, outcome, NO_PORT)
+        outcome
     };
-    if outcome & PACKED_ALLOWED == 0 {
-        pkeyfw_refused_xdp(ctx, located, outcome, port);
-    }
     if trace::on() {
         trace::emit(&Packet::of(ctx));
     }
@@ -127,8 +129,11 @@ pub fn pkeyfw_ingress(ctx: TcContext) -> i32 {
         // The verdict a stage of its own: the skb helpers' buffers would
         // take this frame's stack, and its calls', past the 512 bytes a
         // chain of calls may have (Linux 5.10 counts every chain).
-        let located =
-            parse::locate_plain(&frame).map_or_else(|| pkeyfw_locate_skb(skb), Located::pack);
+        let located = match parse::plain(&frame) {
+            Plain::Roce(roce) => roce.located_bits(),
+            Plain::NotRoce => Located::NotRoce.pack(),
+            Plain::Walk => pkeyfw_locate_skb(skb),
+        };
         let outcome = pkeyfw_host_skb(skb, located);
         if outcome & PACKED_RESTORE != 0 {
             account::restored(pkeyfw_restore_skb(skb, located));
@@ -159,7 +164,7 @@ pub fn pkeyfw_stamp(ctx: TcContext) -> i32 {
             |l| pkeyfw_port_skb(skb, l, outbound as u32),
         );
         tc_verdict(skb, located, outcome, outbound as u32)
-    } else if stamp::stamping(&policy().1) {
+    } else if stamp::stamping(policy().1) {
         pkeyfw_stamp_skb(skb, pkeyfw_locate_skb(skb))
     } else {
         TC_ACT_UNSPEC
@@ -180,7 +185,7 @@ fn switch_port<F: Frame>(
     locate: impl FnOnce() -> u64,
     port: impl FnOnce(u64) -> u64,
 ) -> (u64, u64) {
-    if !switch::reads(frame, &policy().1, direction) {
+    if !switch::reads(frame, policy().1, direction) {
         return (Located::NotRoce.pack(), PACKED_ALLOWED | PACKED_PASS);
     }
     let located = locate();
@@ -229,7 +234,11 @@ pub extern "C" fn pkeyfw_locate_skb(ctx: *mut __sk_buff) -> u64 {
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn pkeyfw_host_skb(ctx: *mut __sk_buff, located: u64) -> u64 {
-    host(&Skb(tc(ctx)), located)
+    let skb = Skb(tc(ctx));
+    // The program reports a refused frame, in a stage of its own
+    // (`pkeyfw_refused_skb`): the skb helpers' buffers would take this
+    // stage past the stack a chain of calls may have.
+    host(&skb, roce(&skb, located), |_| ())
 }
 
 /// Restores the default P_Key (0xFFFF) of a passed stamped frame, which
@@ -271,6 +280,23 @@ pub extern "C" fn pkeyfw_stamp_skb(ctx: *mut __sk_buff, located: u64) -> i32 {
     egress(tc(ctx), located)
 }
 
+/// Sends the event of a refused frame a host port judged, whose budget the
+/// verdict spent: the verdict (`Outcome::pack`). Returns 0.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn pkeyfw_report_xdp(ctx: *mut xdp_md, located: u64, outcome: u64) -> u32 {
+    let frame = Packet::of(ctx);
+    let outcome = Outcome::unpack(outcome, None);
+    // Refused and passed all the same: monitored.
+    let monitor = outcome.pass;
+    // Each case its own call: no `Option<Roce>` (see `account::refused`).
+    match roce(&frame, located).roce() {
+        Some(roce) => account::report(&frame, &outcome, Some(&roce), monitor, None),
+        None => account::report(&frame, &outcome, None, monitor, None),
+    }
+    0
+}
+
 /// Counts a refused frame against its partition and reports it: the
 /// verdict (`Outcome::pack`, with the P_Key the frame came with: a rewrite
 /// may have changed it since), and the direction a switch port refused it
@@ -309,20 +335,42 @@ fn roce<F: Frame>(frame: &F, located: u64) -> Parsed {
     Located::unpack(located).read(frame)
 }
 
-/// Judges a received frame and counts it; returns the verdict
-/// (`Outcome::pack`), with `PACKED_RESTORE` where the frame's stamped
-/// P_Key is to be restored: after the verdict, which judged the stamped
-/// P_Key, since the local rxe accepts only 0xFFFF.
+/// A frame classified inline where it is plain (`parse::plain`), else
+/// located by a stage (`locate`) and its transport headers read: where its
+/// headers are (`Located::pack`), and what they say.
 #[inline(always)]
-fn host<F: Frame>(frame: &F, located: u64) -> u64 {
+fn plain_or<F: Frame>(frame: &F, locate: impl FnOnce() -> u64) -> (u64, Parsed) {
+    match parse::plain(frame) {
+        Plain::Roce(roce) => (roce.located_bits(), Parsed::of(roce)),
+        Plain::NotRoce => (Located::NotRoce.pack(), Parsed::NOT_ROCE),
+        Plain::Walk => {
+            let located = locate();
+            (located, roce(frame, located))
+        }
+    }
+}
+
+/// Judges a received frame (classified as `parsed`) and counts it; a
+/// refused one against its partition too, and its event (if this CPU's
+/// budget allows one) is sent by `report`, given the packed verdict.
+/// Returns the verdict (`Outcome::pack`), with `PACKED_RESTORE` where the
+/// frame's stamped P_Key is to be restored: after the verdict, which judged
+/// the stamped P_Key, since the local rxe accepts only 0xFFFF.
+#[inline(always)]
+fn host<F: Frame>(frame: &F, parsed: Parsed, report: impl FnOnce(u64)) -> u64 {
     let (live, config) = policy();
-    let outcome = verdict::judge_parsed(frame, roce(frame, located), &live, &config);
+    let outcome = verdict::judge_parsed(frame, parsed, &live, config);
     account::reason(&REASONS, &outcome);
     if trace::on() {
         trace::frame(&outcome, None);
     }
     account::qp(&outcome);
-    let restore = if stamp::restores(&outcome, &config) {
+    // With the headers and the policy the verdict read: a flood of
+    // refused frames makes no call once the budget is spent.
+    if !outcome.allowed && account::refusal(&live, &outcome, parsed.roce().as_ref(), None) {
+        report(outcome.pack());
+    }
+    let restore = if stamp::restores(&outcome, config) {
         PACKED_RESTORE
     } else {
         0
@@ -345,7 +393,7 @@ fn port<F: Frame>(
     };
     let (live, config) = policy();
     let parsed = roce(frame, located);
-    let Some(action) = switch::judge_parsed(frame, parsed, &live, &config, direction) else {
+    let Some(action) = switch::judge_parsed(frame, parsed, &live, config, direction) else {
         return PACKED_ALLOWED | PACKED_PASS;
     };
     let todo = action.rewrite;
@@ -381,7 +429,7 @@ fn restore<F: Frame>(
     located: u64,
     rewrite: impl Fn(&Plan) -> Result<(), Stamp>,
 ) -> Stamp {
-    let Parsed::Roce(roce) = roce(frame, located) else {
+    let Some(roce) = roce(frame, located).roce() else {
         return Stamp::NotRoce;
     };
     match stamp::plan(frame, &roce, pkeyfw_common::pkey::DEFAULT).and_then(|plan| rewrite(&plan)) {
@@ -406,12 +454,12 @@ fn refused<F: Frame>(frame: &F, located: u64, outcome: u64, port: u32) {
     // passed to be refused further on).
     let monitor = outcome.pass && !outcome.corrupt;
     // Each case its own call: no `Option<Roce>` (see `account::refused`).
-    match roce(frame, located) {
-        Parsed::Roce(mut roce) => {
-            roce.pkey = pkey;
+    match roce(frame, located).roce() {
+        Some(roce) => {
+            let roce = roce.with_pkey(pkey);
             account::refused(frame, &live, &outcome, Some(&roce), monitor, port)
         }
-        _ => account::refused(frame, &live, &outcome, None, monitor, port),
+        None => account::refused(frame, &live, &outcome, None, monitor, port),
     }
 }
 
@@ -421,7 +469,7 @@ fn egress(ctx: TcContext, located: u64) -> i32 {
     let (live, config) = policy();
     let skb = Skb(ctx);
     let parse = || roce(&skb, located);
-    let counted = match stamp::egress_parsed(&skb, parse, &live, &config, || origin(&skb.0)) {
+    let counted = match stamp::egress_parsed(&skb, parse, &live, config, || origin(&skb.0)) {
         None => return TC_ACT_UNSPEC,
         Some(Action::Leave(outcome)) => Ok(outcome),
         Some(Action::Drop(why)) => Err(why),

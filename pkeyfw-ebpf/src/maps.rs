@@ -118,17 +118,16 @@ pub static REPORTS: RingBuf<Event, { REPORTS_BYTES as usize }> = RingBuf::new();
 #[btf_map]
 pub static EVENT_BUDGET: PerCpuArray<EventBudget, { EventKind::COUNT }> = PerCpuArray::new();
 
-/// The policy in force: its generation's maps and settings.
+/// The policy in force: its generation's maps and settings. The settings
+/// where the map keeps them, each read where it is used (a copy would be
+/// read whole, and kept on the stack through the verdict).
 #[inline(always)]
-pub fn policy() -> (Generation, Config) {
+pub fn policy() -> (Generation, &'static Config) {
     let generation = match ACTIVE.get(0) {
         Some(g) => *g & 1,
         None => 0,
     };
-    let config = match CONFIG.get(generation) {
-        Some(c) => *c,
-        None => Config::default(),
-    };
+    let config = CONFIG.get(generation).unwrap_or(&NO_CONFIG);
     (
         Generation {
             generation,
@@ -137,6 +136,17 @@ pub fn policy() -> (Generation, Config) {
         config,
     )
 }
+
+/// The settings where `CONFIG` has none (it always has both generations').
+static NO_CONFIG: Config = Config {
+    default_pkey: 0,
+    unknown_qp: 0,
+    monitor: 0,
+    stamp: 0,
+    switch: 0,
+    access_pkey: 0,
+    port_serial: 0,
+};
 
 /// The maps of one policy generation: what the verdict reads.
 pub struct Generation {

@@ -28,7 +28,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use pkeyfw_common::parse::{self, Parsed, proto};
+use pkeyfw_common::parse::{self, proto};
 use pkeyfw_testkit::{
     netns,
     wire::{Net, Packet},
@@ -532,10 +532,7 @@ fn forgeries(from: &End, to: &End, qpn: u32) -> Result<Vec<Vec<u8>>> {
 fn roce_frames(capture: &Path) -> Result<Vec<parse::Roce>> {
     Ok(capture::read(capture)?
         .iter()
-        .filter_map(|f| match parse::classify(&f.data[..]) {
-            Parsed::Roce(r) => Some(r),
-            _ => None,
-        })
+        .filter_map(|f| parse::classify(&f.data[..]).roce())
         .collect())
 }
 
@@ -544,12 +541,12 @@ fn pkeys<'a>(frames: impl IntoIterator<Item = &'a parse::Roce>) -> BTreeSet<u16>
     frames
         .into_iter()
         .filter(|r| !is_forged(r))
-        .map(|r| r.pkey)
+        .map(|r| r.pkey())
         .collect()
 }
 
 fn is_forged(r: &parse::Roce) -> bool {
-    r.src_qp == FORGED_SRC_QP
+    r.src_qp() == FORGED_SRC_QP
 }
 
 /// Whether a scenario went as the rules say: the programs completed or
