@@ -4,8 +4,9 @@
 //! verifier's budget where the kernel says what it processed), the
 //! README's lab (`pkeyfw lab`), and the soft-RoCE scenarios that define
 //! the product ([`CORE`]); the primary kernel runs every scenario besides,
-//! in `rxe_lab`. What each kernel offered and cost is kept as JSON, from
-//! which docs/kernels.md's tables are rendered.
+//! in `rxe_lab`, and the QP table's tear test (`pkeyfw/tests/tear.rs`, the
+//! test binary itself) instead. What each kernel offered and cost is kept
+//! as JSON, from which docs/kernels.md's tables are rendered.
 
 use std::{
     fs,
@@ -17,6 +18,7 @@ use anyhow::{Context as _, Result, bail};
 use serde_json::{Value, json};
 
 use crate::{
+    cmd,
     guest::{Guest, Init, KERNELS, Kernel, PRIMARY},
     rxe_lab::{self, Outcome},
 };
@@ -68,10 +70,14 @@ const GUESTS: usize = 2;
 
 /// What a guest's script runs: the kernel's features and the programs'
 /// costs, the README's lab, and (but on the primary kernel, which runs
-/// them all elsewhere) the core scenarios.
+/// them all elsewhere, and the tear test instead) the core scenarios.
 fn script(kernel: Kernel) -> String {
     let run = if kernel == PRIMARY {
-        String::new()
+        format!(
+            "./{TEAR} --test-threads 1 --nocapture > tear.txt 2>&1\n\
+             echo $? > tear.status\n\
+             tail -4 tear.txt\n"
+        )
     } else {
         format!(
             "./pkeyfw lab rxe --captures captures --json results.json --only {} 2>&1 | tee rxe.txt\n\
@@ -109,7 +115,14 @@ pub fn run(kernels: &[Kernel], json: Option<&Path>) -> Result<Outcome> {
     for round in guests.chunks(GUESTS) {
         let shares = round
             .iter()
-            .map(|(k, _)| rxe_lab::share_in(&format!("kernel-{}", k.name), &script(*k)))
+            .map(|(k, _)| {
+                let share = rxe_lab::share_in(&format!("kernel-{}", k.name), &script(*k))?;
+                if *k == PRIMARY {
+                    fs::copy(tear_test()?, share.join(TEAR))
+                        .context("copying the tear test into the guest's share")?;
+                }
+                Ok(share)
+            })
             .collect::<Result<Vec<_>>>()?;
         let codes: Vec<Result<i32>> = std::thread::scope(|s| {
             let runs: Vec<_> = round
@@ -173,7 +186,9 @@ fn check(kernel: Kernel, share: &Path, code: i32, prefix: &str) -> Result<(Outco
         failed: 0,
     };
     let mut scenarios = Vec::new();
-    if kernel != PRIMARY {
+    if kernel == PRIMARY {
+        checks.push(("tear", tear(share)));
+    } else {
         let results = rxe_lab::results(share)?;
         outcome = rxe_lab::judge(&results, prefix);
         scenarios = results
@@ -217,6 +232,56 @@ fn read_report(share: &Path) -> Result<Value> {
     }
     let text = fs::read_to_string(share.join("kernel.json")).context("no kernel.json")?;
     Ok(serde_json::from_str(&text)?)
+}
+
+/// The tear test's binary, as the guest runs it.
+const TEAR: &str = "tear";
+
+/// Builds `pkeyfw/tests/tear.rs` and says where its binary is.
+fn tear_test() -> Result<PathBuf> {
+    let mut cmd = cmd::cargo_cmd(&[
+        "test",
+        "--release",
+        "--package",
+        "pkeyfw",
+        "--test",
+        TEAR,
+        "--no-run",
+        "--message-format=json",
+    ])?;
+    let out = cmd
+        .current_dir(cmd::root())
+        .output()
+        .context("building the tear test")?;
+    if !out.status.success() {
+        bail!(
+            "building the tear test failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|m| m["target"]["name"] == TEAR)
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .context("cargo named no executable for the tear test")
+}
+
+/// The QP table's tear test passed in the guest: every verdict of ten
+/// million frames one of the two states' while a writer flipped the entry,
+/// and a writer in halves caught.
+fn tear(share: &Path) -> Result<()> {
+    let text = fs::read_to_string(share.join("tear.txt")).unwrap_or_default();
+    let status = fs::read_to_string(share.join("tear.status")).unwrap_or_default();
+    if status.trim() == "0" && text.contains("test result: ok. 2 passed") {
+        return Ok(());
+    }
+    let tail: Vec<&str> = text.lines().rev().take(20).collect();
+    bail!(
+        "the tear test exited {}: {}",
+        status.trim(),
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    )
 }
 
 /// Every program the kernel verified within the budget, where it says.
