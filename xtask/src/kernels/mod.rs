@@ -271,16 +271,12 @@ fn tear_test() -> Result<PathBuf> {
 /// million frames one of the two states' while a writer flipped the entry,
 /// and a writer in halves caught.
 fn tear(share: &Path) -> Result<()> {
-    let text = fs::read_to_string(share.join("tear.txt")).unwrap_or_default();
-    let status = fs::read_to_string(share.join("tear.status")).unwrap_or_default();
-    if status.trim() == "0" && text.contains("test result: ok. 2 passed") {
-        return Ok(());
-    }
-    let tail: Vec<&str> = text.lines().rev().take(20).collect();
-    bail!(
-        "the tear test exited {}: {}",
-        status.trim(),
-        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    succeeded(
+        share,
+        "tear",
+        "test result: ok. 2 passed",
+        20,
+        "the tear test",
     )
 }
 
@@ -322,16 +318,28 @@ fn says(report: &Value, share: &Path) -> Result<()> {
 
 /// The README's lab went as the partition rules say.
 fn lab(share: &Path) -> Result<()> {
-    let text = fs::read_to_string(share.join("lab.txt")).unwrap_or_default();
-    let status = fs::read_to_string(share.join("lab.status")).unwrap_or_default();
-    if status.trim() == "0" && text.contains("cases as the partition rules say") {
+    succeeded(
+        share,
+        "lab",
+        "cases as the partition rules say",
+        12,
+        "pkeyfw lab",
+    )
+}
+
+/// A command the guest ran into `name.txt`, its exit status in
+/// `name.status`: exited 0 and said `done`; else its last `tail` lines.
+fn succeeded(share: &Path, name: &str, done: &str, tail: usize, what: &str) -> Result<()> {
+    let text = fs::read_to_string(share.join(format!("{name}.txt"))).unwrap_or_default();
+    let status = fs::read_to_string(share.join(format!("{name}.status"))).unwrap_or_default();
+    if status.trim() == "0" && text.contains(done) {
         return Ok(());
     }
-    let tail: Vec<&str> = text.lines().rev().take(12).collect();
+    let last: Vec<&str> = text.lines().rev().take(tail).collect();
     bail!(
-        "pkeyfw lab exited {}: {}",
+        "{what} exited {}: {}",
         status.trim(),
-        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        last.into_iter().rev().collect::<Vec<_>>().join("\n")
     )
 }
 
