@@ -10,6 +10,12 @@ fn main() -> anyhow::Result<()> {
         "/../pkeyfw-ebpf/rust-toolchain.toml"
     );
     println!("cargo::rerun-if-changed={pin}");
+    // The programs are built from pkeyfw-common's rules too, which
+    // aya-build does not watch (it watches pkeyfw-ebpf alone).
+    println!(
+        "cargo::rerun-if-changed={}",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../pkeyfw-common")
+    );
     let text = std::fs::read_to_string(pin).with_context(|| format!("reading {pin}"))?;
     let toolchain = text
         .lines()

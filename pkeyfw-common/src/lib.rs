@@ -6,6 +6,9 @@
 //! BPF maps; the host supplies the same traits over byte slices and in-memory
 //! tables, so unit tests on the host exercise the very code the kernel runs.
 //!
+//! [`cm`] reads the connection-management MADs on QP1, which the verdict
+//! and stamping judge by partition too.
+//!
 //! [`abi`], the maps' layout, is at the bottom: the rules import it, it
 //! imports none of them.
 #![no_std]
@@ -13,6 +16,7 @@
 
 pub mod abi;
 pub mod capture;
+pub mod cm;
 pub mod csum;
 pub mod frame;
 pub mod icrc;

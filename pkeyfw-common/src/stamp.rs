@@ -10,11 +10,11 @@ use network_types::udp::UdpHdr;
 
 use crate::{
     Outcome, Tables,
-    abi::{Config, counters::Stamp},
-    csum,
+    abi::{Config, cm::cm_state::RECORDS_CONNECTIONS, counters::Stamp},
+    cm, csum,
     frame::Frame,
     icrc,
-    parse::{self, Bth, Class, Parsed, Transport},
+    parse::{self, Bth, Class, Parsed, Roce, Transport},
     pkey,
     verdict::{GSI_QPN, SMI_QPN},
 };
@@ -121,12 +121,13 @@ pub fn stamping(config: &Config) -> bool {
 
 /// What egress does with an outgoing frame, or `None` when the policy does
 /// not stamp (nothing is counted then). An HCA sends only keys of its port's
-/// table, each QP its own: a bound QP's frame gets its QP's P_Key; a
-/// management frame (QP0/QP1 as source or destination) from a QP keeps a
-/// key of the port's table, or is dropped, and so is one from anything but
-/// a QP; anything else leaves with the port's default P_Key, whatever key
-/// its sender wrote. What cannot be judged as one packet is dropped, and so
-/// is a rewrite that cannot be done, rather than let the key it carries out.
+/// table, each QP its own: a bound QP's frame gets its QP's P_Key, to QP1
+/// too; QP0's and QP1's own keep a key of the port's table, a CM MAD its
+/// connection's; a management frame (QP0/QP1 as source or destination)
+/// from anything but a QP is dropped; anything else leaves with the port's
+/// default P_Key, whatever key its sender wrote. What cannot be judged as
+/// one packet is dropped, and so is a rewrite that cannot be done, rather
+/// than let the key it carries out.
 #[inline(always)]
 pub fn egress<F: Frame + ?Sized, T: Tables>(
     frame: &F,
@@ -178,29 +179,95 @@ pub fn egress_parsed<F: Frame + ?Sized, T: Tables>(
         Origin::Qp(qpn) => Some(qpn),
         Origin::Other => None,
     };
-    // Only a QP may send a management frame, and only with a key of the
-    // table: a process's frame naming QP0/QP1 could otherwise carry any key
-    // of the table to any remote QP.
-    if management {
-        let flags = tables.port_flags(pkey::key(roce.pkey()));
-        return Some(match sender {
-            Some(_) if pkey::port::holds(roce.pkey(), flags) => Action::Leave(Stamp::Management),
-            _ => Action::Drop(Stamp::Forged),
-        });
+    Some(match sender {
+        // A process's frame naming QP0/QP1 could otherwise carry any key
+        // of the table to any QP.
+        None if management => Action::Drop(Stamp::Forged),
+        // QP0's and QP1's own: rdma_rxe writes a datagram's DETH with the
+        // number of the QP that sends it.
+        Some(_) if ud && roce.src_qp() <= GSI_QPN => management_frame(frame, &roce, tables, config),
+        // Any other QP's frame has its QP's key, to QP1 too (a CM request a
+        // tenant makes itself, from a UD QP: its own partition's, which the
+        // far end's listener judges).
+        _ => match key_of(tables, config, sender) {
+            Ok((key, true)) => with_key(frame, &roce, key, Stamp::Unchanged, Stamp::Stamped),
+            Ok((key, false)) => with_key(frame, &roce, key, Stamp::Unbound, Stamp::Defaulted),
+            Err(why) => Action::Drop(why),
+        },
+    })
+}
+
+/// A frame QP0 or QP1 sends. QP1's CM MADs leave with their connection's
+/// P_Key ([`crate::cm`]) where the probes record connections — the one it
+/// was set up with, to its last DREQ, REJ or DREP, sent when its QP may be
+/// gone — or the default one; any other keeps a key of the port's table,
+/// or gets the default one: never dropped, which would only have rdma_rxe
+/// send it again and again.
+#[inline(always)]
+fn management_frame<F: Frame + ?Sized, T: Tables>(
+    frame: &F,
+    roce: &Roce,
+    tables: &T,
+    config: &Config,
+) -> Action {
+    if roce.src_qp() == GSI_QPN
+        && tables.cm_records() & RECORDS_CONNECTIONS != 0
+        && let Some(mad) = cm::mad(frame, roce)
+    {
+        return match mad.sender(frame).and_then(|key| tables.connection(key)) {
+            Some(key) => with_key(frame, roce, key, Stamp::Cm, Stamp::Cm),
+            None => with_key(
+                frame,
+                roce,
+                config.default_pkey,
+                Stamp::CmDefaulted,
+                Stamp::CmDefaulted,
+            ),
+        };
     }
-    let (key, kept, done) = match sender.map(|q| (q, tables.qp(q))) {
-        Some((_, Some(qp))) => (qp.pkey, Stamp::Unchanged, Stamp::Stamped),
-        // A QP a rule would bind never leaves with the default key.
-        Some((q, None)) if tables.quarantined(q) => return Some(Action::Drop(Stamp::Quarantined)),
-        _ => (config.default_pkey, Stamp::Unbound, Stamp::Defaulted),
-    };
+    if pkey::port::holds(roce.pkey(), tables.port_flags(pkey::key(roce.pkey()))) {
+        Action::Leave(Stamp::Management)
+    } else {
+        with_key(
+            frame,
+            roce,
+            config.default_pkey,
+            Stamp::Management,
+            Stamp::Defaulted,
+        )
+    }
+}
+
+/// The P_Key the frames of QP `qpn` (None: of no QP) leave with, and
+/// whether a binding gave it: the QP's binding's, else the port's default;
+/// none for a QP in quarantine, which a rule would bind (dropped: it never
+/// leaves with the default key).
+#[inline(always)]
+fn key_of<T: Tables>(tables: &T, config: &Config, qpn: Option<u32>) -> Result<(u16, bool), Stamp> {
+    match qpn.map(|q| (q, tables.qp(q))) {
+        Some((_, Some(qp))) => Ok((qp.pkey, true)),
+        Some((q, None)) if tables.quarantined(q) => Err(Stamp::Quarantined),
+        _ => Ok((config.default_pkey, false)),
+    }
+}
+
+/// A frame to leave with P_Key `key`: as it is where it has it (counted
+/// `kept`), else rewritten (counted `done`).
+#[inline(always)]
+fn with_key<F: Frame + ?Sized>(
+    frame: &F,
+    roce: &Roce,
+    key: u16,
+    kept: Stamp,
+    done: Stamp,
+) -> Action {
     if roce.pkey() == key {
-        return Some(Action::Leave(kept));
+        return Action::Leave(kept);
     }
-    Some(match plan(frame, &roce, key) {
+    match plan(frame, roce, key) {
         Ok(plan) => Action::Rewrite(plan, done),
         Err(why) => Action::Drop(why),
-    })
+    }
 }
 
 /// The restore for an incoming frame the verdict passed: `None` when nothing

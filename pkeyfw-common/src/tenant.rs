@@ -15,12 +15,85 @@
 //! frame for the QP is refused as a Q_Key violation: there is no Q_Key yet
 //! that a frame could match.
 
-use crate::abi::{BindSpec, Creation, QpEntry, QpType, counters::Capture, matcher, qp_flags};
+use crate::abi::{
+    BindSpec, CGROUP_LEVELS, Creation, MAX_RULES, QpEntry, QpType, counters::Capture, matcher,
+    qp_flags,
+};
+
+/// A generation's `[[bind]]` rules, in file order, as the kernel keeps
+/// them (`BIND_RULES`).
+pub trait Rules {
+    /// Rule `index`; None past the table (an unused rule, all zero,
+    /// matches nothing).
+    fn rule(&self, index: u32) -> Option<&BindSpec>;
+}
+
+/// What rule `index` of `rules` makes of a QP numbered `qpn` (`u32::MAX`
+/// for none: no rule by QPN matches) with transport `transport`, made by
+/// `c`. (The QP-creation probe walks the same rules in a loop the kernel
+/// runs, `bpf_loop`, which only the probes may call.)
+#[inline(always)]
+pub fn step<R: Rules + ?Sized, C: Creator>(
+    rules: &R,
+    c: &C,
+    qpn: u32,
+    transport: QpType,
+    index: u32,
+) -> Step {
+    match rules.rule(index) {
+        // An unused slot ends the list.
+        Some(rule) if rule.matchers == 0 => Step::End,
+        Some(rule) if rule.matches(c, qpn, transport) => Step::Match,
+        Some(_) => Step::Next,
+        None => Step::End,
+    }
+}
+
+/// The index of the first rule `step` says matches; `MAX_RULES` where none
+/// does.
+#[inline(always)]
+pub fn first(mut step: impl FnMut(u32) -> Step) -> u32 {
+    let mut i = 0;
+    while i < MAX_RULES {
+        match step(i) {
+            Step::Match => return i,
+            Step::Next => i += 1,
+            Step::End => return MAX_RULES,
+        }
+    }
+    MAX_RULES
+}
+
+/// What one `[[bind]]` rule makes of a QP ([`step`]): a number, which
+/// crosses a BPF call as it is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Step {
+    /// It does not match; the next rule may.
+    Next = 0,
+    Match = 1,
+    /// No rule follows.
+    End = 2,
+}
+
+impl Step {
+    /// The inverse of `step as u32`.
+    #[inline(always)]
+    pub const fn from_u32(n: u32) -> Step {
+        match n {
+            0 => Step::Next,
+            1 => Step::Match,
+            _ => Step::End,
+        }
+    }
+}
 
 /// What the match knows of the task that created a QP.
 pub trait Creator {
-    /// A QP the kernel made for one of its own users (no task owns it).
-    fn kernel(&self) -> bool;
+    /// 1 for a QP the kernel made for one of its own users (no task owns
+    /// it), else 0 (a number, not a `bool`: the BPF target has no
+    /// instruction that makes one without a branch).
+    fn kernel(&self) -> u8;
     /// The creating thread's command name, or a kernel QP's module name.
     fn comm(&self) -> [u8; 16];
     fn pid(&self) -> u32;
@@ -29,7 +102,8 @@ pub trait Creator {
     /// The network namespace's cookie.
     fn netns(&self) -> u64;
     /// The id of the task's cgroup's ancestor at `level` (itself at its
-    /// own level), 0 when it is not that deep.
+    /// own level; below `CGROUP_LEVELS`, as rules name them), 0 when it is
+    /// not that deep.
     fn cgroup_at(&self, level: u32) -> u64;
     /// The RDMA device's index.
     fn device(&self) -> u32;
@@ -41,8 +115,8 @@ pub trait Creator {
 /// What the QP-creation probe recorded is what every later match reads:
 /// the same creator at every reload, whatever `/proc` says by then.
 impl Creator for Creation {
-    fn kernel(&self) -> bool {
-        self.kernel != 0
+    fn kernel(&self) -> u8 {
+        self.kernel & 1
     }
     fn comm(&self) -> [u8; 16] {
         self.comm
@@ -60,10 +134,8 @@ impl Creator for Creation {
         self.netns
     }
     fn cgroup_at(&self, level: u32) -> u64 {
-        match self.cgroups.get(level as usize) {
-            Some(&id) => id,
-            None => 0,
-        }
+        // Masked, not checked: no branch to walk per rule.
+        self.cgroups[level as usize % CGROUP_LEVELS]
     }
     fn device(&self) -> u32 {
         self.device
@@ -80,7 +152,30 @@ impl BindSpec {
     /// kernel's verifier walks one path per rule, not one per combination.
     #[inline(always)]
     pub fn matches<C: Creator>(&self, c: &C, qpn: u32, transport: QpType) -> bool {
-        let m = self.matchers;
+        self.difference(c, qpn, transport, self.matchers) == 0
+    }
+
+    /// Whether process `c` is this rule's tenant: who it is (its cgroup,
+    /// ids, network namespace: the matchers a process cannot choose) is
+    /// what the rule says, and the rule is no kernel rule (whose tenant is
+    /// no process). What opens a tenant's own device is asked this (see
+    /// `pkeyfw-guard`); a rule that tells no tenant admits no one.
+    #[inline(always)]
+    pub fn admits<C: Creator>(&self, c: &C) -> bool {
+        let boundary = self.matchers & matcher::BOUNDARY;
+        boundary != 0
+            && self.difference(
+                c,
+                0,
+                QpType::Rc,
+                boundary | self.matchers & (matcher::KERNEL | matcher::IN_USE),
+            ) == 0
+    }
+
+    /// Zero when every matcher of `m` (this rule's, or a part of them)
+    /// matches: the difference of each masked by whether it is given.
+    #[inline(always)]
+    fn difference<C: Creator>(&self, c: &C, qpn: u32, transport: QpType, m: u32) -> u64 {
         // All ones when a bit of `bits` is set in `m`, else zero.
         let given = |bits: u32| (u64::from(m & bits).wrapping_neg() >> 63).wrapping_neg();
         let differs = |a: u32, b: u32| u64::from(a ^ b);
@@ -89,7 +184,7 @@ impl BindSpec {
         // SAFETY: 16 bytes either way.
         let [r0, r1]: [u64; 2] = unsafe { core::mem::transmute(self.comm) };
         let [c0, c1]: [u64; 2] = unsafe { core::mem::transmute(c.comm()) };
-        let diff = (differs(self.pid, c.pid()) & given(matcher::PID))
+        (differs(self.pid, c.pid()) & given(matcher::PID))
             | (differs(self.uid, c.uid()) & given(matcher::UID))
             | (differs(self.gid, c.gid()) & given(matcher::GID))
             | ((self.netns ^ c.netns()) & given(matcher::NETNS))
@@ -105,8 +200,8 @@ impl BindSpec {
                 & given(matcher::PORT))
             // Kernel QPs for kernel rules, user QPs for the others.
             | (u64::from(c.kernel()) ^ (given(matcher::KERNEL) & 1))
-            | (u64::from(m >> 31) ^ 1);
-        diff == 0
+            // (Through memory: LLVM would make a branch of a sign test.)
+            | (!core::hint::black_box(given(matcher::IN_USE)) & 1)
     }
 
     /// Whether a QP this rule matches is bound by it even where a `[[qp]]`
@@ -142,6 +237,34 @@ impl BindSpec {
             qp_type: transport as u8,
             flags,
         }
+    }
+}
+
+/// Whether a new QP whose creator's first matching rule is `first` (none:
+/// no rule matches it) is foreign to the attachment's device, and so
+/// quarantined rather than bound. A device pkeyfw made for one tenant
+/// (`own_device`; its attachment's rules carry [`matcher::OWNED`]) is that
+/// tenant's HCA: only its rule ([`matcher::OWNER`]) binds there. A QP
+/// another creator makes on it — another tenant with a device file it was
+/// passed, or opened before it joined its cgroup; a process no rule
+/// matches; a kernel user — is refused both ways, its frames carrying no
+/// key the device's tenant was given. `owned`: the generation's first rule
+/// (a tenant device's list always has its owner) carries `OWNED`.
+#[inline(always)]
+pub const fn foreign(first: Option<&BindSpec>, owned: bool) -> bool {
+    owned
+        && match first {
+            Some(rule) => rule.matchers & matcher::OWNER == 0,
+            None => true,
+        }
+}
+
+impl BindSpec {
+    /// Whether this rule list is a tenant device's (see [`foreign`]): true
+    /// of its first rule, the one the probe reads.
+    #[inline(always)]
+    pub const fn owned(&self) -> bool {
+        self.matchers & matcher::OWNED != 0
     }
 }
 
@@ -201,8 +324,8 @@ mod tests {
     }
 
     impl Creator for Task {
-        fn kernel(&self) -> bool {
-            self.kernel
+        fn kernel(&self) -> u8 {
+            self.kernel.into()
         }
         fn comm(&self) -> [u8; 16] {
             self.comm
@@ -357,6 +480,49 @@ mod tests {
             !nvme.matches(&kernel([4420, 51000], 4), 0x11, QpType::Rc),
             "another device"
         );
+    }
+
+    /// A rule's tenant is who it names by cgroup, ids or namespace, not by
+    /// name or number; a kernel rule's is no process, nor is an unused
+    /// slot's.
+    #[test]
+    fn a_tenant_is_who_the_rule_names_by_what_a_process_cannot_choose() {
+        let a = tenant_a();
+        let mut by_cgroup = rule(matcher::CGROUP | matcher::COMM);
+        (by_cgroup.cgroup, by_cgroup.cgroup_level) = (50, 1);
+        by_cgroup.comm = comm_bytes(b"other");
+        assert!(
+            by_cgroup.admits(&a),
+            "the name is no part of who a tenant is"
+        );
+        by_cgroup.cgroup = 51;
+        assert!(!by_cgroup.admits(&a));
+        let mut by_uid = rule(matcher::UID);
+        by_uid.uid = 1001;
+        assert!(by_uid.admits(&a));
+        by_uid.uid = 1002;
+        assert!(!by_uid.admits(&a));
+        let by_name = rule(matcher::COMM);
+        assert!(!by_name.admits(&a), "no boundary: no tenant");
+        let kernel = rule(matcher::KERNEL | matcher::COMM);
+        assert!(!kernel.admits(&a));
+        assert!(!BindSpec::default().admits(&a));
+    }
+
+    /// On a tenant's own device only its rule binds: another tenant's QP
+    /// there, and one no rule matches, are foreign; elsewhere nothing is.
+    #[test]
+    fn on_a_tenants_device_only_its_rule_binds() {
+        let owner = rule(matcher::CGROUP | matcher::OWNER | matcher::OWNED);
+        let other = rule(matcher::CGROUP | matcher::OWNED);
+        assert!(owner.owned() && other.owned());
+        assert!(!foreign(Some(&owner), true));
+        assert!(foreign(Some(&other), true));
+        assert!(foreign(None, true));
+        let shared = rule(matcher::CGROUP);
+        assert!(!shared.owned());
+        assert!(!foreign(Some(&shared), false));
+        assert!(!foreign(None, false));
     }
 
     #[test]

@@ -2,13 +2,16 @@
 
 use crate::{
     abi::{
-        Config, GroupEntry, QpEntry, UnknownQp,
+        Config, Creation, GroupEntry, ListenKey, MAX_RULES, QpEntry, QpType, UnknownQp,
+        cm::cm_state::RECORDS_LISTENERS,
         counters::{Reason, Verdict},
         qp_flags,
     },
+    cm::{self, Specific},
     frame::Frame,
     parse::{self, Class, Parsed, Roce, Transport},
     pkey,
+    tenant::{self, Rules, Step},
 };
 
 /// QP0: the Subnet Management Interface.
@@ -24,8 +27,9 @@ pub const NO_QP: u32 = u32::MAX;
 pub const GSI_QKEY: u32 = 0x8001_0000;
 
 /// The policy as the verdict reads it: BPF maps in the kernel, in-memory
-/// tables on the host. Lookups are in the generation the caller chose.
-pub trait Tables {
+/// tables on the host. Lookups are in the generation the caller chose;
+/// its `[[bind]]` rules ([`Rules`]) bind the listeners a CM request names.
+pub trait Tables: Rules {
     /// The QP-table entry for a destination QPN.
     fn qp(&self, qpn: u32) -> Option<QpEntry>;
     /// The multicast group with this destination (IPv4 as v4-mapped IPv6).
@@ -41,6 +45,31 @@ pub trait Tables {
     #[inline(always)]
     fn listed(&self, _ifindex: u32) -> bool {
         false
+    }
+    /// Which records of connection setup the probes keep
+    /// (`abi::cm_state::RECORDS` bits): none where they do not run (a
+    /// kernel before 6.1, rdma_cm not loaded at attach, the host's tables).
+    #[inline(always)]
+    fn cm_records(&self) -> u64 {
+        0
+    }
+    /// Whether a listener found no room in the probe's table: then a
+    /// request no recorded listener answers is refused.
+    #[inline(always)]
+    fn listeners_unrecorded(&self) -> bool {
+        false
+    }
+    /// Who made the rdma_cm listener `key` names, as the probe recorded it.
+    #[inline(always)]
+    fn listener(&self, _key: &ListenKey) -> Option<&Creation> {
+        None
+    }
+    /// The P_Key of the connection the CM MAD of `CONNECTIONS` key `key`
+    /// (see [`cm::Mad::sender`]) belongs to: its QP's, as the probe on the
+    /// sending verb found it bound.
+    #[inline(always)]
+    fn connection(&self, _key: u64) -> Option<u16> {
+        None
     }
 }
 
@@ -58,6 +87,31 @@ pub fn judge_parsed<F: Frame + ?Sized, T: Tables>(
     tables: &T,
     config: &Config,
 ) -> Outcome {
+    match judge_but_requests(frame, parsed, tables, config) {
+        (outcome, true) => match outcome.roce {
+            Some(roce) => {
+                let listening = listener(frame, &roce, tables)
+                    .map_or_else(|why| why, |creator| listening(creator, tables));
+                request(&roce, listening, tables, config)
+            }
+            None => outcome,
+        },
+        (outcome, false) => outcome,
+    }
+}
+
+/// [`judge_parsed`] but for a CM request QP1 takes, which only its
+/// listener decides: that comes back with `true`, for [`listener`],
+/// [`listening`] and [`request`] to judge. (The kernel runs each of those in a function of
+/// its own, which its verifier checks once, not on every path through the
+/// rest: a request's listener is bound by a walk of the rules.)
+#[inline(always)]
+pub fn judge_but_requests<F: Frame + ?Sized, T: Tables>(
+    frame: &F,
+    parsed: Parsed,
+    tables: &T,
+    config: &Config,
+) -> (Outcome, bool) {
     let roce = parsed.roce;
     let (roce, (reason, allowed, qp)) = match parsed.class {
         Class::NotRoce => (None, (Reason::NotRoce, true, NO_QP)),
@@ -66,15 +120,135 @@ pub fn judge_parsed<F: Frame + ?Sized, T: Tables>(
         Class::Roce if roce.aggregate(frame) => (Some(roce), (Reason::Gso, false, NO_QP)),
         Class::Roce => (Some(roce), decide(frame, &roce, tables, config)),
     };
+    let outcome = Outcome {
+        reason,
+        allowed,
+        pass: allowed || config.monitor != 0,
+        corrupt: false,
+        qp: if qp == REQUEST_QP { NO_QP } else { qp },
+        roce,
+    };
+    (outcome, qp == REQUEST_QP)
+}
+
+/// Who made the listener a CM request to QP1 (REQ, SIDR_REQ) names: the
+/// most specific one the probes recorded for it (rdma_cm lets one listen
+/// for a request; see [`cm::Request::listener`]), else why none decides
+/// ([`Listening::Nobody`], [`Listening::Unreadable`]).
+#[inline(always)]
+pub fn listener<'t, F: Frame + ?Sized, T: Tables>(
+    frame: &F,
+    roce: &Roce,
+    tables: &'t T,
+) -> Result<&'t Creation, Listening> {
+    let Some(req) = cm::mad(frame, roce).and_then(|mad| mad.request(frame)) else {
+        return Err(Listening::Unreadable);
+    };
+    [Specific::Address, Specific::Family, Specific::Any]
+        .into_iter()
+        .find_map(|which| tables.listener(&req.listener(which)))
+        .ok_or(Listening::Nobody)
+}
+
+/// What binds a listener `creator` made: the first live `[[bind]]` rule
+/// that matches it, as a QP it made then would be.
+#[inline(always)]
+pub fn listening<T: Tables>(creator: &Creation, tables: &T) -> Listening {
+    listening_by(|index| listener_rule(tables, creator, index))
+}
+
+/// [`listening`], given what each rule makes of the listener
+/// ([`listener_rule`]; the kernel checks one rule in a function of its
+/// own, which its verifier walks once, not once per rule).
+#[inline(always)]
+pub fn listening_by(step: impl FnMut(u32) -> Step) -> Listening {
+    match tenant::first(step) {
+        MAX_RULES.. => Listening::Unbound,
+        rule => Listening::Rule(rule),
+    }
+}
+
+/// What rule `index` of `rules` makes of the listener `creator` made.
+#[inline(always)]
+pub fn listener_rule<R: Rules + ?Sized>(rules: &R, creator: &Creation, index: u32) -> Step {
+    // A listener takes no QPN: rules by QPN never bind it.
+    let transport = QpType::of_ib(creator.ib_qp_type.into()).unwrap_or(QpType::Rc);
+    tenant::step(rules, creator, u32::MAX, transport, index)
+}
+
+/// What binds the listener a CM request names ([`listening`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Listening {
+    /// The generation's `[[bind]]` rule of this index.
+    Rule(u32),
+    /// No rule: the unknown-QP rule decides.
+    Unbound,
+    /// No listener is recorded for it.
+    Nobody,
+    /// The request cannot be read whole.
+    Unreadable,
+}
+
+impl Listening {
+    /// As one u64: what a BPF function returns in a register.
+    #[inline(always)]
+    pub const fn pack(self) -> u64 {
+        match self {
+            Listening::Rule(i) => i as u64,
+            Listening::Unbound => 1 << 32,
+            Listening::Nobody => 2 << 32,
+            Listening::Unreadable => 3 << 32,
+        }
+    }
+
+    /// The inverse of [`pack`](Self::pack).
+    #[inline(always)]
+    pub const fn unpack(bits: u64) -> Listening {
+        match bits >> 32 {
+            0 => Listening::Rule(bits as u32),
+            1 => Listening::Unbound,
+            2 => Listening::Nobody,
+            _ => Listening::Unreadable,
+        }
+    }
+}
+
+/// The verdict on a CM request to QP1 that QP1's own rule took (see
+/// [`judge_but_requests`]), given what binds its listener: its P_Key must
+/// match the rule's, or pass the unknown-QP rule where none binds it. Where
+/// no listener is recorded, the unknown-QP rule decides, unless one found
+/// no room: then it is refused.
+#[inline(always)]
+pub fn request<T: Tables>(
+    roce: &Roce,
+    listening: Listening,
+    tables: &T,
+    config: &Config,
+) -> Outcome {
+    let (reason, allowed, _) = match listening {
+        Listening::Rule(i) => match tables.rule(i) {
+            Some(rule) if pkey::matches(roce.pkey(), rule.pkey) => (Reason::Ok, true, NO_QP),
+            Some(_) => (Reason::PkeyViolation, false, NO_QP),
+            // The rules changed meanwhile: as the next request will be.
+            None => unknown(roce.pkey(), config),
+        },
+        Listening::Nobody if tables.listeners_unrecorded() => (Reason::UnknownQp, false, NO_QP),
+        Listening::Unbound | Listening::Nobody => unknown(roce.pkey(), config),
+        Listening::Unreadable => (Reason::Malformed, false, NO_QP),
+    };
     Outcome {
         reason,
         allowed,
         pass: allowed || config.monitor != 0,
         corrupt: false,
-        qp,
-        roce,
+        qp: NO_QP,
+        roce: Some(*roce),
     }
 }
+
+/// [`decide`]'s QPN for a CM request that only its listener decides (see
+/// [`judge_but_requests`]): no entry judged it (no QPN is that large).
+const REQUEST_QP: u32 = NO_QP - 1;
 
 /// Verdict on a RoCE frame: reason, pass, and the QPN whose QP-table entry
 /// judged it ([`NO_QP`] if none did).
@@ -92,12 +266,21 @@ fn decide<F: Frame + ?Sized, T: Tables>(
         // drops QP0 frames): anything else to QP0 is refused.
         SMI_QPN if ud => return (Reason::Smi, true, NO_QP),
         SMI_QPN => return (Reason::OpcodeMismatch, false, NO_QP),
-        // QP1 accepts a P_Key matching any entry of the port's table.
-        GSI_QPN => check(
+        // QP1 accepts a P_Key matching any entry of the port's table; a
+        // connection request, only its listener's.
+        GSI_QPN => match check(
             ud,
             pkey::port::matches(roce.pkey(), tables.port_flags(pkey::key(roce.pkey()))),
             roce.qkey() == GSI_QKEY,
-        ),
+        ) {
+            Reason::Ok
+                if tables.cm_records() & RECORDS_LISTENERS != 0
+                    && cm::mad(frame, roce).is_some_and(|mad| mad.is_request()) =>
+            {
+                return (Reason::Ok, true, REQUEST_QP);
+            }
+            reason => reason,
+        },
         MULTICAST_QPN => match roce
             .addrs()
             .read(frame, true)
@@ -190,6 +373,10 @@ const CORRUPT: u64 = 1 << 35;
 /// to restore the frame's P_Key (see `stamp::restores`); [`Outcome::unpack`]
 /// ignores it.
 pub const PACKED_RESTORE: u64 = 1 << 36;
+/// Not the outcome's either: free for a stage to tell the program that
+/// called it that the frame is a CM request for its listener to decide
+/// (see [`judge_but_requests`]), and nothing was counted yet.
+pub const PACKED_REQUEST: u64 = 1 << 37;
 const REASON_SHIFT: u32 = 40;
 const PKEY_SHIFT: u32 = 48;
 

@@ -33,15 +33,16 @@ use aya_ebpf::{
     macros::{classifier, xdp},
     programs::{TcContext, XdpContext},
 };
-use maps::{REASONS, SENDER, XMIT_REASONS, policy};
+use maps::{LISTENER_FOUND, REASONS, RulesOf, SENDER, XMIT_REASONS, policy};
 use packet::{Packet, Skb, XdpBytes};
 use pkeyfw_common::{
     Direction, Frame, Outcome, Stamp,
-    abi::{MIN_QPNS, QPN_MASK, Setup, role},
+    abi::{Config, MIN_QPNS, QPN_MASK, Setup, role},
     parse::{self, Located, Parsed, Plain},
     stamp::{self, Action, Origin, Plan},
     switch,
-    verdict::{self, PACKED_ALLOWED, PACKED_PASS, PACKED_RESTORE},
+    tenant::Step,
+    verdict::{self, Listening, PACKED_ALLOWED, PACKED_PASS, PACKED_REQUEST, PACKED_RESTORE},
 };
 
 /// What the loader chose at load (see `Setup`).
@@ -88,11 +89,23 @@ fn xdp(ctx: *mut xdp_md) -> u32 {
         // The host's path runs inline, with no call on a frame that passes
         // and needs no restore, nor on one it refuses: calls cost (a
         // return thunk each, on CPUs the kernel guards against
-        // return-stack attacks).
+        // return-stack attacks). A CM request QP1 takes, which its
+        // listener decides, is judged in stages of its own.
         let (located, parsed) = plain_or(&frame, || pkeyfw_locate_xdp(ctx));
-        let outcome = host(&frame, parsed, |outcome| {
-            pkeyfw_report_xdp(ctx, located, outcome);
-        });
+        let mut outcome = host(
+            &frame,
+            parsed,
+            Some(|outcome| {
+                pkeyfw_report_xdp(ctx, located, outcome);
+            }),
+        );
+        if outcome & PACKED_REQUEST != 0 {
+            let listening = pkeyfw_listening(pkeyfw_listener_xdp(ctx, located));
+            outcome = pkeyfw_request_xdp(ctx, located, listening);
+            if outcome & PACKED_ALLOWED == 0 {
+                pkeyfw_refused_xdp(ctx, located, outcome, NO_PORT);
+            }
+        }
         if outcome & PACKED_RESTORE != 0 {
             account::restored(pkeyfw_restore_xdp(ctx, located));
         }
@@ -134,7 +147,11 @@ pub fn pkeyfw_ingress(ctx: TcContext) -> i32 {
             Plain::NotRoce => Located::NotRoce.pack(),
             Plain::Walk => pkeyfw_locate_skb(skb),
         };
-        let outcome = pkeyfw_host_skb(skb, located);
+        let mut outcome = pkeyfw_host_skb(skb, located);
+        if outcome & PACKED_REQUEST != 0 {
+            let listening = pkeyfw_listening(pkeyfw_listener_skb(skb, located));
+            outcome = pkeyfw_request_skb(skb, located, listening);
+        }
         if outcome & PACKED_RESTORE != 0 {
             account::restored(pkeyfw_restore_skb(skb, located));
         }
@@ -235,10 +252,73 @@ pub extern "C" fn pkeyfw_locate_skb(ctx: *mut __sk_buff) -> u64 {
 #[inline(never)]
 pub extern "C" fn pkeyfw_host_skb(ctx: *mut __sk_buff, located: u64) -> u64 {
     let skb = Skb(tc(ctx));
-    // The program reports a refused frame, in a stage of its own
-    // (`pkeyfw_refused_skb`): the skb helpers' buffers would take this
+    // The program counts and reports a refused frame, in a stage of its
+    // own (`pkeyfw_refused_skb`): the skb helpers' buffers would take this
     // stage past the stack a chain of calls may have.
-    host(&skb, roce(&skb, located), |_| ())
+    host(&skb, roce(&skb, located), None::<fn(u64)>)
+}
+
+/// Who made the listener a CM request QP1 took (`PACKED_REQUEST`) names
+/// (`verdict::listener`), left in `LISTENER_FOUND` ([`FOUND`]; else why
+/// none decides, a packed `Listening`), then what binds it
+/// (`pkeyfw_listening`), then the verdict (`pkeyfw_request_xdp`): stages
+/// of their own, and the rules walked where nothing of the frame is, so
+/// that the verifier walks them once, not once per way the frame was read.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn pkeyfw_listener_xdp(ctx: *mut xdp_md, located: u64) -> u64 {
+    listener(&Packet::of(ctx), located)
+}
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn pkeyfw_listener_skb(ctx: *mut __sk_buff, located: u64) -> u64 {
+    listener(&Skb(tc(ctx)), located)
+}
+
+/// What binds the listener `pkeyfw_listener_xdp` found (`verdict::listening`:
+/// the live rules walked against who made it, one `pkeyfw_listener_rule`
+/// each), packed; what it said instead, as it is.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn pkeyfw_listening(found: u64) -> u64 {
+    if found != FOUND {
+        return found;
+    }
+    let (live, _) = policy();
+    let generation = live.generation;
+    verdict::listening_by(|index| Step::from_u32(pkeyfw_listener_rule(generation, index))).pack()
+}
+
+/// What rule `index` of generation `generation` makes of the listener in
+/// `LISTENER_FOUND` (`verdict::listener_rule`, a `Step`): a stage of its
+/// own, so that the verifier checks a rule once, not each of the 64 in
+/// turn.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn pkeyfw_listener_rule(generation: u32, index: u32) -> u32 {
+    match LISTENER_FOUND.get(0) {
+        Some(creator) => verdict::listener_rule(&RulesOf(generation), creator, index) as u32,
+        None => Step::End as u32,
+    }
+}
+
+/// What `pkeyfw_listener_xdp` returns when it left the listener's maker in
+/// `LISTENER_FOUND`: no packed `Listening`.
+const FOUND: u64 = u64::MAX;
+
+/// A host port's verdict on a CM request QP1 took, given what binds its
+/// listener (`pkeyfw_listening_xdp`): counted, as `pkeyfw_host_skb`'s.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn pkeyfw_request_xdp(ctx: *mut xdp_md, located: u64, listening: u64) -> u64 {
+    request(&Packet::of(ctx), located, listening)
+}
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn pkeyfw_request_skb(ctx: *mut __sk_buff, located: u64, listening: u64) -> u64 {
+    request(&Skb(tc(ctx)), located, listening)
 }
 
 /// Restores the default P_Key (0xFFFF) of a passed stamped frame, which
@@ -350,27 +430,77 @@ fn plain_or<F: Frame>(frame: &F, locate: impl FnOnce() -> u64) -> (u64, Parsed) 
     }
 }
 
-/// Judges a received frame (classified as `parsed`) and counts it; a
-/// refused one against its partition too, and its event (if this CPU's
-/// budget allows one) is sent by `report`, given the packed verdict.
-/// Returns the verdict (`Outcome::pack`), with `PACKED_RESTORE` where the
-/// frame's stamped P_Key is to be restored: after the verdict, which judged
-/// the stamped P_Key, since the local rxe accepts only 0xFFFF.
+/// Judges a received frame (classified as `parsed`) and counts it; with
+/// `report`, a refused one against its partition too, and its event (if
+/// this CPU's budget allows one) is sent by `report`, given the packed
+/// verdict (without, the program counts and reports it in a stage of its
+/// own). Returns the verdict (`Outcome::pack`), with `PACKED_RESTORE`
+/// where the frame's stamped P_Key is to be restored: after the verdict,
+/// which judged the stamped P_Key, since the local rxe accepts only
+/// 0xFFFF. A CM request QP1 takes comes back `PACKED_REQUEST`, uncounted,
+/// for its listener to decide (`request`).
 #[inline(always)]
-fn host<F: Frame>(frame: &F, parsed: Parsed, report: impl FnOnce(u64)) -> u64 {
+fn host<F: Frame>(frame: &F, parsed: Parsed, report: Option<impl FnOnce(u64)>) -> u64 {
     let (live, config) = policy();
-    let outcome = verdict::judge_parsed(frame, parsed, &live, config);
-    account::reason(&REASONS, &outcome);
-    if trace::on() {
-        trace::frame(&outcome, None);
-    }
-    account::qp(&outcome);
+    let outcome = match verdict::judge_but_requests(frame, parsed, &live, config) {
+        (_, true) => return PACKED_REQUEST,
+        (outcome, false) => outcome,
+    };
     // With the headers and the policy the verdict read: a flood of
     // refused frames makes no call once the budget is spent.
-    if !outcome.allowed && account::refusal(&live, &outcome, parsed.roce().as_ref(), None) {
+    if !outcome.allowed
+        && let Some(report) = report
+        && account::refusal(&live, &outcome, parsed.roce().as_ref(), None)
+    {
         report(outcome.pack());
     }
-    let restore = if stamp::restores(&outcome, config) {
+    counted(&outcome, config)
+}
+
+/// Who made the listener a CM request names, left in `LISTENER_FOUND`
+/// (see `pkeyfw_listener_xdp`).
+#[inline(always)]
+fn listener<F: Frame>(frame: &F, located: u64) -> u64 {
+    let (live, _) = policy();
+    let found = match roce(frame, located).roce() {
+        Some(roce) => verdict::listener(frame, &roce, &live),
+        None => Err(Listening::Unreadable),
+    };
+    match (found, LISTENER_FOUND.get_ptr_mut(0)) {
+        (Ok(creator), Some(slot)) => {
+            // SAFETY: this CPU's slot, which only this program run uses
+            // until it ends.
+            unsafe { *slot = *creator };
+            FOUND
+        }
+        (Ok(_), None) => Listening::Unreadable.pack(),
+        (Err(why), _) => why.pack(),
+    }
+}
+
+/// The verdict on a CM request QP1 took (see `pkeyfw_request_xdp`), as
+/// `host` returns one; the program reports it if refused.
+#[inline(always)]
+fn request<F: Frame>(frame: &F, located: u64, listening: u64) -> u64 {
+    let (live, config) = policy();
+    let outcome = match roce(frame, located).roce() {
+        Some(roce) => verdict::request(&roce, Listening::unpack(listening), &live, config),
+        // Read as RoCE a moment ago, by the same code.
+        None => verdict::judge_parsed(frame, Parsed::MALFORMED, &live, config),
+    };
+    counted(&outcome, config)
+}
+
+/// Counts a received frame's verdict; the verdict packed, with
+/// `PACKED_RESTORE` where its P_Key is to be restored.
+#[inline(always)]
+fn counted(outcome: &Outcome, config: &Config) -> u64 {
+    account::reason(&REASONS, outcome);
+    if trace::on() {
+        trace::frame(outcome, None);
+    }
+    account::qp(outcome);
+    let restore = if stamp::restores(outcome, config) {
         PACKED_RESTORE
     } else {
         0

@@ -4,18 +4,21 @@
 use aya_ebpf::{
     Global,
     bindings::{BPF_F_MMAPABLE, BPF_F_NO_PREALLOC},
-    btf_maps::{Array, HashMap, PerCpuArray, RingBuf},
+    btf_maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     macros::btf_map,
 };
 use pkeyfw_common::{
     Capture, Stamp, Tables,
     abi::{
         BindSpec, Config, Creation, EVENTS_BYTES, Event, EventBudget, EventKind, GENERATIONS,
-        GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, MAX_RULES, MIN_QPNS, PARTITIONS,
-        PROBE_ROOM, QUARANTINE_WORDS, QpEntry, QpStats, REPORTS_BYTES, SWITCH_PORTS, SenderLayout,
-        VIOLATION_SLOTS, counters::REASON_SLOTS, listed_key, port_entry_flags, port_key_index,
-        qp_index, quarantine_bit,
+        GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, ListenKey, MAX_RULES, MIN_QPNS,
+        PARTITIONS, PROBE_ROOM, QUARANTINE_WORDS, QpEntry, QpStats, REPORTS_BYTES, SWITCH_PORTS,
+        SenderLayout, VIOLATION_SLOTS,
+        cm::{CONNECTION_CAPACITY, LISTEN_CAPACITY, cm_state},
+        counters::REASON_SLOTS,
+        listed_key, port_entry_flags, port_key_index, qp_index, quarantine_bit,
     },
+    tenant::Rules,
 };
 
 /// The hash maps' flags: entries are allocated as they are made, so that
@@ -101,6 +104,23 @@ pub static LISTED: HashMap<u64, u8, { (GENERATIONS * SWITCH_PORTS) as usize }, G
 /// them all).
 #[btf_map]
 pub static JOIN_ACTION: Array<JoinAction, { GENERATIONS as usize }> = Array::new();
+
+/// The rdma_cm listeners the probes recorded (who made each), by what a CM
+/// request names of its listener; the P_Key of each CM exchange, by its
+/// sender's communication ID; which of these the probes keep up
+/// (`cm_state`): the probes', declared here as every map of the filter is.
+#[btf_map]
+pub static LISTENERS: HashMap<ListenKey, Creation, { LISTEN_CAPACITY as usize }, GROWN> =
+    HashMap::new();
+#[btf_map]
+pub static CONNECTIONS: LruHashMap<u64, u16, { CONNECTION_CAPACITY as usize }> = LruHashMap::new();
+#[btf_map]
+pub static CM_STATE: Array<u64, { cm_state::SLOTS as usize }> = Array::new();
+/// Who made the listener a CM request names, as the stage that found it
+/// leaves it for the stage that binds it: one program run's, per CPU (an
+/// ingress program runs to its end before the next starts on its CPU).
+#[btf_map]
+pub static LISTENER_FOUND: PerCpuArray<Creation, 1> = PerCpuArray::new();
 
 /// P_Key and Q_Key violations per partition (`violation_key`), as an IB
 /// port counts them, updated atomically (refused frames only).
@@ -193,4 +213,48 @@ impl Tables for Generation {
         // SAFETY: only whether the entry exists is read.
         unsafe { LISTED.get(&listed_key(self.generation, ifindex)).is_some() }
     }
+
+    #[inline(always)]
+    fn cm_records(&self) -> u64 {
+        CM_STATE.get(cm_state::RECORDS).copied().unwrap_or(0)
+    }
+
+    #[inline(always)]
+    fn listeners_unrecorded(&self) -> bool {
+        CM_STATE.get(cm_state::UNRECORDED).is_some_and(|&n| n != 0)
+    }
+
+    #[inline(always)]
+    fn listener(&self, key: &ListenKey) -> Option<&Creation> {
+        // SAFETY: read in place, while the program runs (RCU).
+        unsafe { LISTENERS.get(key) }
+    }
+
+    #[inline(always)]
+    fn connection(&self, key: u64) -> Option<u16> {
+        // SAFETY: the value is copied out at once.
+        unsafe { CONNECTIONS.get(&key) }.copied()
+    }
+}
+
+impl Rules for Generation {
+    #[inline(always)]
+    fn rule(&self, index: u32) -> Option<&BindSpec> {
+        bind_rule(self.generation, index)
+    }
+}
+
+/// The `[[bind]]` rules of generation `.0`, alone.
+pub struct RulesOf(pub u32);
+
+impl Rules for RulesOf {
+    #[inline(always)]
+    fn rule(&self, index: u32) -> Option<&BindSpec> {
+        bind_rule(self.0, index)
+    }
+}
+
+#[inline(always)]
+fn bind_rule(generation: u32, index: u32) -> Option<&'static BindSpec> {
+    BIND_RULES.get(generation * MAX_RULES + index)
 }

@@ -30,7 +30,9 @@
 #![no_main]
 #![feature(asm_experimental_arch)]
 
+mod cm;
 mod kernel;
+mod task;
 
 use core::ptr;
 
@@ -39,8 +41,8 @@ use aya_ebpf::{
     bindings::{BPF_F_MMAPABLE, BPF_F_NO_PREALLOC, BPF_RB_FORCE_WAKEUP},
     btf_maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     helpers::{
-        bpf_get_current_ancestor_cgroup_id, bpf_get_current_pid_tgid, bpf_get_current_task,
-        bpf_jiffies64, bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes, generated,
+        bpf_get_current_pid_tgid, bpf_jiffies64, bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes,
+        generated,
     },
     macros::{btf_map, kprobe, kretprobe},
     programs::{ProbeContext, RetProbeContext},
@@ -50,10 +52,10 @@ use kernel::read;
 use pkeyfw_common::{
     Capture,
     abi::{
-        BindSpec, Config, Creation, DEVICES, Event, EventBudget, EventKind, GENERATIONS,
-        GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, MAX_RULES, MIN_QPNS, NO_DEVICE,
-        PROBE_ROOM, QPN_MASK, QUARANTINE_WORDS, QpEntry, QpLayout, QpStats, QpType, REPORTS_BYTES,
-        comm_padded, qp_flags, qp_index, qp_stats_index, quarantine_bit,
+        BindSpec, Config, Creation, Event, EventBudget, EventKind, GENERATIONS, GROUP_CAPACITY,
+        GroupEntry, GroupKey, JoinAction, MAX_RULES, MIN_QPNS, PROBE_ROOM, QPN_MASK,
+        QUARANTINE_WORDS, QpEntry, QpLayout, QpStats, QpType, REPORTS_BYTES, qp_flags, qp_index,
+        qp_stats_index, quarantine_bit,
     },
     capture, tenant,
 };
@@ -110,28 +112,7 @@ static EVENT_BUDGET: PerCpuArray<EventBudget, { EventKind::COUNT }> = PerCpuArra
 
 /// Set by the loader from the kernel's BTF.
 #[unsafe(no_mangle)]
-static LAYOUT: Global<QpLayout> = Global::new(QpLayout {
-    qp_device: 0,
-    qp_num: 0,
-    device_index: 0,
-    devices: [NO_DEVICE; DEVICES],
-    qp_type: 0,
-    qp_res: 0,
-    res_type: 0,
-    res_user: 0,
-    res_kern_name: 0,
-    attr_qkey: 0,
-    task_cred: 0,
-    task_nsproxy: 0,
-    cred_euid: 0,
-    cred_egid: 0,
-    nsproxy_net: 0,
-    net_cookie: 0,
-    qpns: 0,
-    cpus: 0,
-    cm_src: 0,
-    cm_dst: 0,
-});
+static LAYOUT: Global<QpLayout> = Global::new(QpLayout::NONE);
 
 /// What the modify's entry probe keeps for its return probe: the Q_Key to
 /// go back to if the call fails.
@@ -315,7 +296,7 @@ fn join(ctx: &ProbeContext) -> Option<()> {
     // process's system call.
     let action = JOIN_ACTION.get(live.generation).copied().unwrap_or(0);
     let (pkey, joined) = live.join(qpn, &group);
-    let users_ud = read::<u32>(qp, layout.qp_type).and_then(transport) == Some(QpType::Ud)
+    let users_ud = read::<u32>(qp, layout.qp_type).and_then(QpType::of_ib) == Some(QpType::Ud)
         && read::<u8>(qp, layout.qp_res + layout.res_user).unwrap_or(0) != 0;
     // (P_Key 0 is no binding's.)
     if users_ud && capture::kills(joined, action, pkey != 0) {
@@ -411,32 +392,33 @@ fn count(outcome: Capture) {
 }
 
 /// The live generation's QP table.
-struct Live {
+pub(crate) struct Live {
     generation: u32,
 }
 
 impl Live {
-    fn now() -> Live {
+    pub(crate) fn now() -> Live {
         Live {
             generation: ACTIVE.get(0).map_or(0, |g| *g & 1),
         }
     }
 
-    /// The live policy's entry for local QP `qpn`.
-    fn bound(&self, qpn: u32) -> Option<QpEntry> {
+    /// Local QP `qpn`'s binding: the live generation's, or for a QP the
+    /// creation probe bound while a new generation was being written
+    /// (which the switch settles moments later), the other's. (Inlined
+    /// into callers that return no `Option<QpEntry>`: a None's unwritten
+    /// payload, copied out, is what the verifier refuses.)
+    #[inline(always)]
+    pub(crate) fn binding(&self, qpn: u32) -> Option<QpEntry> {
         entry(self.generation, qpn)
+            .or_else(|| entry(self.generation ^ 1, qpn).filter(|e| e.flags & qp_flags::PROBE != 0))
     }
 
     /// Local QP `qpn` joining group `addr`: the P_Key of its binding (0
-    /// if none) — the live generation's, or for a QP the creation probe
-    /// bound while a new generation was being written (which the switch
-    /// settles moments later), the other's — and what the policy makes of
-    /// the join. (Inlined, and no `Option<QpEntry>` returned: a None's
-    /// unwritten payload, copied out, is what the verifier refuses.)
+    /// if none) and what the policy makes of the join.
     #[inline(always)]
     fn join(&self, qpn: u32, addr: &[u8; 16]) -> (u16, Capture) {
-        let other = entry(self.generation ^ 1, qpn).filter(|e| e.flags & qp_flags::PROBE != 0);
-        let qp = self.bound(qpn).or(other);
+        let qp = self.binding(qpn);
         let config = CONFIG.get(self.generation).copied().unwrap_or_default();
         let unbound = capture::unbound(&config, quarantined(qpn));
         (
@@ -557,7 +539,7 @@ fn created(layout: &QpLayout, qp: *const u8, kernel: [u64; 2], ports: [u16; 2]) 
     if let Some((device, qpn)) = our_device_qp(layout, qp) {
         match read::<u32>(qp, layout.qp_type) {
             Some(t) => {
-                if let Some(transport) = transport(t)
+                if let Some(transport) = QpType::of_ib(t)
                     && let Some(m) = SCRATCH.get_ptr_mut(0)
                 {
                     // SAFETY: this CPU's scratch value, which no other run
@@ -586,19 +568,6 @@ fn created(layout: &QpLayout, qp: *const u8, kernel: [u64; 2], ports: [u16; 2]) 
     }
     // A full ring already holds a wake-up; losing this one changes nothing.
     let _ = QP_CREATED.output(&0u32, BPF_RB_FORCE_WAKEUP as u64);
-}
-
-/// The RoCE transport of an `enum ib_qp_type`; None for QP0, QP1 and the
-/// raw and driver types, which no rule binds.
-#[inline(always)]
-fn transport(ib_qp_type: u32) -> Option<QpType> {
-    match ib_qp_type {
-        2 => Some(QpType::Rc),
-        3 => Some(QpType::Uc),
-        4 => Some(QpType::Ud),
-        9 | 10 => Some(QpType::Xrc),
-        _ => None,
-    }
 }
 
 /// A QP whose creation found no room in `CREATIONS` (sized for every QP
@@ -641,6 +610,11 @@ fn bind(transport: QpType, m: &mut Matching) {
     } else {
         None
     };
+    let owned = BIND_RULES.get(g * MAX_RULES).is_some_and(BindSpec::owned);
+    if tenant::foreign(rule, owned) {
+        refuse_foreign(g, qpn, rule.map_or(0, |r| r.pkey), m.creator.pid);
+        return;
+    }
     let Some(word) = word(g, qpn) else {
         // Beyond the table: no entry can hold it.
         if let Some(rule) = rule {
@@ -747,6 +721,49 @@ unsafe fn replace(word: *mut u64, old: u64, new: u64) -> bool {
         )
     };
     found == old
+}
+
+/// `*counter += 1` as one BPF atomic; the old value. (core's atomics have
+/// no read-modify-write on the BPF target, though the instruction set has.)
+///
+/// # Safety
+/// `counter` must point to a live, 8-byte aligned u64 in map memory.
+#[inline(always)]
+unsafe fn fetch_add(counter: *mut u64) -> u64 {
+    let mut value: u64 = 1;
+    unsafe {
+        core::arch::asm!(
+            "{value} = atomic_fetch_add((u64 *)({counter} + 0), {value})",
+            counter = in(reg) counter,
+            value = inout(reg) value,
+            options(nostack),
+        )
+    };
+    value
+}
+
+/// QP `qpn`, made on this tenant's device by another creator (its rule
+/// giving `pkey`, 0 if none; process `pid`, 0 for a kernel user): no
+/// earlier QP's binding of the number in the live generation `g` is its
+/// (one store of the whole word, as [`bind`]'s), and it is quarantined,
+/// counted and reported.
+#[inline(never)]
+fn refuse_foreign(g: u32, qpn: u32, pkey: u16, pid: u32) {
+    if let Some(word) = word(g, qpn) {
+        // SAFETY: a live, 8-byte aligned array element.
+        unsafe { ptr::write_volatile(word, QpEntry::bits(None)) };
+    }
+    quarantine(qpn, true);
+    count(Capture::ForeignDevice);
+    // Reported, not logged: a tenant can make such QPs at will, and its
+    // reports have a budget.
+    report(Event {
+        dest_qp: qpn,
+        pkey,
+        src_qp: pid,
+        kind: EventKind::ForeignDevice as u8,
+        ..Event::default()
+    });
 }
 
 /// Whether QPN `qpn` is in quarantine.
@@ -894,72 +911,29 @@ fn record(
     (device, ports): (u32, [u16; 2]),
     kernel: [u64; 2],
 ) {
+    task::current_task(c, layout);
+    // A kernel user's QP is no task's: its name is the module's, and it
+    // has no cgroup, namespace, process or ids.
     let mask = (u64::from((kernel[0] | kernel[1]) != 0)).wrapping_neg();
-    // SAFETY: no preconditions.
-    let task = unsafe { bpf_get_current_task() } as *const u8;
-    let cred: *const u8 = read_or(task, layout.task_cred, ptr::null());
-    let nsproxy: *const u8 = read_or(task, layout.task_nsproxy, ptr::null());
-    let net: *const u8 = read_or(nsproxy, layout.nsproxy_net, ptr::null());
-    // SAFETY: a buffer of the size given.
-    unsafe {
-        generated::bpf_get_current_comm(c.comm.as_mut_ptr().cast(), c.comm.len() as u32);
-    }
-    // Padded as rules keep names: the helper may leave the tail of the
-    // last name this per-CPU record held.
     // SAFETY: 16 bytes either way.
-    let [t0, t1]: [u64; 2] = unsafe { core::mem::transmute(comm_padded(c.comm)) };
+    let [t0, t1]: [u64; 2] = unsafe { core::mem::transmute(c.comm) };
     let words = [(t0 & !mask) | kernel[0], (t1 & !mask) | kernel[1]];
     // SAFETY: 16 bytes either way.
     c.comm = unsafe { core::mem::transmute::<[u64; 2], [u8; 16]>(words) };
-    for (level, id) in c.cgroups.iter_mut().enumerate() {
-        // SAFETY: no preconditions; 0 when the task is not that deep.
-        *id = unsafe { bpf_get_current_ancestor_cgroup_id(level as i32) } & !mask;
+    for id in c.cgroups.iter_mut() {
+        *id &= !mask;
     }
     let m32 = mask as u32;
     c.qp = qp as u64;
-    c.netns = read_or(net, layout.net_cookie, 0) & !mask;
-    c.pid = (bpf_get_current_pid_tgid() >> 32) as u32 & !m32;
-    c.uid = read_id(cred, layout.cred_euid) | m32;
-    c.gid = read_id(cred, layout.cred_egid) | m32;
+    c.netns &= !mask;
+    c.pid &= !m32;
+    c.uid |= m32;
+    c.gid |= m32;
     c.device = device;
     c.ports = ports;
     c.kernel = (mask & 1) as u8;
     c.ib_qp_type = ib_qp_type as u8;
     c._pad = [0; 2];
-}
-
-/// A uid or gid at `base + offset` in kernel memory; u32::MAX (no id,
-/// which no rule names) if unreadable, where a failed read would leave 0,
-/// root's.
-#[inline(always)]
-fn read_id(base: *const u8, offset: u32) -> u32 {
-    let mut v = 0u32;
-    // SAFETY: bpf_probe_read_kernel checks the address.
-    let failed = unsafe {
-        generated::bpf_probe_read_kernel(
-            (&mut v as *mut u32).cast(),
-            size_of::<u32>() as u32,
-            base.wrapping_add(offset as usize).cast(),
-        )
-    } != 0;
-    v | u32::from(failed).wrapping_neg()
-}
-
-/// A `T` at `base + offset` in kernel memory, `or` if unreadable, with no
-/// branch on which.
-#[inline(always)]
-fn read_or<T: Copy>(base: *const u8, offset: u32, or: T) -> T {
-    let mut v = or;
-    // SAFETY: bpf_probe_read_kernel checks the address and leaves `v` as it
-    // was (zeroed, in fact: so `or` only names the intent) on failure.
-    unsafe {
-        generated::bpf_probe_read_kernel(
-            (&mut v as *mut T).cast(),
-            size_of::<T>() as u32,
-            base.wrapping_add(offset as usize).cast(),
-        );
-    }
-    v
 }
 
 #[cfg(not(test))]

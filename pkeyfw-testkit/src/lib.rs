@@ -2,6 +2,7 @@
 //! for the host tests, the kernel tests, the bench and the lab.
 //!
 //! - [`wire`]: RoCE frames built byte by byte, and the full ICRC;
+//! - [`cm`]: the CM MADs rdma_cm exchanges on QP1, built likewise;
 //! - [`netns`]: two network namespaces joined by a veth pair, frames sent
 //!   and captured in them;
 //! - [`cases`]: the verdict case table, as data (policies are TOML text);
@@ -12,6 +13,7 @@
 
 pub mod baseline;
 pub mod cases;
+pub mod cm;
 pub mod fixtures;
 pub mod netns;
 pub mod stamping;

@@ -5,8 +5,10 @@
 //! jiffy count are all inline; what is left is the multicast groups' hash
 //! lookup, the clock an event budget reads once its ticks have moved on,
 //! and the stages: locate (a frame that is not plain), restore (a stamped
-//! frame that passes) and report (a refused frame within its CPU's event
-//! budget). So a plain frame that passes unstamped or is refused past the
+//! frame that passes), report (a refused frame within its CPU's event
+//! budget), and a CM request's to QP1 (REQ, SIDR_REQ), which its listener
+//! decides: listener, listening, request, and its refusal's count and
+//! report. So a plain frame that passes unstamped or is refused past the
 //! budget — ok RC, ok UD and pkey_violation, as the bench times them —
 //! calls nothing. (On Linux 6.10 and later, which inline a per-CPU
 //! array's lookup and the CPU's number; before, those are calls too.)
@@ -86,7 +88,12 @@ fn the_host_programs_body_calls_only_off_the_goal_paths() {
         [
             "pkeyfw_locate_xdp",
             "pkeyfw_report_xdp",
-            "pkeyfw_restore_xdp"
+            "pkeyfw_restore_xdp",
+            // A CM request QP1 takes only.
+            "pkeyfw_listener_xdp",
+            "pkeyfw_listening",
+            "pkeyfw_request_xdp",
+            "pkeyfw_refused_xdp",
         ]
         .map(String::from)
         .into(),

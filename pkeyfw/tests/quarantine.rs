@@ -10,8 +10,9 @@ use common::cases::{QPA, UD};
 use pkeyfw::{loading::filter::Filter, policy::Policy};
 use pkeyfw_common::{
     Reason, Stamp,
-    abi::{GroupEntry, QpEntry},
+    abi::{BindSpec, GroupEntry, QpEntry},
     stamp::{self, Action, Origin},
+    tenant::Rules,
     verdict::Tables,
 };
 use pkeyfw_testkit::wire::Packet;
@@ -72,6 +73,12 @@ impl Tables for Quarantined<'_> {
     }
     fn quarantined(&self, qpn: u32) -> bool {
         self.1.contains(&qpn)
+    }
+}
+
+impl Rules for Quarantined<'_> {
+    fn rule(&self, index: u32) -> Option<&BindSpec> {
+        self.0.rule(index)
     }
 }
 

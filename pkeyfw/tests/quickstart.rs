@@ -91,10 +91,9 @@ fn tenant_cgroups(paths: &[String]) -> (common::Cgroups, Vec<PathBuf>) {
 }
 
 /// Quick start 2: the tenants' policy, with their cgroups made as the
-/// README makes them, checks clean but for the rdma.max the README sets
-/// (this host may have no rdma controller); each tenant's cgroup binds its
-/// partition, stamped; and the README's commands make every cgroup the
-/// policy names and give each an `rdma.max`.
+/// README makes them, checks clean; each tenant's cgroup binds its
+/// partition, stamped, and gets a device of its own (one per rule, no two
+/// alike), which needs no rdma.max: a tenant's table is its own.
 #[test]
 fn the_tenants_quick_start_policy_checks() {
     common::require_root();
@@ -108,10 +107,6 @@ fn the_tenants_quick_start_policy_checks() {
                 .lines()
                 .any(|l| l.starts_with("mkdir -p ") && l.split(' ').any(|w| w == path)),
             "the README makes {path}"
-        );
-        assert!(
-            readme.contains(&format!("> {path}/rdma.max")),
-            "the README gives {path} an rdma.max"
         );
     }
     assert!(
@@ -136,12 +131,20 @@ fn the_tenants_quick_start_policy_checks() {
         .zip([0x8001, 0x8002])
         .collect();
     assert_eq!(bound, expected, "tenant a in 0x0001, tenant b in 0x0002");
-    for warning in checked["warnings"].as_array().unwrap() {
-        assert!(
-            warning.as_str().unwrap().contains("no rdma.max"),
-            "only the rdma.max the README sets may be missing here: {warning}"
-        );
-    }
+    let devices: Vec<&str> = binds
+        .iter()
+        .map(|b| {
+            b["own_device"]["name"]
+                .as_str()
+                .expect("a device of its own")
+        })
+        .collect();
+    assert_eq!(devices, ["rxe_a", "rxe_b"]);
+    assert!(
+        readme.contains("/tenants/a/cgroup.procs; exec ibv_rc_pingpong -d rxe_a "),
+        "the README runs tenant a's program in its cgroup, on its own device"
+    );
+    assert_eq!(checked["warnings"], serde_json::json!([]));
 }
 
 /// Quick start 3: the bridge's policy checks, and its ports are those of

@@ -170,9 +170,9 @@ fn egress_cases() -> Vec<(&'static str, Packet, u16, Stamp)> {
 }
 
 /// The host decision for frames rdma_rxe says a QP sent: a bound QP's
-/// frames carry its key, an unbound one's the default, management frames
-/// keep a key of the table; the kernel side needs rxe (the guest's
-/// stamping scenarios).
+/// frames carry its key (to QP1 too), an unbound one's the default, QP1's
+/// own keep a key of the table or get the default one; the kernel side
+/// needs rxe (the guest's stamping scenarios).
 #[test]
 fn a_qps_frames_carry_its_own_key() {
     let policy = stamping_policy();
@@ -224,6 +224,7 @@ fn a_qps_frames_carry_its_own_key() {
             },
             (Stamp::Management, None),
         ),
+        // Held back, rxe would send it again and again: the default key.
         (
             "QP1, a key not in the table",
             1,
@@ -231,7 +232,17 @@ fn a_qps_frames_carry_its_own_key() {
                 src_qp: 1,
                 ..Packet::ud(0x8007, 1, 0x8001_0000)
             },
-            (Stamp::Forged, None),
+            (Stamp::Defaulted, Some(0xffff)),
+        ),
+        // A tenant's UD QP sending to QP1: its own key, as any of its frames.
+        (
+            "UD to QP1",
+            UD,
+            Packet {
+                src_qp: UD,
+                ..Packet::ud(0xffff, 1, 0x8001_0000)
+            },
+            (Stamp::Stamped, Some(0x8001)),
         ),
     ];
     for (name, qp, p, expected) in cases {

@@ -12,8 +12,12 @@ use std::{fs, path::PathBuf, time::Duration};
 use anyhow::{Context as _, Result};
 
 use crate::{
-    guest::{Guest, Init, Kernel},
-    rxe_lab::{self, Outcome},
+    guest::{
+        Guest, Init, Kernel,
+        pool::{self, Boot, Plan},
+    },
+    results::{self, Outcome},
+    rxe_lab,
 };
 
 /// What the guest holds besides the RDMA userland: the bridge and
@@ -28,6 +32,8 @@ const LIB: &str = include_str!("cni_lab/lib.sh");
 struct Run {
     kernel: &'static str,
     scripts: &'static [(&'static str, &'static str)],
+    /// About how long it takes (see `pool::Boot::minutes`).
+    minutes: u32,
 }
 
 const RUNS: [Run; 2] = [
@@ -37,10 +43,12 @@ const RUNS: [Run; 2] = [
             ("plain.sh", include_str!("cni_lab/plain.sh")),
             ("podman.sh", include_str!("cni_lab/podman.sh")),
         ],
+        minutes: 18,
     },
     Run {
         kernel: "6.12",
         scripts: &[("refused.sh", include_str!("cni_lab/refused.sh"))],
+        minutes: 2,
     },
 ];
 
@@ -48,61 +56,54 @@ const RUNS: [Run; 2] = [
 const TIMEOUT: Duration = Duration::from_secs(40 * 60);
 
 pub fn run() -> Result<Outcome> {
-    let mut guests = Vec::new();
-    for run in &RUNS {
-        let kernel = Kernel::named(run.kernel)?;
-        guests.push((run, Guest::ensure_with(kernel, PACKAGES)?, share(run)?));
-    }
-    let codes: Vec<Result<i32>> = std::thread::scope(|s| {
-        let runs: Vec<_> = guests
-            .iter()
-            .map(|(_, guest, share)| s.spawn(move || guest.run(share, TIMEOUT, Init::Shell)))
-            .collect();
-        runs.into_iter()
-            .map(|r| r.join().expect("a guest's thread panicked"))
-            .collect()
-    });
-    let (mut passed, mut failed) = (0, 0);
-    for ((run, _, share), code) in guests.iter().zip(codes) {
-        let results = code
-            .and_then(|_| {
-                fs::read_to_string(share.join("results"))
-                    .context("the guest wrote no results (see its output above)")
+    Ok(pool::run(vec![plan()?]))
+}
+
+/// A boot per run, and their test lines (see the module's).
+pub fn plan() -> Result<Plan> {
+    let boots = RUNS
+        .iter()
+        .map(|run| {
+            Ok(Boot {
+                label: format!("cni-lab-{}", run.kernel),
+                guest: Guest::ensure_with(Kernel::named(run.kernel)?, PACKAGES)?,
+                share: share(run)?,
+                init: Init::Shell,
+                timeout: TIMEOUT,
+                minutes: run.minutes,
             })
-            .unwrap_or_else(|e| {
-                println!("test cni-lab::linux-{} ... FAILED: {e:#}", run.kernel);
-                failed += 1;
-                String::new()
-            });
-        for line in results.lines().filter(|l| l.starts_with("measure ")) {
-            println!("cni-lab (Linux {}): {line}", run.kernel);
-        }
-        for (_, text) in run.scripts {
-            for name in checks(text) {
-                let ok = format!("ok {name}");
-                let refused = format!("FAILED {name}:");
-                match results
-                    .lines()
-                    .find(|l| *l == ok || l.starts_with(&refused))
-                {
-                    Some(line) if line == ok => {
-                        println!("test cni-lab::{name} ... ok");
-                        passed += 1;
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let shares: Vec<PathBuf> = boots.iter().map(|b| b.share.clone()).collect();
+    Ok(Plan {
+        boots,
+        judge: Box::new(move |codes| {
+            let mut outcome = Outcome::default();
+            for ((run, share), code) in RUNS.iter().zip(shares).zip(codes) {
+                let prefix = format!("cni-lab::linux-{}", run.kernel);
+                let results = match code.and_then(|_| {
+                    fs::read_to_string(share.join("results"))
+                        .context("the guest wrote no results (see its output above)")
+                }) {
+                    Ok(text) => text,
+                    Err(e) => {
+                        outcome.add(Outcome::failed(&prefix, &e));
+                        String::new()
                     }
-                    Some(line) => {
-                        println!("test cni-lab::{name} ... {line}");
-                        failed += 1;
-                    }
-                    None => {
-                        println!("test cni-lab::{name} ... FAILED: not run");
-                        failed += 1;
-                    }
+                };
+                for line in results.lines().filter(|l| l.starts_with("measure ")) {
+                    println!("cni-lab (Linux {}): {line}", run.kernel);
                 }
+                let names = run.scripts.iter().flat_map(|(_, text)| checks(text));
+                outcome.add(results::checks(&results, "cni-lab", names));
             }
-        }
-    }
-    println!("\ncni-lab: {passed} passed, {failed} failed");
-    Ok(Outcome { passed, failed })
+            println!(
+                "\ncni-lab: {} passed, {} failed",
+                outcome.passed, outcome.failed
+            );
+            outcome
+        }),
+    })
 }
 
 /// The share of one guest: the release CLI, the library and the run's

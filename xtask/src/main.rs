@@ -10,6 +10,7 @@ mod cni_lab;
 mod guest;
 mod kernels;
 mod package;
+mod results;
 mod rxe_lab;
 mod setup;
 mod table;
@@ -112,11 +113,11 @@ fn main() -> std::process::ExitCode {
         Task::RxeLab { args } => setup::run()
             .and_then(|()| build())
             .and_then(|()| rxe_lab::run(&args))
-            .and_then(rxe_lab::Outcome::ok),
+            .and_then(results::Outcome::ok),
         Task::CniLab => setup::run()
             .and_then(|()| build())
             .and_then(|()| cni_lab::run())
-            .and_then(rxe_lab::Outcome::ok),
+            .and_then(results::Outcome::ok),
         Task::Guest {
             script,
             kernel,

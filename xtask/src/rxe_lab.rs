@@ -10,7 +10,11 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::{
     cmd,
-    guest::{Guest, Init, Kernel},
+    guest::{
+        Guest, Init, Kernel,
+        pool::{self, Boot, Plan},
+    },
+    results::Outcome,
 };
 
 mod systemd;
@@ -22,9 +26,9 @@ mod wire;
 /// where two guests side by side do about 100 an hour).
 const TIMEOUT: Duration = Duration::from_secs(55 * 60);
 
-/// Guests that share the scenarios out, side by side: under TCG a guest
-/// mostly keeps one host CPU busy (the verifier, one program at a time).
-const GUESTS: usize = 2;
+/// Guests that share the scenarios out, booted side by side with the
+/// other labs' (see [`pool`]).
+const SHARDS: usize = 2;
 
 /// The test kit's ibverbs attacker, which the attack scenarios run beside
 /// pkeyfw (it is no part of the product).
@@ -77,7 +81,7 @@ pub fn script(text: &str, kernel: Kernel) -> Result<()> {
 /// attacker beside it.
 fn run_in(text: &str, guest: &Guest) -> Result<()> {
     let share = share(text)?;
-    let code = guest.run(&share, TIMEOUT, Init::Shell)?;
+    let code = guest.run(&share, TIMEOUT, Init::Shell, "guest")?;
     println!(
         "xtask: the script exited {code}; its folder is {}",
         share.display()
@@ -88,98 +92,90 @@ fn run_in(text: &str, guest: &Guest) -> Result<()> {
     Ok(())
 }
 
-/// What the guest's scenarios came to, with the host's reading of their
-/// captures.
-pub struct Outcome {
-    pub passed: u64,
-    pub failed: u64,
-}
-
-impl Outcome {
-    pub fn ok(self) -> Result<()> {
-        if self.failed > 0 {
-            bail!("{} soft-RoCE scenarios failed", self.failed);
-        }
-        Ok(())
-    }
-}
-
 /// `cargo xtask rxe-lab`: the lab's scenarios in the guest, every capture
 /// decoded with tshark; then the `systemd` scenario, in the guest booted
 /// with systemd. `--only systemd` runs that one alone; any other `--only`
 /// goes to the lab.
 pub fn run(args: &[String]) -> Result<Outcome> {
+    Ok(pool::run(plans(args)?))
+}
+
+/// The lab's boots and the systemd scenario's (see [`run`]).
+pub fn plans(args: &[String]) -> Result<Vec<Plan>> {
     let only = args
         .iter()
         .position(|a| a == "--only")
         .and_then(|i| args.get(i + 1));
     if only.is_some_and(|o| o == systemd::NAME) {
-        return systemd::run();
+        return Ok(vec![systemd::plan()?]);
     }
-    let lab = lab(args)?;
-    if only.is_some() {
-        return Ok(lab);
+    let mut plans = vec![lab(args)?];
+    if only.is_none() {
+        // A package or guest that cannot be made fails the scenario, with
+        // the reason.
+        let name = format!("rxe-lab::{}", systemd::NAME);
+        plans.push(systemd::plan().unwrap_or_else(|e| Plan::failed(&name, e)));
     }
-    // A guest that cannot start fails the scenario, with the reason.
-    let unit = systemd::run().unwrap_or_else(|e| {
-        println!("test rxe-lab::{} ... FAILED: {e:#}", systemd::NAME);
-        Outcome {
-            passed: 0,
-            failed: 1,
-        }
-    });
-    Ok(Outcome {
-        passed: lab.passed + unit.passed,
-        failed: lab.failed + unit.failed,
-    })
+    Ok(plans)
 }
 
 /// The lab's scenarios (`pkeyfw lab rxe`), with the host's reading of
-/// their captures: all of them shared out among [`GUESTS`] guests side by
-/// side, or those `--only` names in one.
-fn lab(args: &[String]) -> Result<Outcome> {
+/// their captures: all of them shared out among [`SHARDS`] guests, or
+/// those `--only` names in one.
+fn lab(args: &[String]) -> Result<Plan> {
     let guest = Guest::ensure(crate::guest::PRIMARY)?;
     let extra: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
-    let guests = if args.iter().any(|a| a == "--only") {
+    let shards = if args.iter().any(|a| a == "--only") {
         1
     } else {
-        GUESTS
+        SHARDS
     };
-    let shares = (0..guests)
+    let boots = (0..shards)
         .map(|i| {
-            let shard = if guests > 1 {
-                format!("--shard {i}/{guests}")
+            let shard = if shards > 1 {
+                format!("--shard {i}/{shards}")
             } else {
                 String::new()
             };
-            share_in(
-                &format!("rxe-lab-{i}"),
+            let label = format!("rxe-lab-{i}");
+            let share = share_in(
+                &label,
                 &format!(
                     "./pkeyfw lab rxe --captures captures --json results.json {shard} {}\n\
                      echo \"pkeyfw lab rxe exited $?\"\n",
                     extra.join(" ")
                 ),
-            )
+            )?;
+            Ok(Boot {
+                label,
+                guest: guest.clone(),
+                share,
+                init: Init::Shell,
+                timeout: TIMEOUT,
+                minutes: 10,
+            })
         })
         .collect::<Result<Vec<_>>>()?;
-    let codes: Vec<Result<i32>> = std::thread::scope(|s| {
-        let runs: Vec<_> = shares
-            .iter()
-            .map(|share| s.spawn(|| guest.run(share, TIMEOUT, Init::Shell)))
-            .collect();
-        runs.into_iter()
-            .map(|r| r.join().expect("a guest's thread panicked"))
-            .collect()
-    });
-    let mut scenarios = Vec::new();
-    for (share, code) in shares.iter().zip(codes) {
-        let code = code?;
-        if code != 0 {
-            bail!("the guest script in {} failed ({code})", share.display());
-        }
-        scenarios.extend(results(share)?);
-    }
-    Ok(judge(&scenarios, "rxe-lab"))
+    let shares: Vec<PathBuf> = boots.iter().map(|b| b.share.clone()).collect();
+    Ok(Plan {
+        boots,
+        judge: Box::new(move |codes| {
+            let mut scenarios = Vec::new();
+            for (share, code) in shares.iter().zip(codes) {
+                let read = code.and_then(|code| {
+                    if code != 0 {
+                        bail!("the guest script in {} failed ({code})", share.display());
+                    }
+                    results(share)
+                });
+                match read {
+                    Ok(mut r) => scenarios.append(&mut r),
+                    Err(e) => return Outcome::failed("rxe-lab", &e),
+                }
+            }
+            judge(&scenarios, "rxe-lab")
+        }),
+    })
 }
 
 /// The scenarios `pkeyfw lab rxe` ran in the guest whose share is `share`

@@ -12,7 +12,10 @@ use std::{
 
 use anyhow::{Result, bail};
 
-use crate::cmd::{cargo, cargo_cmd, output};
+use crate::{
+    cmd::{cargo, cargo_cmd, output},
+    guest::pool::{self, Plan},
+};
 
 /// Programs the tests run, and their Debian packages.
 const TEST_TOOLS: &[(&str, &str)] = &[
@@ -38,7 +41,7 @@ pub fn run() -> Result<()> {
         "warnings",
     ])?;
     // Tests run the real tools users have (tests/metrics.rs: Prometheus,
-    // tests/service.rs: systemd-analyze).
+    // tests/deploy.rs: systemd-analyze).
     crate::guest::ensure_tools(TEST_TOOLS)?;
     let (mut passed, mut failed) = cargo_test(&["test", "--release", "--no-fail-fast"])?;
     // The Debian package, built and checked as Debian and an operator would.
@@ -47,24 +50,17 @@ pub fn run() -> Result<()> {
     passed += p;
     failed += f;
     crate::build()?;
-    // A guest that cannot start fails the run, with the reason.
-    let guests = [
-        ("rxe-lab", crate::rxe_lab::run(&[])),
-        ("kernels", crate::kernels::run(&crate::guest::KERNELS, None)),
-        ("cni-lab", crate::cni_lab::run()),
-    ];
-    for (name, outcome) in guests {
-        match outcome {
-            Ok(o) => {
-                passed += o.passed;
-                failed += o.failed;
-            }
-            Err(e) => {
-                println!("test {name} ... FAILED: {e:#}");
-                failed += 1;
-            }
-        }
-    }
+    // Every lab's guests, two at a time; a lab that cannot be prepared
+    // fails the run, with the reason.
+    let mut plans = crate::rxe_lab::plans(&[]).unwrap_or_else(|e| vec![Plan::failed("rxe-lab", e)]);
+    plans.push(
+        crate::kernels::plan(&crate::guest::KERNELS, None)
+            .unwrap_or_else(|e| Plan::failed("kernels", e)),
+    );
+    plans.push(crate::cni_lab::plan().unwrap_or_else(|e| Plan::failed("cni-lab", e)));
+    let guests = pool::run(plans);
+    passed += guests.passed;
+    failed += guests.failed;
     // One closing line for the whole run: the last test binary cargo reports
     // (a crate's doc tests) usually has none of its own.
     println!("{passed} passed, {failed} failed");

@@ -103,7 +103,8 @@ crate::named_enum! {
         /// Egress: not from a bound QP, and already carrying the port's
         /// default P_Key; left as is.
         Unbound = 2 => "unbound",
-        /// Egress: to or from QP0/QP1, which keep the port's P_Key.
+        /// Egress: from QP0/QP1 and no CM MAD of a connection, keeping a
+        /// P_Key of the port's table (one it lacks becomes the default).
         Management = 3 => "management",
         /// Not RoCE v2 (RoCE v1 included), or its UDP length does not fit
         /// it; left as is.
@@ -121,9 +122,9 @@ crate::named_enum! {
         /// Egress: not from a bound QP, so it leaves with the port's
         /// default P_Key (index 0) instead of the one it carried.
         Defaulted = 8 => "defaulted",
-        /// Egress: a management frame with a P_Key not in the port's table,
-        /// or from anything but a QP; dropped, as an HCA sends only keys of
-        /// its port's table, and only its QPs send.
+        /// Egress: a management frame (to or from QP0/QP1) from anything
+        /// but a QP (a process's UDP socket); dropped, as only an HCA's QPs
+        /// send, each with a key of its port's table.
         Forged = 9 => "forged",
         /// Egress: RoCE v2 in several packets at once (a GSO super-packet,
         /// or longer than one RoCE packet); dropped, as its later packets
@@ -136,6 +137,14 @@ crate::named_enum! {
         /// Egress: from a QP the QP-creation probe had no room to bind
         /// (quarantined); dropped, as its key is not known.
         Quarantined = 12 => "quarantined",
+        /// Egress: a CM MAD of QP1 leaves with the P_Key its connection
+        /// was set up with: its QP's binding, as the probe on the sending
+        /// verb saw its caller name a QP of its own.
+        Cm = 13 => "cm",
+        /// Egress: a CM MAD of QP1 that no recorded connection explains
+        /// (none recorded, a QP its caller did not make, one no rule binds)
+        /// leaves with the port's default P_Key.
+        CmDefaulted = 14 => "cm_defaulted",
     }
 }
 
@@ -167,5 +176,21 @@ crate::named_enum! {
         /// returns, so that it never reads what the group receives (a
         /// process sharing the QP's uverbs file keeps it, joined).
         Killed = 6 => "killed",
+        /// A QP made on a device pkeyfw made for one tenant, by a creator
+        /// that tenant's rule does not match: quarantined, and reported.
+        ForeignDevice = 7 => "foreign_device",
+        /// An rdma_cm listener was recorded as it listened, with who made
+        /// it: the live rules bind it at each request it is named by.
+        Listener = 8 => "listener",
+        /// A listener found no room in the probe's table: until the table
+        /// is reconciled, a request no recorded listener answers is refused.
+        ListenerUnrecorded = 9 => "listener_unrecorded",
+        /// A CM request or reply was recorded as its caller sent it, with
+        /// the P_Key of the QP it names: its connection's MADs leave with
+        /// that key.
+        CmSend = 10 => "cm_send",
+        /// A CM request or reply named a QP its caller did not make (or
+        /// that no probe saw made): its MADs leave with the default P_Key.
+        CmForeignQp = 11 => "cm_foreign_qp",
     }
 }

@@ -10,8 +10,10 @@
 //! other way, so a change of a rule cannot change the layout. [`counters`]
 //! holds the lists that index the counter maps.
 
+pub mod cm;
 pub mod counters;
 
+pub use cm::{CmLayout, ConnectionKind, ListenKey, connection_key, family};
 use counters::{Capture, REASON_SLOTS, Reason, Stamp};
 
 /// Map names, as the loader finds them in the object.
@@ -37,6 +39,10 @@ pub mod name {
     pub const JOIN_ACTION: &str = "JOIN_ACTION";
     pub const CREATIONS: &str = "CREATIONS";
     pub const REPORTS: &str = "REPORTS";
+    pub const LISTENERS: &str = "LISTENERS";
+    pub const CONNECTIONS: &str = "CONNECTIONS";
+    pub const CM_STATE: &str = "CM_STATE";
+    pub const LISTENER_FOUND: &str = "LISTENER_FOUND";
 }
 
 /// The layout of every map below, as one number: `ABI[0]` holds it, so a
@@ -47,13 +53,14 @@ pub mod name {
 pub const LAYOUT_VERSION: u32 =
     LAYOUT << 24 | (REASON_SLOTS as u32) << 16 | (Stamp::COUNT as u32) << 8 | Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 21;
+const LAYOUT: u32 = 22;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum MapKind {
     Array,
     HashMap,
+    LruHashMap,
     PerCpuArray,
     RingBuf,
 }
@@ -124,7 +131,7 @@ pub struct MapSpec {
 
 /// Every map of the filter object: the loader takes, pins, opens and sizes
 /// the maps from this table, and refuses an object with a map it lacks.
-pub const MAPS: [MapSpec; 21] = {
+pub const MAPS: [MapSpec; 25] = {
     use MapKind::*;
     use MapSize::*;
     const fn spec(name: &'static str, kind: MapKind, size: MapSize) -> MapSpec {
@@ -152,6 +159,10 @@ pub const MAPS: [MapSpec; 21] = {
         spec(name::JOIN_ACTION, Array, Fixed),
         spec(name::CREATIONS, HashMap, Probed),
         spec(name::REPORTS, RingBuf, ReportRing),
+        spec(name::LISTENERS, HashMap, Fixed),
+        spec(name::CONNECTIONS, LruHashMap, Fixed),
+        spec(name::CM_STATE, Array, Fixed),
+        spec(name::LISTENER_FOUND, PerCpuArray, Fixed),
     ]
 };
 
@@ -276,6 +287,21 @@ crate::named_enum! {
         Uc = 1 => "uc",
         Ud = 3 => "ud",
         Xrc = 5 => "xrc",
+    }
+}
+
+impl QpType {
+    /// The RoCE transport of an `enum ib_qp_type`; None for QP0, QP1 and
+    /// the raw and driver types, which no rule binds.
+    #[inline(always)]
+    pub const fn of_ib(ib_qp_type: u32) -> Option<QpType> {
+        match ib_qp_type {
+            2 => Some(QpType::Rc),
+            3 => Some(QpType::Uc),
+            4 => Some(QpType::Ud),
+            9 | 10 => Some(QpType::Xrc),
+            _ => None,
+        }
     }
 }
 
@@ -524,6 +550,30 @@ pub struct QpLayout {
 }
 
 impl QpLayout {
+    /// Nothing known: no device of the attachment's, no offset.
+    pub const NONE: QpLayout = QpLayout {
+        qp_device: 0,
+        qp_num: 0,
+        device_index: 0,
+        devices: [NO_DEVICE; DEVICES],
+        qp_type: 0,
+        qp_res: 0,
+        res_type: 0,
+        res_user: 0,
+        res_kern_name: 0,
+        attr_qkey: 0,
+        task_cred: 0,
+        task_nsproxy: 0,
+        cred_euid: 0,
+        cred_egid: 0,
+        nsproxy_net: 0,
+        net_cookie: 0,
+        qpns: 0,
+        cpus: 0,
+        cm_src: 0,
+        cm_dst: 0,
+    };
+
     /// `enum ib_qp_attr_mask`: `IB_QP_QKEY` (the same value as libibverbs').
     pub const MASK_QKEY: u32 = 1 << 6;
     /// `enum rdma_restrack_type`: `RDMA_RESTRACK_QP` (PD, CQ, QP, …).
@@ -595,7 +645,9 @@ pub struct GroupEntry {
 /// `CREATIONS[qpn]`: who made the QP numbered `qpn`, as the QP-creation
 /// probe saw it at creation (the task in the verb, or the kernel user),
 /// and which QP that is: only that QP's destruction removes what the
-/// probes bound for the number.
+/// probes bound for the number; `LISTENERS[key]`: who made an rdma_cm
+/// listener, as the listen probe saw it (its `qp` the listener's
+/// `struct rdma_cm_id`, its `ib_qp_type` the listener's).
 /// Every later match of the rules (a reload, a replacing attach, a release
 /// from quarantine) reads this, never `/proc`, which a tenant can make
 /// unreadable (a name that is not UTF-8, a thread that exited) or steer (a
@@ -630,6 +682,30 @@ pub struct Creation {
     pub _pad: [u8; 2],
 }
 
+/// The device guard's (`pkeyfw-guard`) maps, by name.
+pub mod guard_name {
+    pub const NODES: &str = "NODES";
+    pub const TENANTS: &str = "TENANTS";
+    pub const MAJORS: &str = "MAJORS";
+    pub const SEALED: &str = "SEALED";
+}
+
+/// Device nodes the guard can tell apart: every RDMA device's uverbs, umad
+/// and issm nodes.
+pub const DEVICE_NODES: u32 = 1 << 12;
+/// Character device majors the RDMA core registers (uverbs, umad: 231, and
+/// the dynamic ones beyond their fixed minors), as many as the guard keeps.
+pub const DEVICE_MAJORS: u32 = 16;
+/// `NODES` value of a node of no tenant's device: anyone's to open.
+pub const NO_TENANT: u32 = u32::MAX;
+
+/// `NODES` key of character device `major:minor` (as `dev_t` packs them:
+/// 12 bits of major, 20 of minor).
+#[inline(always)]
+pub const fn node_key(major: u32, minor: u32) -> u32 {
+    major << 20 | (minor & 0x000f_ffff)
+}
+
 /// Levels of a creator's cgroup path kept in [`Creation::cgroups`], the
 /// root's included: a `cgroup` rule may name a directory at most
 /// `CGROUP_LEVELS - 1` below the root.
@@ -655,6 +731,13 @@ pub mod matcher {
     pub const PORT: u32 = 1 << 9;
     /// The RDMA device (by index).
     pub const DEVICE: u32 = 1 << 10;
+    /// Not a matcher: the rule whose tenant the attachment's device was
+    /// made for (`own_device`), in that device's attachment.
+    pub const OWNER: u32 = 1 << 11;
+    /// Not a matcher: set on every rule of a device made for one tenant
+    /// (the attachment of a tenant's own device), where only the
+    /// [`OWNER`] rule binds (see [`crate::tenant::foreign`]).
+    pub const OWNED: u32 = 1 << 12;
     /// Matchers that describe a task, which a kernel QP has none of.
     pub const TASK: u32 = PID | CGROUP | UID | GID | NETNS;
     /// Matchers a process cannot choose: only the administrator moves it
@@ -805,6 +888,11 @@ crate::named_enum! {
         /// A QP a rule would bind found no room in the probe's tables:
         /// `dest_qp` is the QP, quarantined.
         Quarantined = 4 => "quarantined",
+        /// A QP was made on a device pkeyfw made for one tenant by someone
+        /// else (see [`crate::tenant::foreign`]): `dest_qp` is the QP,
+        /// quarantined; `pkey` the key its creator's rule gives (0: no rule
+        /// matches it), `src_qp` the creating process (0: a kernel user).
+        ForeignDevice = 5 => "foreign_device",
     }
 }
 
@@ -885,6 +973,8 @@ const _: () = {
     assert!(size_of::<QpLayout>() == 76 + 4 * DEVICES);
     assert!(size_of::<SenderLayout>() == 32 + 4 * DEVICES);
     assert!(size_of::<BindSpec>() == 80);
+    assert!(size_of::<ListenKey>() == 32);
+    assert!(size_of::<CmLayout>() == 64);
 };
 
 #[cfg(feature = "user")]
@@ -902,6 +992,8 @@ mod pod {
     unsafe impl aya::Pod for super::Creation {}
     unsafe impl aya::Pod for super::EventBudget {}
     unsafe impl aya::Pod for super::BindSpec {}
+    unsafe impl aya::Pod for super::ListenKey {}
+    unsafe impl aya::Pod for super::CmLayout {}
 }
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 //! from beside itself): open a device, make a QP no rule binds, then loop
 //! `ibv_modify_qp` giving it other QPs' peers (a modify flood), or attach
 //! it to a multicast group; or make and destroy QPs until the QPN it wants
-//! comes next. Test equipment, never part of pkeyfw.
+//! comes next; or open a device, then move into another cgroup (a tenant's)
+//! and make QPs there; or send a listener CM REQs of its own making, from a
+//! UD QP to QP1 or from a UDP socket. Test equipment, never part of pkeyfw.
 //! libibverbs is opened at run time by pkeyfw's own opener; only these few
 //! calls and the parts of their structures they touch are declared (x86-64
 //! layouts of rdma-core's verbs.h).
@@ -17,6 +19,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use clap::Parser;
+use pkeyfw_testkit::cm;
 
 // pkeyfw's dlopen of libibverbs, std, libc and anyhow only: shared, so
 // that the product depends on no test code.
@@ -70,6 +73,24 @@ struct Args {
     /// must lie ahead of the device's next.
     #[arg(long)]
     advance_to: Option<u32>,
+    /// Once the device is open, move into this cgroup (its directory):
+    /// what it makes from then on is made by that cgroup's tenant, on a
+    /// device opened before.
+    #[arg(long)]
+    then_cgroup: Option<std::path::PathBuf>,
+    /// Send the rdma_cm listener on this port at `--peer` CM REQs made
+    /// here, as ib_cm would make them for a connection from `--me`: from a
+    /// UD QP to QP1 (the GSI's Q_Key, which rxe lets any UD QP send), and
+    /// from a UDP socket with `--forged-pkey` in the BTH.
+    #[arg(long, requires_all = ["peer", "me"])]
+    cm_req: Option<u16>,
+    #[arg(long)]
+    me: Option<Ipv4Addr>,
+    /// REQs of each kind.
+    #[arg(long, default_value_t = 3)]
+    count: u32,
+    #[arg(long, default_value_t = 0x8001)]
+    forged_pkey: u16,
 }
 
 fn main() -> ExitCode {
@@ -85,6 +106,10 @@ fn main() -> ExitCode {
 fn run(a: &Args) -> Result<()> {
     let lib = Lib::open()?;
     let ctx = lib.open_device(&a.device)?;
+    if let Some(cgroup) = &a.then_cgroup {
+        let procs = cgroup.join("cgroup.procs");
+        std::fs::write(&procs, "0").with_context(|| format!("joining {}", cgroup.display()))?;
+    }
     if let Some(n) = a.flood {
         let peer = a.peer.context("--flood needs --peer")?;
         let qp = ctx.qp(QPT_RC)?;
@@ -168,8 +193,37 @@ fn run(a: &Args) -> Result<()> {
         }
         println!("made and destroyed {made} QPs: {want:#x} comes next");
     }
+    if let (Some(port), Some(peer), Some(me)) = (a.cm_req, a.peer, a.me) {
+        let sent = ctx.cm_reqs(port, peer, me, a.gid_index, a.count)?;
+        let forged = socket_reqs(port, peer, me, a.forged_pkey, a.count)?;
+        println!("sent {sent} REQs from a UD QP to QP1, {forged} from a UDP socket");
+    }
     std::thread::sleep(std::time::Duration::from_millis(a.hold_ms));
     Ok(())
+}
+
+/// A REQ for the listener on `port` at `peer`, from `me`, as ib_cm makes
+/// rdma_cm's: a fresh communication ID and source port each.
+fn forged_req(port: u16, peer: Ipv4Addr, me: Ipv4Addr, i: u32) -> Vec<u8> {
+    cm::Request {
+        comm_id: 0x0bad_0000 + i,
+        src_port: 50_000 + i as u16,
+        ..cm::Request::to(me, peer, port)
+    }
+    .req()
+}
+
+/// Sends `count` REQs from a UDP socket on `me` to RoCE's port at `peer`:
+/// a BTH and DETH of its own writing (QP1 to QP1, the GSI's Q_Key, P_Key
+/// `pkey`), as any process may.
+fn socket_reqs(port: u16, peer: Ipv4Addr, me: Ipv4Addr, pkey: u16, count: u32) -> Result<u32> {
+    let socket = std::net::UdpSocket::bind((me, 0))?;
+    for i in 0..count {
+        let frame = cm::gsi(forged_req(port, peer, me, i), pkey, me, peer);
+        let bytes = frame.bytes();
+        socket.send_to(&bytes[frame.bth_at()..], (peer, 4791))?;
+    }
+    Ok(count)
 }
 
 const QPT_RC: c_int = 2;
@@ -187,8 +241,11 @@ const QP_MIN_RNR_TIMER: c_int = 1 << 15;
 const QP_MAX_DEST_RD_ATOMIC: c_int = 1 << 17;
 const QP_DEST_QPN: c_int = 1 << 20;
 
+const QP_SQ_PSN: c_int = 1 << 16;
+
 const STATE_INIT: u32 = 1;
 const STATE_RTR: u32 = 2;
+const STATE_RTS: u32 = 3;
 const MTU_1024: u32 = 3;
 
 /// `union ibv_gid` (8-byte aligned, as its `global` member is).
@@ -286,6 +343,10 @@ struct Qp {
 
 // verbs.h's sizes, so that a wrong declaration fails the build, not a run.
 const _: () = {
+    assert!(size_of::<SendWr>() == 128);
+    assert!(std::mem::offset_of!(SendWr, ah) == 40);
+    assert!(size_of::<Wc>() == 48);
+    assert!(std::mem::offset_of!(Mr, lkey) == 36);
     assert!(size_of::<QpInitAttr>() == 64);
     assert!(size_of::<AhAttr>() == 32);
     assert!(size_of::<QpAttr>() == 144);
@@ -293,6 +354,74 @@ const _: () = {
     assert!(std::mem::offset_of!(QpAttr, pkey_index) == 120);
     assert!(std::mem::offset_of!(Qp, qp_num) == 52);
 };
+
+/// `struct ibv_sge`.
+#[repr(C)]
+struct Sge {
+    addr: u64,
+    length: u32,
+    lkey: u32,
+}
+
+/// `struct ibv_send_wr`, a UD send: the parts before `wr.ud`, `wr.ud`, and
+/// the rest (unused) as padding.
+#[repr(C)]
+struct SendWr {
+    wr_id: u64,
+    next: *mut SendWr,
+    sg_list: *mut Sge,
+    num_sge: c_int,
+    opcode: c_int,
+    send_flags: u32,
+    imm_data: u32,
+    ah: Ptr,
+    remote_qpn: u32,
+    remote_qkey: u32,
+    _rest: [u64; 9],
+}
+
+/// `struct ibv_wc`.
+#[repr(C)]
+#[derive(Default)]
+struct Wc {
+    wr_id: u64,
+    status: c_int,
+    opcode: c_int,
+    vendor_err: u32,
+    byte_len: u32,
+    imm_data: u32,
+    qp_num: u32,
+    src_qp: u32,
+    wc_flags: u32,
+    pkey_index: u16,
+    slid: u16,
+    sl: u8,
+    dlid_path_bits: u8,
+}
+
+/// The head of `struct ibv_mr`, up to its local key.
+#[repr(C)]
+struct Mr {
+    _context: Ptr,
+    _pd: Ptr,
+    _addr: Ptr,
+    _length: usize,
+    _handle: u32,
+    lkey: u32,
+}
+
+/// Where `struct ibv_context` keeps the provider's `poll_cq` and
+/// `post_send` (its `ops`, after the device pointer): ibv_poll_cq and
+/// ibv_post_send are inline functions of verbs.h, not symbols.
+const OPS_POLL_CQ: usize = 8 + 11 * 8;
+const OPS_POST_SEND: usize = 8 + 25 * 8;
+type PollCq = unsafe extern "C" fn(Ptr, c_int, *mut Wc) -> c_int;
+type PostSend = unsafe extern "C" fn(*mut Qp, *mut SendWr, *mut *mut SendWr) -> c_int;
+
+const WR_SEND: c_int = 2;
+const SEND_SIGNALED: u32 = 1 << 1;
+/// The GSI's Q_Key, which rxe puts in whatever DETH a WR names.
+const GSI_QKEY: u32 = 0x8001_0000;
 
 /// The libibverbs functions used (plain function pointers: copied into
 /// each open device).
@@ -305,6 +434,8 @@ struct Lib {
     modify_qp: unsafe extern "C" fn(*mut Qp, *mut QpAttr, c_int) -> c_int,
     destroy_qp: unsafe extern "C" fn(*mut Qp) -> c_int,
     attach_mcast: unsafe extern "C" fn(*mut Qp, *const Gid, u16) -> c_int,
+    reg_mr: unsafe extern "C" fn(Ptr, *mut c_void, usize, c_int) -> *mut Mr,
+    create_ah: unsafe extern "C" fn(Ptr, *mut AhAttr) -> Ptr,
 }
 
 impl Lib {
@@ -320,6 +451,8 @@ impl Lib {
                 modify_qp: ibverbs.sym(c"ibv_modify_qp")?,
                 destroy_qp: ibverbs.sym(c"ibv_destroy_qp")?,
                 attach_mcast: ibverbs.sym(c"ibv_attach_mcast")?,
+                reg_mr: ibverbs.sym(c"ibv_reg_mr")?,
+                create_ah: ibverbs.sym(c"ibv_create_ah")?,
             })
         }
     }
@@ -365,7 +498,7 @@ impl Context {
             recv_cq: cq,
             srq: ptr::null_mut(),
             cap: QpCap {
-                max_send_wr: 1,
+                max_send_wr: 4,
                 max_recv_wr: 1,
                 max_send_sge: 1,
                 max_recv_sge: 1,
@@ -414,6 +547,99 @@ impl Context {
             0 => Ok(()),
             rc => bail!("modify to INIT: {}", std::io::Error::from_raw_os_error(rc)),
         }
+    }
+
+    /// Sends `count` REQs for the listener on `port` at `peer` from a UD
+    /// QP to QP1, each when the last is sent; how many were.
+    fn cm_reqs(
+        &self,
+        port: u16,
+        peer: Ipv4Addr,
+        me: Ipv4Addr,
+        gid_index: u8,
+        n: u32,
+    ) -> Result<u32> {
+        let cq = self.cq()?;
+        let qp = self.qp_on(cq, QPT_UD)?;
+        self.to_init(qp, QPT_UD)?;
+        let rtr = QpAttr {
+            qp_state: STATE_RTR,
+            ..QpAttr::default()
+        };
+        let rts = QpAttr {
+            qp_state: STATE_RTS,
+            sq_psn: 1,
+            ..QpAttr::default()
+        };
+        if self.modify(qp, rtr, QP_STATE) != 0 || self.modify(qp, rts, QP_STATE | QP_SQ_PSN) != 0 {
+            bail!("moving a UD QP to RTS: {}", std::io::Error::last_os_error());
+        }
+        let mut buf = vec![0u8; cm::MAD_LEN];
+        // SAFETY: a live PD and a buffer that outlives the MR (leaked with
+        // the process).
+        let mr = unsafe { (self.lib.reg_mr)(self.pd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        let mut ah_attr = AhAttr {
+            grh: GlobalRoute {
+                dgid: Gid::v4_mapped(peer),
+                sgid_index: gid_index,
+                hop_limit: 64,
+                ..GlobalRoute::default()
+            },
+            is_global: 1,
+            port_num: 1,
+            ..AhAttr::default()
+        };
+        // SAFETY: a live PD and attributes.
+        let ah = unsafe { (self.lib.create_ah)(self.pd, &mut ah_attr) };
+        if mr.is_null() || ah.is_null() {
+            bail!(
+                "ibv_reg_mr / ibv_create_ah: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        // SAFETY: the context's ops, as verbs.h lays them out.
+        let (post, poll): (PostSend, PollCq) = unsafe {
+            let ops = self.ctx.cast::<u8>();
+            (
+                *ops.add(OPS_POST_SEND).cast::<PostSend>(),
+                *ops.add(OPS_POLL_CQ).cast::<PollCq>(),
+            )
+        };
+        let mut sent = 0;
+        for i in 0..n {
+            buf.copy_from_slice(&forged_req(port, peer, me, i));
+            let mut sge = Sge {
+                addr: buf.as_ptr() as u64,
+                length: buf.len() as u32,
+                // SAFETY: a registered MR.
+                lkey: unsafe { (*mr).lkey },
+            };
+            let mut wr = SendWr {
+                wr_id: u64::from(i),
+                next: ptr::null_mut(),
+                sg_list: &mut sge,
+                num_sge: 1,
+                opcode: WR_SEND,
+                send_flags: SEND_SIGNALED,
+                imm_data: 0,
+                ah,
+                remote_qpn: 1,
+                remote_qkey: GSI_QKEY,
+                _rest: [0; 9],
+            };
+            let mut bad = ptr::null_mut();
+            // SAFETY: a live QP in RTS, a WR of verbs.h's layout.
+            let rc = unsafe { post(qp, &mut wr, &mut bad) };
+            if rc != 0 {
+                bail!("ibv_post_send: {}", std::io::Error::from_raw_os_error(rc));
+            }
+            let mut wc = Wc::default();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            // SAFETY: a live CQ and one completion's room.
+            while unsafe { poll(cq, 1, &mut wc) } == 0 && std::time::Instant::now() < deadline {}
+            sent += u32::from(wc.status == 0);
+        }
+        Ok(sent)
     }
 
     /// One modify to RTR naming `remote` at `peer`; its return code.

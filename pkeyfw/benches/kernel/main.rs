@@ -14,22 +14,28 @@ mod loading;
 
 use std::{
     collections::BTreeMap,
-    net::IpAddr,
+    net::{IpAddr, Ipv4Addr},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail, ensure};
 use pkeyfw::{
+    control::limits::TENANT_QPS,
     loading::filter::{Filter, Load},
     policy::{Group, Policy, QpRule, SwitchRole},
 };
 use pkeyfw_common::{
     Direction, Reason, Stamp, Verdict,
-    abi::{Capacity, MIN_QPNS, PROBE_ROOM, QpType, RXE_QPNS, UnknownQp},
+    abi::{
+        Capacity, Creation, MIN_QPNS, PROBE_ROOM, QpType, RXE_QPNS, UnknownQp, cm::cm_state,
+        family, v4_mapped,
+    },
+    cm::{listen_key, service_id},
 };
 use pkeyfw_testkit::{
     baseline::Baseline,
     cases::{self, frames},
+    cm::{PS_TCP, Request, gsi},
     wire::Packet,
 };
 use serde_json::{Value, json};
@@ -223,6 +229,13 @@ fn paths() -> Vec<Path> {
         path("malformed (TVer 1)", frames::tver_1(), false, Malformed),
         path("smi (QP0)", frames::smi(), true, Smi),
         path("ok GSI (QP1)", frames::gsi(), true, Ok),
+        path("ok CM REQ (listener's partition)", cm_req(PKEY), true, Ok),
+        path(
+            "pkey_violation (CM REQ, another partition)",
+            cm_req(OTHER_PKEY),
+            false,
+            PkeyViolation,
+        ),
         path("ok RC", Packet::rc(PKEY, TARGET_QPN), true, Ok)
             .sized()
             .goal(),
@@ -268,10 +281,47 @@ fn paths() -> Vec<Path> {
     ]
 }
 
+/// The CM paths' listener: rping's, bound by the policy's `[[bind]]` rule
+/// (its maker's uid) to [`PKEY`], as the listen probe records it.
+const LISTENER_UID: u32 = 1001;
+const CM_PORT: u16 = 7174;
+const CM_CLIENT: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+const CM_SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
+
+/// A CM REQ to the listener, with P_Key `pkey`.
+fn cm_req(pkey: u16) -> Packet {
+    let req = Request::to(CM_CLIENT, CM_SERVER, CM_PORT).req();
+    gsi(req, pkey, CM_CLIENT, CM_SERVER)
+}
+
+/// Records the listener in `filter` as the probes would, and says they
+/// keep their records (on every kernel with probes, 6.1 on).
+fn listening(filter: &mut Filter) -> Result<()> {
+    let maps = filter.maps_mut();
+    let key = listen_key(
+        service_id(PS_TCP, CM_PORT),
+        family::INET,
+        v4_mapped(CM_SERVER.octets()),
+        false,
+    );
+    let maker = Creation {
+        uid: LISTENER_UID,
+        gid: LISTENER_UID,
+        ib_qp_type: IB_QPT_RC,
+        ..Creation::default()
+    };
+    maps.record_listener(&key, &maker)?;
+    maps.set_cm_records(cm_state::RECORDS_LISTENERS | cm_state::RECORDS_CONNECTIONS)
+}
+
+/// `enum ib_qp_type`'s IB_QPT_RC.
+const IB_QPT_RC: u8 = 2;
+
 /// A policy binding `qps` QPs, QPN 2 and from [`FIRST_QPN`] on, all in
-/// [`PKEY`], and the case table's multicast group. QP 2, which the
-/// known-QP paths address, has `target`'s type (so that even a one-QP
-/// table serves them); the others cycle through all four types.
+/// [`PKEY`], the case table's multicast group and the CM paths' listener.
+/// QP 2, which the known-QP paths address, has `target`'s type (so that
+/// even a one-QP table serves them); the others cycle through all four
+/// types.
 fn policy(qps: u32, target: QpType) -> Policy {
     let rule = |qp_type| QpRule {
         qp_type,
@@ -295,10 +345,17 @@ fn policy(qps: u32, target: QpType) -> Policy {
         pkey: cases::GROUP_PKEY,
         qkey: cases::GROUP_QKEY,
     };
+    let listener = format!(
+        "[port]\npkeys = [0xffff, {PKEY:#06x}]\n[[bind]]\nuid = {LISTENER_UID}\npkey = {PKEY:#06x}\n"
+    );
+    let binds = Policy::parse(std::path::Path::new("bench.toml"), &listener)
+        .expect("the listener's rule")
+        .binds;
     Policy {
         unknown_qp: UnknownQp::Drop,
         qps,
         groups: BTreeMap::from([(Group::key_addr(group.addr), group)]),
+        binds,
         ..Policy::with_table(vec![0xffff, PKEY, OTHER_PKEY])
     }
 }
@@ -412,6 +469,7 @@ fn bench_at(
     let (filter, load) = timed(|| Filter::load(policy(qps, QpType::Rc).qpns()));
     let mut filter = filter?;
     filter.maps_mut().quarantine(QUARANTINED_QPN)?;
+    listening(&mut filter)?;
     let mut apply = None;
     let mut costs = vec![None; paths.len()];
     for target in [QpType::Rc, QpType::Ud] {
@@ -586,26 +644,31 @@ const RXE_MAX_QP: u32 = (1 << 20) - 16;
 
 /// Every map's kernel memory with one QP in the policy, the QP table and
 /// the probe's tables sized as on an interface with no RDMA device (the
-/// least table, the probe's [`PROBE_ROOM`]) and with an rxe device (every
-/// QPN it hands out, its `max_qp`): what room for every QP a device can
-/// hold costs before any exists (each QP the probe records then adds its
-/// entries).
+/// least QP table, the probe's [`PROBE_ROOM`]), on a tenant's own rxe
+/// device (every QPN it hands out; [`TENANT_QPS`]: what each tenant's port
+/// weighs) and with an rxe device (every QPN it hands out, its `max_qp`):
+/// what room for every QP a device can hold costs before any exists (each
+/// QP the probe records then adds its entries).
 fn probe_memory() -> Result<Value> {
-    [(MIN_QPNS, PROBE_ROOM), (RXE_QPNS, RXE_MAX_QP)]
-        .into_iter()
-        .map(|(qpns, probed)| {
-            let filter = Filter::load_with(&Load {
-                capacity: Capacity {
-                    qpns,
-                    probed,
-                    ..Capacity::of(0)
-                },
-                ..Load::host(0)
-            })?;
-            let memory = filter.maps().memory()?;
-            Ok(json!({ "probed": probed, "bytes": by_map(&memory) }))
-        })
-        .collect()
+    [
+        (MIN_QPNS, PROBE_ROOM),
+        (RXE_QPNS, TENANT_QPS),
+        (RXE_QPNS, RXE_MAX_QP),
+    ]
+    .into_iter()
+    .map(|(qpns, probed)| {
+        let filter = Filter::load_with(&Load {
+            capacity: Capacity {
+                qpns,
+                probed,
+                ..Capacity::of(0)
+            },
+            ..Load::host(0)
+        })?;
+        let memory = filter.maps().memory()?;
+        Ok(json!({ "probed": probed, "bytes": by_map(&memory) }))
+    })
+    .collect()
 }
 
 /// Bytes by map name, as the document keeps them.

@@ -8,7 +8,7 @@ use anyhow::{Context as _, Result};
 use pkeyfw_common::abi::{NO_DEVICE, SenderLayout};
 
 use crate::{
-    control::probes,
+    control::{probes, tenancy},
     loading::{
         cost::Cost,
         features::Features,
@@ -47,9 +47,12 @@ pub fn measure(switch: bool) -> Result<Vec<Cost>> {
             ..Load::host(0)
         })?;
         let mut costs = filter.costs()?;
-        // The probes are a host port's, on kernels that can run them.
+        // The probes are a host port's, on kernels that can run them, and
+        // so is the device guard of a host whose tenants have devices of
+        // their own.
         if !switch && Features::probe().rdma_probes {
             costs.extend(probes::costs(&dir)?);
+            costs.push(tenancy::guard::cost()?);
         }
         Ok(costs)
     })();

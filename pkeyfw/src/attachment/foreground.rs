@@ -21,6 +21,7 @@ use super::{Attachment, Options, summary};
 use crate::{
     control::{
         binder::{self, Binder},
+        listeners,
         probes::Probes,
     },
     loading::pins::{Pins, PolicyEvent},
@@ -103,6 +104,26 @@ impl Attachment {
         }
     }
 
+    /// Records the rdma_cm listeners no probe recorded, while some listener
+    /// is known to lack a record (see `control::listeners`); says each
+    /// thing once (`said`).
+    fn record_listeners(&mut self, said: &mut std::collections::HashSet<String>) {
+        let maps = self.filter.maps_mut();
+        if maps.unrecorded_listeners().unwrap_or(0) == 0 {
+            return;
+        }
+        let lines = listeners::reconcile(maps, self.binder.ifindex()).unwrap_or_else(|e| {
+            vec![format!(
+                "pkeyfw: cannot read the rdma_cm listeners, retrying: {e:#}"
+            )]
+        });
+        for line in lines {
+            if said.insert(line.clone()) {
+                println!("{line}");
+            }
+        }
+    }
+
     /// Brings the QP bindings up to date, printing what changed; a failed
     /// read is reported once and retried at the next poll.
     fn resync(&mut self, last_error: &mut Option<String>) {
@@ -157,13 +178,49 @@ pub(super) struct Signals {
 }
 
 impl Signals {
-    pub(super) fn new() -> Result<Signals> {
+    /// A runtime for a foreground attachment, and its signals caught from
+    /// now on, so that one sent as soon as the attachment is said to be
+    /// there is never lost.
+    pub(super) fn caught() -> Result<(tokio::runtime::Runtime, Signals)> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let signals = {
+            let _entered = runtime.enter();
+            Signals::new()?
+        };
+        Ok((runtime, signals))
+    }
+
+    fn new() -> Result<Signals> {
         Ok(Signals {
             interrupt: signal(SignalKind::interrupt())?,
             terminate: signal(SignalKind::terminate())?,
             quit: signal(SignalKind::quit())?,
             hangup: signal(SignalKind::hangup())?,
         })
+    }
+}
+
+/// What a signal asks of a foreground attachment.
+pub(super) enum Signal {
+    /// SIGINT, SIGTERM: remove it.
+    Detach,
+    /// SIGQUIT: exit, leaving it enforcing.
+    Leave,
+    /// SIGHUP: reload the policy file.
+    Reload,
+}
+
+impl Signals {
+    /// The next signal.
+    pub(super) async fn next(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.interrupt.recv() => Signal::Detach,
+            _ = self.terminate.recv() => Signal::Detach,
+            _ = self.quit.recv() => Signal::Leave,
+            _ = self.hangup.recv() => Signal::Reload,
+        }
     }
 }
 
@@ -212,6 +269,11 @@ pub(super) async fn foreground(
     let mut follow = tokio::time::interval(WATCH);
     follow.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut refused = None;
+    // Listeners the probe found no room for, or did not see start, looked
+    // for again while some are.
+    let mut second_listeners = tokio::time::interval(Duration::from_secs(1));
+    let mut said_listeners = std::collections::HashSet::new();
+    second_listeners.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let exit = loop {
         tokio::select! {
             // The rings first: a re-read of the QPs waits for them, never
@@ -267,6 +329,7 @@ pub(super) async fn foreground(
                 att.resync(&mut poll_error);
             }
             _ = poll.tick(), if att.binder.active() => att.resync(&mut poll_error),
+            _ = second_listeners.tick() => att.record_listeners(&mut said_listeners),
         }
     };
     kernel_log.finish();
@@ -301,6 +364,7 @@ pub(super) fn start_probes(
     };
     let mut said = None;
     let mut said_cm = None;
+    let mut said_setup = None;
     let registered = Probes::start(&pins.dir, binder.ifindex(), log.clone()).and_then(|w| {
         if let Err(why) = &w.cm_ports
             && binder.policy().binds.iter().any(|r| r.port.is_some())
@@ -308,6 +372,9 @@ pub(super) fn start_probes(
             said_cm = Some(format!(
                 "pkeyfw: the rdma_cm ports of kernel users' QPs are not read as they are made ({why}): a QP a `port` rule binds is bound at the next re-read of the QPs (rdma_cm must be loaded when pkeyfw attaches)"
             ));
+        }
+        if let Err(why) = &w.connections {
+            said_setup = Some(not_partitioned(why));
         }
         if let Err(why) = &w.readers {
             said = Some(format!(
@@ -321,19 +388,35 @@ pub(super) fn start_probes(
     });
     match registered {
         Ok(w) => {
-            let lines: Vec<String> = said.filter(|_| needed).into_iter().chain(said_cm).collect();
+            let lines: Vec<String> = said
+                .filter(|_| needed)
+                .into_iter()
+                .chain(said_cm)
+                .chain(said_setup)
+                .collect();
             (Some(w), (!lines.is_empty()).then(|| lines.join("\n")))
         }
-        Err(e) => (
-            None,
-            needed.then(|| {
+        Err(e) => {
+            let qps = needed.then(|| {
                 format!(
                     "pkeyfw: QP creation is not probed ({e:#}): a foreground attach finds new QPs every {} ms; the Q_Keys programs set are not captured (a UD QP bound without the policy's qkey refuses every datagram); joins go unreported{kill}",
                     binder::POLL.as_millis()
                 )
-            }),
-        ),
+            });
+            let lines: Vec<String> = qps
+                .into_iter()
+                .chain([not_partitioned(&format!("{e:#}"))])
+                .collect();
+            (None, Some(lines.join("\n")))
+        }
     }
+}
+
+/// The line that says connection setup goes unpartitioned, and `why`.
+fn not_partitioned(why: &str) -> String {
+    format!(
+        "pkeyfw: connection setup is not partitioned ({why}): a CM request reaches any listener QP1 takes it for, whatever the listener's partition, and CM MADs leave with the key they carry"
+    )
 }
 
 /// Waits for the QP-creation probe's wake-up (forever without a probe).

@@ -18,6 +18,7 @@
 pub mod cost;
 mod foreground;
 mod start;
+pub mod tenants;
 
 use std::path::{Path, PathBuf};
 
@@ -26,6 +27,7 @@ use anyhow::{Result, bail};
 use crate::{
     control::{
         binder::Binder,
+        listeners,
         netlink::{self, XdpMode},
     },
     loading::{
@@ -97,19 +99,15 @@ pub fn run(opts: &Options) -> Result<()> {
     for w in policy.warnings.iter().chain(&blind_spots(&opts.iface)) {
         eprintln!("pkeyfw: warning: {w}");
     }
+    if policy.gives_devices() {
+        return tenants::run(opts, policy);
+    }
     let mut binder = Binder::new(index, policy);
     let pins = Pins::of(&opts.iface);
     let gone = refuse_if_taken(&pins, index, opts)?;
 
-    // Signals are caught from before the attachment exists, so that one sent
-    // as soon as "attached" is printed is never lost.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let signals = {
-        let _entered = runtime.enter();
-        Signals::new()?
-    };
+    // Signals are caught from before the attachment exists.
+    let (runtime, signals) = Signals::caught()?;
     let old = match gone {
         Some(mode) => {
             let aside = pins.set_aside()?;
@@ -172,6 +170,18 @@ pub fn run(opts: &Options) -> Result<()> {
         start_probes(&binder, &pins, &kernel_log)
     };
     start::replaced(&mut filter, &mut binder, old.as_ref(), probes.is_some())?;
+    // The filter judges connection setup by what the probes record, from
+    // the moment they record it, with the listeners they did not see start.
+    let records = probes.as_ref().map_or(0, |p| p.get_ref().cm_records());
+    filter.maps_mut().set_cm_records(records)?;
+    let mut caught = match records {
+        0 => Vec::new(),
+        _ => listeners::reconcile(filter.maps_mut(), binder.ifindex()).unwrap_or_else(|e| {
+            vec![format!(
+                "pkeyfw: warning: cannot read the rdma_cm listeners ({e:#}): requests to one listening before the probes ran meet the unknown-QP rule"
+            )]
+        }),
+    };
     if probes.is_some()
         && let Err(e) = binder.probes_started()
     {
@@ -179,9 +189,8 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     // QPs made between the snapshot the attach bound and the probes' start
     // are bound now.
-    let mut caught = Vec::new();
     if probes.is_some() && binder.active() {
-        caught = binder.sync(filter.maps_mut())?;
+        caught.extend(binder.sync(filter.maps_mut())?);
     }
     // Enforcement is on: the logs' readers are extras, whose failure is
     // said, not fatal. A pinned attachment has no reader.
@@ -280,6 +289,31 @@ fn blind_spots(iface: &str) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// Switches the attachment pinned under `pins`, whose maps are `maps` and
+/// which no process runs (pinned, or its foreground process gone), to
+/// `policy`, with the QPs that exist; the lines saying what it bound. The
+/// outcome is noted against it.
+pub fn reload(pins: &Pins, maps: &mut Maps, policy: &Policy) -> Result<Vec<String>> {
+    let mut binder = Binder::new(netlink::if_index(&pins.iface)?, policy.clone());
+    let applied = maps
+        .creations()
+        .and_then(|records| binder.effective(&records))
+        .and_then(|(effective, mut bound)| {
+            maps.apply(&effective)?;
+            bound.extend(binder.quarantine(maps, &[])?);
+            Ok(bound)
+        });
+    pins.note_policy(match applied {
+        Ok(_) => PolicyEvent::Reloaded,
+        Err(_) => PolicyEvent::Refused,
+    });
+    let mut bound = applied?;
+    // QPs the probe bound by the old rules while the new ones were
+    // written are bound by the new ones now.
+    bound.extend(binder.sync(maps)?);
+    Ok(bound)
 }
 
 fn require_root() -> Result<()> {

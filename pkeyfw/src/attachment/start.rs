@@ -247,6 +247,15 @@ fn probe_capacity(devices: &[rdma::Device], policy: &Policy) -> limits::ProbeCap
     if policy.binds.is_empty() || names.is_empty() {
         return capacity;
     }
+    if policy.owner.is_some() {
+        println!(
+            "pkeyfw: the QP-creation probe binds up to {} QPs of {} at once ({}; a table of its own)",
+            capacity.qps,
+            names.join(", "),
+            capacity.from
+        );
+        return capacity;
+    }
     let (lines, warnings) = limits::tenant_bounds(policy, &names, Some(capacity.qps));
     println!(
         "pkeyfw: the QP-creation probe binds up to {} QPs at once ({})",

@@ -412,6 +412,10 @@ fn trap_json(iface: &str, e: &Event) -> serde_json::Value {
     } else if e.kind == EventKind::Quarantined as u8 {
         v["qp"] = json!(e.dest_qp);
         v["pkey"] = json!(e.pkey);
+    } else if e.kind == EventKind::ForeignDevice as u8 {
+        v["qp"] = json!(e.dest_qp);
+        v["pkey"] = json!(e.pkey);
+        v["pid"] = json!(e.src_qp);
     } else {
         v["qp"] = json!(e.dest_qp);
         v["pkey"] = json!(e.pkey);

@@ -31,6 +31,7 @@ use pkeyfw_common::{Capture, Reason, Stamp, Verdict, abi::EventKind};
 
 use crate::{
     cmd::{cni, stats},
+    control::tenancy::record as tenants,
     loading::pins,
     reporting::describe,
 };
@@ -220,6 +221,25 @@ pub fn exposition() -> Result<String> {
                 &format!("{:#06x}", p.pkey),
             ])
             .set(1);
+        }
+    }
+    let tenants = f.gauge(
+        "pkeyfw_tenant_device_info",
+        "A soft-RoCE device pkeyfw made for one tenant (own_device): its port (interface), uplink, device, the key of its tenant's rule and the rule's line (always 1)",
+        &[at[0], at[1], "uplink", "device", "pkey", "rule_line"],
+    )?;
+    for (host, record) in tenants::everywhere() {
+        for t in &record.devices {
+            tenants
+                .with_label_values(&[
+                    &t.made.iface,
+                    &host.netns.label(),
+                    &host.iface,
+                    &t.made.device,
+                    &format!("{:#06x}", t.pkey),
+                    &t.line.to_string(),
+                ])
+                .set(1);
         }
     }
     let build = f.gauge(

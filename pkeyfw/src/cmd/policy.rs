@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::PortArgs;
 use crate::{
-    control::{limits, netlink, rdma},
+    control::{limits, netlink, rdma, tenancy},
     policy::{Policy, SwitchPolicy, SwitchRole},
     reporting::{
         describe,
@@ -62,9 +62,22 @@ fn check(args: &CheckArgs) -> Result<()> {
     policy.warnings.extend(warnings);
     // The interface's RDMA devices, and where the policy would do nothing.
     let devices = args.port.iface.as_deref().map(|iface| {
-        let devices = netlink::if_index(iface).and_then(rdma::devices_on);
+        let index = netlink::if_index(iface);
+        let devices = index
+            .as_ref()
+            .map_err(|e| anyhow::anyhow!("{e:#}"))
+            .and_then(|&i| rdma::devices_on(i));
         let reach = Reach::of(iface, devices.as_deref());
         policy.warnings.extend(reach.warnings);
+        // The uplink of tenants' own devices: what attach would refuse.
+        if policy.gives_devices()
+            && let Ok(index) = index
+            && let Err(e) = tenancy::check_uplink(iface, index)
+        {
+            policy
+                .warnings
+                .push(format!("attach would refuse {iface}: {e:#}"));
+        }
         (devices.unwrap_or_default(), reach.line)
     });
     if json {
@@ -189,6 +202,12 @@ fn to_json(policy: &Policy) -> serde_json::Value {
                 "type": b.qp_type.map(|t| t.name()),
                 "pkey": b.pkey,
                 "qkey": b.qkey,
+                "own_device": b.own.as_ref().map(|o| json!({
+                    "name": o.name,
+                    "interface": o.iface,
+                    "addresses": o.addrs.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                    "gateways": o.gateways,
+                })),
             })
         })
         .collect();
@@ -291,10 +310,10 @@ mod tests {
             json!([
                 {"line": 3, "cgroup": null, "uid": null, "gid": null, "netns": null,
                  "kernel": false, "comm": "ibv_ud_pingpong", "pid": null, "qpn": null, "type": "ud",
-                 "pkey": 0x8001, "qkey": 0x11111111},
+                 "pkey": 0x8001, "qkey": 0x11111111, "own_device": null},
                 {"line": 8, "cgroup": null, "uid": null, "gid": null, "netns": null,
                  "kernel": false, "comm": null, "pid": 42, "qpn": [0x100, 0x1ff], "type": null,
-                 "pkey": 0xffff, "qkey": null},
+                 "pkey": 0xffff, "qkey": null, "own_device": null},
             ])
         );
     }

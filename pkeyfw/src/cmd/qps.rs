@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 
 use super::NetnsArg;
 use crate::{
-    control::netlink,
     control::rdma::{self, Device, IbQpType, Qp},
+    control::{netlink, tenancy::record},
     loading::maps::Maps,
     loading::pins::{Pins, State},
     policy::{Binding, Policy, QpRule},
@@ -64,6 +64,24 @@ pub struct QpsArgs {
 pub fn run(args: &QpsArgs) -> Result<()> {
     args.netns.enter()?;
     let (iface, policy, json) = (args.iface.as_str(), args.policy.as_deref(), args.json);
+    // A tenant host's QPs are on its tenants' devices: each port's own.
+    if let Some((_, record)) = record::host(iface) {
+        if !json {
+            println!(
+                "{iface}: uplink of {} tenants' own devices, each with a port of its own:\n",
+                record.devices.len()
+            );
+        }
+        for t in &record.devices {
+            show(&t.made.iface, policy, json)?;
+        }
+        return Ok(());
+    }
+    show(iface, policy, json)
+}
+
+/// `pkeyfw qps` of one interface.
+fn show(iface: &str, policy: Option<&std::path::Path>, json: bool) -> Result<()> {
     let devices = rdma::devices_on(netlink::if_index(iface)?)?;
     if devices.is_empty() {
         bail!(
@@ -278,6 +296,13 @@ fn binding_text(policy: &Policy, qp: &Qp, binding: &Binding) -> String {
         Binding::Taken(r) => format!("QPN bound for another device's QP: {}", rule_text(r)),
         Binding::Unbound => unknown,
         Binding::Unidentified => "quarantined: who made it cannot be told".to_string(),
+        Binding::Foreign { rule: Some(r) } => format!(
+            "quarantined: made on another tenant's device by bind[{r}]'s tenant (line {})",
+            policy.binds[*r].line
+        ),
+        Binding::Foreign { rule: None } => {
+            "quarantined: made on a tenant's device by a creator no rule binds".to_string()
+        }
     }
 }
 
@@ -289,6 +314,12 @@ fn binding_json(policy: &Policy, binding: &Binding) -> Value {
         Binding::Taken(r) => ("taken", None, None, Some(r)),
         Binding::Unbound => ("unknown_qp", None, None, None),
         Binding::Unidentified => ("unidentified", None, None, None),
+        Binding::Foreign { rule } => (
+            "foreign",
+            rule.as_ref(),
+            rule.map(|r| &policy.binds[r].line),
+            None,
+        ),
     };
     json!({
         "by": by,

@@ -15,8 +15,8 @@ use anyhow::{Result, bail};
 use super::NetnsArg;
 use crate::reporting::describe::cli_iface;
 use crate::{
-    control::binder::Binder,
-    control::netlink,
+    attachment::{self, tenants},
+    control::tenancy::record,
     loading::maps::Maps,
     loading::pins::{self, Holder, Pins, PolicyEvent, State},
     policy::Policy,
@@ -42,6 +42,10 @@ pub struct ReloadArgs {
 
 pub fn run(args: &ReloadArgs) -> Result<()> {
     let netns = args.netns.enter()?;
+    if record::host(&args.iface).is_some() {
+        pins::host_bpffs("reload")?;
+        return tenants::reload(&args.iface, args.policy.as_deref());
+    }
     let Target {
         pins,
         holder,
@@ -55,27 +59,9 @@ pub fn run(args: &ReloadArgs) -> Result<()> {
         // It notes the outcome itself.
         Holder::Foreground(pid) => ask(pid, &maps)?,
         Holder::Pinned | Holder::Gone(_) => {
-            let mut binder = Binder::new(netlink::if_index(iface)?, policy.clone());
-            let applied = maps
-                .creations()
-                .and_then(|records| binder.effective(&records))
-                .and_then(|(effective, mut bound)| {
-                    maps.apply(&effective)?;
-                    bound.extend(binder.quarantine(&mut maps, &[])?);
-                    Ok(bound)
-                });
-            pins.note_policy(match applied {
-                Ok(_) => PolicyEvent::Reloaded,
-                Err(_) => PolicyEvent::Refused,
-            });
-            let bound = applied?;
-            // QPs the probe bound by the old rules while the new ones were
-            // written are bound by the new ones now.
-            let caught = binder.sync(&mut maps)?;
-            bound
-                .iter()
-                .chain(&caught)
-                .for_each(|line| println!("{line}"));
+            for line in attachment::reload(&pins, &mut maps, &policy)? {
+                println!("{line}");
+            }
         }
     }
     println!(

@@ -11,6 +11,7 @@ use crate::reporting::describe::cli_iface;
 use crate::{
     control::netlink::XdpMode,
     control::netns::{self, NetnsId},
+    control::tenancy::record as tenants,
     loading::maps::Maps,
     loading::pins::{self, Holder, Pins, State},
     reporting::snapshot::Snapshot,
@@ -91,6 +92,10 @@ pub fn summaries() -> Result<(Vec<Snapshot>, Vec<SettingUp>)> {
 /// being set up.
 pub(crate) fn attachments(iface: Option<&str>, netns: Option<&str>) -> Result<Found> {
     let all = match iface {
+        // A tenant host: its tenants' ports.
+        Some(i) if tenants::host(i).is_some() => tenants::host(i)
+            .map(|(_, r)| r.devices.iter().map(|t| Pins::of(&t.made.iface)).collect())
+            .unwrap_or_default(),
         Some(i) => {
             let pins = Pins::of(i);
             if !pins.exists() {
@@ -187,8 +192,15 @@ pub fn run(args: &StatsArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     loop {
         let found = attachments(iface, netns)?;
-        if found.live.is_empty() && found.setting_up.is_empty() && !json {
+        let hosts = hosts(iface);
+        if found.live.is_empty() && found.setting_up.is_empty() && hosts.is_empty() && !json {
             writeln!(out, "no pkeyfw attachments")?;
+        }
+        for (pins, record) in &hosts {
+            match json {
+                true => writeln!(out, "{}", host_json(pins, record))?,
+                false => host_text(&mut out, pins, record, netns)?,
+            }
         }
         for s in &found.setting_up {
             match json {
@@ -213,4 +225,56 @@ pub fn run(args: &StatsArgs) -> Result<()> {
             writeln!(out)?;
         }
     }
+}
+
+/// The tenant hosts `stats` shows: `iface`'s, or all of this namespace's.
+fn hosts(iface: Option<&str>) -> Vec<(Pins, tenants::Record)> {
+    let current = NetnsId::current().ok();
+    match iface {
+        Some(i) => tenants::host(i).into_iter().collect(),
+        None => tenants::everywhere()
+            .into_iter()
+            .filter(|(p, _)| Some(p.netns) == current)
+            .collect(),
+    }
+}
+
+/// A tenant host's lines: who holds it, and each tenant's device.
+fn host_text(
+    out: &mut impl Write,
+    pins: &Pins,
+    record: &tenants::Record,
+    netns: Option<&str>,
+) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{}: uplink of {} tenants' own devices ({}), no filter of its own",
+        cli_iface(&pins.iface, netns),
+        record.devices.len(),
+        pins.holder().describe()
+    )?;
+    for t in &record.devices {
+        let d = &t.made;
+        writeln!(
+            out,
+            "  {} on {} ({}, MAC {}): the tenant of the rule at line {}, P_Key {:#06x}",
+            d.device,
+            d.iface,
+            d.addrs.join(", "),
+            d.mac,
+            t.line,
+            t.pkey
+        )?;
+    }
+    writeln!(out)
+}
+
+fn host_json(pins: &Pins, record: &tenants::Record) -> serde_json::Value {
+    json!({
+        "interface": pins.iface,
+        "tenant_host": {
+            "holder": pins.holder().describe(),
+            "devices": record.devices,
+        },
+    })
 }

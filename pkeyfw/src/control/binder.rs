@@ -46,6 +46,10 @@ pub struct Binder {
     /// device numbering its QPs beyond what the table was sized for), as
     /// last planned.
     beyond: Vec<u32>,
+    /// QPs made on a tenant's own device by anyone else (see
+    /// [`Binding::Foreign`](crate::policy::Binding)), as last planned, with
+    /// who made them.
+    foreign: Vec<(u32, String)>,
     /// The policy last applied with them.
     applied: Option<Policy>,
     /// QPs bound by rules, as last applied, for the messages.
@@ -69,6 +73,7 @@ impl Binder {
             before_probes: None,
             unidentified: Vec::new(),
             beyond: Vec::new(),
+            foreign: Vec::new(),
             applied: None,
             bound: BTreeMap::new(),
         }
@@ -154,17 +159,44 @@ impl Binder {
             .filter(|(_, b)| matches!(b, Binding::Unidentified))
             .map(|(qp, _)| qp.qpn)
             .collect();
+        self.foreign = qps
+            .iter()
+            .zip(&bindings)
+            .filter_map(|(qp, b)| match b {
+                Binding::Foreign { rule } => Some((
+                    qp.qpn,
+                    match rule {
+                        Some(r) => format!(
+                            "{}, whom the rule at line {} binds",
+                            owner(qp),
+                            self.base.binds[*r].line
+                        ),
+                        None => format!("{}, whom no rule binds", owner(qp)),
+                    },
+                )),
+                _ => None,
+            })
+            .collect();
         self.beyond = effective.qps.split_off(&qpns).into_keys().collect();
         let mut bound = bound(&qps, &bindings);
         bound.retain(|qpn, _| *qpn < qpns);
         (effective, bound)
     }
 
-    /// Quarantines the QPs no rule can be matched against, and those a
-    /// rule binds beyond the QP table, with a line for each not
+    /// Quarantines the QPs no rule can be matched against, those made on a
+    /// tenant's own device by anyone else, and those a rule binds beyond
+    /// the QP table, with a line for each not
     /// quarantined before.
     pub fn quarantine(&self, maps: &mut Maps, before: &[u32]) -> Result<Vec<String>> {
         let mut lines = Vec::new();
+        for (qpn, by) in &self.foreign {
+            maps.quarantine(*qpn)?;
+            if !before.contains(qpn) {
+                lines.push(format!(
+                    "pkeyfw: quarantined QP {qpn:#08x} ({by}): it was made on a device pkeyfw made for another tenant; its frames are refused until it is destroyed"
+                ));
+            }
+        }
         for &qpn in &self.unidentified {
             maps.quarantine(qpn)?;
             if !before.contains(&qpn) {
@@ -187,8 +219,10 @@ impl Binder {
 
     /// The QPs last planned that are quarantined (see [`Binder::quarantine`]).
     fn quarantined(&self) -> Vec<u32> {
+        let foreign = self.foreign.iter().map(|(qpn, _)| qpn);
         self.unidentified
             .iter()
+            .chain(foreign)
             .chain(&self.beyond)
             .copied()
             .collect()

@@ -23,6 +23,11 @@ use crate::{
 /// closed (the QPs beyond it are quarantined), not open.
 const ASSUMED_MAX_QP: u32 = 1 << 18;
 
+/// QPs the probe binds at once on a tenant's own device by default: its
+/// table is its alone (a tenant that fills it quarantines only its own
+/// QPs), and each device's tables weigh on the kernel's memory.
+pub const TENANT_QPS: u32 = 1 << 14;
+
 /// How many QPs the probe may bind at once on an interface, and why.
 pub struct ProbeCapacity {
     pub qps: u32,
@@ -67,7 +72,15 @@ pub fn probe_capacity(devices: &[Device], policy: &Policy) -> ProbeCapacity {
             .sum()
     };
     let every_qpn = u64::from(QPN_MASK) + 1;
-    let held = held.min(every_qpn) as u32;
+    let mut held = held.min(every_qpn) as u32;
+    // A tenant's own device: a table of its own, which only its own QPs
+    // can fill.
+    if policy.owner.is_some() && held > TENANT_QPS {
+        from = vec![format!(
+            "a tenant's own device, {TENANT_QPS} unless probe_capacity is lower"
+        )];
+        held = TENANT_QPS;
+    }
     let qps = match policy.probe_capacity {
         Some(p) if p < held => {
             from.insert(0, format!("the policy's probe_capacity, below {held}:"));
@@ -142,6 +155,11 @@ pub fn tenant_bounds(
     capacity: Option<u32>,
 ) -> (Vec<String>, Vec<String>) {
     let (mut lines, mut warnings) = (Vec::new(), Vec::new());
+    // Each tenant's own device has a table of its own: no tenant fills
+    // another's, whatever its limit.
+    if policy.gives_devices() || policy.owner.is_some() {
+        return (lines, warnings);
+    }
     let mut total = 0u64;
     let mut unbounded = false;
     for (i, rule) in policy.binds.iter().enumerate() {
@@ -153,7 +171,7 @@ pub fn tenant_bounds(
                 warnings.push(format!(
                     "bind[{i}] (line {}): a tenant bound by {} has no rdma.max limit pkeyfw can check (its processes may run in any cgroup): it can create QPs until the QP-creation probe's table is full, and every later QP a rule binds is quarantined; run its processes in a cgroup with an rdma.max hca_object limit, or bind it by that cgroup",
                     rule.line,
-                    boundary(rule)
+                    rule.tenant()
                 ));
             }
             continue;
@@ -204,21 +222,6 @@ pub fn tenant_bounds(
         ));
     }
     (lines, warnings)
-}
-
-/// What a rule that is a boundary but names no cgroup binds by.
-fn boundary(rule: &crate::policy::BindRule) -> String {
-    let mut by = Vec::new();
-    if let Some(u) = rule.uid {
-        by.push(format!("uid {u}"));
-    }
-    if let Some(g) = rule.gid {
-        by.push(format!("gid {g}"));
-    }
-    if let Some(n) = &rule.netns {
-        by.push(format!("network namespace {}", n.path.display()));
-    }
-    by.join(", ")
 }
 
 #[cfg(test)]

@@ -2,15 +2,20 @@
 //! IFLA_XDP, the source of truth for the XDP mode and for whether a program
 //! is attached at all; RTM_GETTFILTER for the clsact filters that no link
 //! holds (kernels before 6.6); every link, and the links as they change, for
-//! the bridges switch ports are in.
+//! the bridges switch ports are in; and the changes that give a tenant a
+//! network device of its own (see [`crate::control::tenancy`]): links,
+//! addresses, routes and routing rules made and removed.
 
 use anyhow::{Context as _, Result, bail};
 use netlink_packet_core::{
-    NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
+    NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage,
+    NetlinkPayload,
 };
 use netlink_packet_route::{
-    RouteNetlinkMessage,
+    AddressFamily, RouteNetlinkMessage,
+    address::{AddressAttribute, AddressMessage},
     link::{LinkAttribute, LinkMessage, LinkXdp, XdpAttached},
+    rule::RuleMessage,
     tc::{TcAttribute, TcFilterBpfOption, TcMessage, TcOption},
 };
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
@@ -180,6 +185,73 @@ pub fn link_changes(datagram: &[u8]) -> Result<Vec<LinkMessage>> {
             _ => None,
         })
         .collect())
+}
+
+/// The routing rules of `family` (RTM_GETRULE dump), in the order the
+/// kernel consults them.
+pub fn rules(family: AddressFamily) -> Result<Vec<RuleMessage>> {
+    let mut rule = RuleMessage::default();
+    rule.header.family = family;
+    Ok(dump(RouteNetlinkMessage::GetRule(rule), "RTM_GETRULE")?
+        .into_iter()
+        .filter_map(|m| match m {
+            RouteNetlinkMessage::NewRule(r) => Some(r),
+            _ => None,
+        })
+        .collect())
+}
+
+/// The addresses of interface `index` (RTM_GETADDR dump).
+pub fn addresses(index: u32) -> Result<Vec<std::net::IpAddr>> {
+    let replies = dump(
+        RouteNetlinkMessage::GetAddress(AddressMessage::default()),
+        "RTM_GETADDR",
+    )?;
+    Ok(replies
+        .into_iter()
+        .filter_map(|m| match m {
+            RouteNetlinkMessage::NewAddress(a) if a.header.index == index => {
+                a.attributes.into_iter().find_map(|a| match a {
+                    AddressAttribute::Local(ip) => Some(ip),
+                    AddressAttribute::Address(ip) if ip.is_ipv6() => Some(ip),
+                    _ => None,
+                })
+            }
+            _ => None,
+        })
+        .collect())
+}
+
+/// Makes what `message` describes (a link, an address, a route, a rule:
+/// NLM_F_CREATE | NLM_F_EXCL), or says why the kernel would not.
+pub fn create(message: RouteNetlinkMessage, what: &str) -> Result<()> {
+    acked(message, NLM_F_CREATE | NLM_F_EXCL, what)
+}
+
+/// Sends a change (a removal, a link's settings) and waits for the
+/// kernel's answer.
+pub fn change(message: RouteNetlinkMessage, what: &str) -> Result<()> {
+    acked(message, 0, what)
+}
+
+/// Sends `message` with NLM_F_ACK and `flags`; the kernel's error, if any,
+/// as an `io::Error` (so that callers can tell ENOENT and EEXIST).
+fn acked(message: RouteNetlinkMessage, flags: u16, what: &str) -> Result<()> {
+    let socket = request(message, NLM_F_ACK | flags, "a route netlink request")
+        .with_context(|| what.to_string())?;
+    loop {
+        let (reply, _) = socket
+            .recv_from_full()
+            .with_context(|| format!("{what}: the kernel's answer"))?;
+        for message in messages(&reply).with_context(|| format!("{what}: decoding the answer"))? {
+            if let NetlinkPayload::Error(e) = message.payload {
+                return match e.code {
+                    None => Ok(()),
+                    Some(_) => Err(anyhow::Error::new(e.to_io()).context(what.to_string())),
+                };
+            }
+        }
+    }
 }
 
 /// The replies to a dump request (`what` names it in errors).

@@ -171,7 +171,7 @@ impl AsRawFd for Netns {
 
 /// The cookie of the calling thread's network namespace, as a socket made
 /// here carries it.
-fn current_cookie() -> Result<u64> {
+pub fn current_cookie() -> Result<u64> {
     // SAFETY: plain system calls; the fd is closed by OwnedFd.
     let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {

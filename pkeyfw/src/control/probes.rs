@@ -28,7 +28,8 @@ use aya::{
 };
 use aya_log::EbpfLogger;
 use pkeyfw_common::abi::{
-    DEVICES, GENERATIONS, MAPS, MapSize, NO_DEVICE, QpLayout, SenderLayout, name,
+    CmLayout, DEVICES, GENERATIONS, MAPS, MapSize, NO_DEVICE, QpLayout, SenderLayout, cm::cm_state,
+    name,
 };
 
 use crate::{
@@ -67,6 +68,23 @@ const READERS: [(&str, &str); 3] = [
     ("pkeyfw_modified", "ib_modify_qp_with_udata"),
     ("pkeyfw_join", "ib_attach_mcast"),
 ];
+/// The connection probes, and what they probe: where rdma_cm starts a
+/// listener (each ID's own, a process's or a kernel user's), where it has
+/// ib_cm listen for it once its port is its, and where it destroys an ID;
+/// where ib_cm sends a REQ, a REP or a SIDR_REQ (under the sender's
+/// ID) and a SIDR_REP (under the requester's). Entry probes all, on
+/// exported functions of rdma_cm and ib_cm from Linux 6.1 to 7.x.
+const LISTENING: [(&str, &str); 3] = [
+    ("pkeyfw_listen", "rdma_listen"),
+    ("pkeyfw_listening", "ib_cm_insert_listen"),
+    ("pkeyfw_unlisten", "rdma_destroy_id"),
+];
+const CONNECTING: [(&str, &str); 4] = [
+    ("pkeyfw_cm_send", "ib_send_cm_req"),
+    ("pkeyfw_cm_send", "ib_send_cm_rep"),
+    ("pkeyfw_cm_send", "ib_send_cm_sidr_req"),
+    ("pkeyfw_cm_answer", "ib_send_cm_sidr_rep"),
+];
 
 /// The probes and the ring buffer the creation probe signals through.
 pub struct Probes {
@@ -78,6 +96,10 @@ pub struct Probes {
     /// Why the rdma_cm ports of kernel users' QPs are not read at their
     /// creation, if not.
     pub cm_ports: Result<(), String>,
+    /// Why connection setup is not partitioned, if not: the connection
+    /// probes could not be attached (then the filter judges a CM request
+    /// by QP1's rule alone, and CM MADs keep their key).
+    pub connections: Result<(), String>,
     /// Their rare failures (a table full, a structure unreadable), for the
     /// attachment to print, or why they cannot be read; taken once.
     pub log: Option<Result<EbpfLogger<KernelLog>>>,
@@ -99,7 +121,11 @@ impl Probes {
         if let (Ok(layout), Ok((src, dst))) = (&mut layout, &cm) {
             (layout.cm_src, layout.cm_dst) = (*src, *dst);
         }
-        let mut ebpf = object(pins, layout.as_mut().ok())?;
+        let cm_layout = layout
+            .as_ref()
+            .map_err(|e| anyhow!("{e:#}"))
+            .and_then(|_| cm_layout());
+        let mut ebpf = object(pins, layout.as_mut().ok(), cm_layout.as_ref().ok())?;
         let readers = layout.map_err(|e| format!("{e:#}")).and_then(|_| {
             READERS
                 .iter()
@@ -108,6 +134,12 @@ impl Probes {
         let cm_ports = cm.map_err(|e| format!("{e:#}")).and_then(|_| {
             let (p, f) = CM_PORTS;
             attach(&mut ebpf, p, f, pins)
+        });
+        let connections = cm_layout.map_err(|e| format!("{e:#}")).and_then(|_| {
+            LISTENING
+                .iter()
+                .chain(&CONNECTING)
+                .try_for_each(|&(p, f)| attach(&mut ebpf, p, f, pins))
         });
         let (p, f) = BINDER;
         attach(&mut ebpf, p, f, pins).map_err(|e| anyhow!("{e} (is ib_core loaded?)"))?;
@@ -133,8 +165,19 @@ impl Probes {
             ring,
             readers,
             cm_ports,
+            connections,
             log: Some(log),
         })
+    }
+
+    /// Which records of connection setup these probes keep
+    /// (`cm_state::RECORDS`): the filter judges CM requests by them, and
+    /// stamps CM MADs, only where they do.
+    pub fn cm_records(&self) -> u64 {
+        match self.connections {
+            Ok(()) => cm_state::RECORDS_LISTENERS | cm_state::RECORDS_CONNECTIONS,
+            Err(_) => 0,
+        }
     }
 
     /// Empties the ring; whether any QP was created since the last call.
@@ -148,9 +191,10 @@ impl Probes {
 }
 
 /// The probes object, sharing the maps of the filter pinned under `pins`,
-/// reading the kernel's structures as `layout` says (where it is known:
-/// else they read nothing, and find no QP of the attachment).
-fn object(pins: &Path, layout: Option<&mut QpLayout>) -> Result<Ebpf> {
+/// reading the kernel's structures as `layout` and `cm` say (where they
+/// are known: else they read nothing, and find no QP or listener of the
+/// attachment).
+fn object(pins: &Path, layout: Option<&mut QpLayout>, cm: Option<&CmLayout>) -> Result<Ebpf> {
     let mut loader = EbpfLoader::new();
     let mut sizes = std::collections::HashMap::new();
     for spec in MAPS {
@@ -165,16 +209,14 @@ fn object(pins: &Path, layout: Option<&mut QpLayout>) -> Result<Ebpf> {
         loader.map_pin_path(spec.name, pin);
     }
     // Unknown: no device of the attachment's, so no QP is read.
-    let mut unknown = QpLayout {
-        devices: [NO_DEVICE; DEVICES],
-        ..QpLayout::default()
-    };
+    let mut unknown = QpLayout::NONE;
     let layout = layout.unwrap_or(&mut unknown);
     // Each CPU has a run of every QPN's counters.
     layout.qpns = sizes[name::QPS] / GENERATIONS;
     layout.cpus = sizes[name::QP_STATS] / layout.qpns;
     loader
         .override_global("LAYOUT", &*layout, true)
+        .override_global("CM_LAYOUT", cm.unwrap_or(&CmLayout::default()), true)
         .load(OBJECT)
         .context("loading the RDMA probes")
 }
@@ -208,7 +250,11 @@ pub fn costs(pins: &Path) -> Result<Vec<Cost>> {
             cm_src: 8,
             cm_dst: 8,
         });
-    let mut ebpf = object(pins, Some(&mut layout))?;
+    let cm = cm_layout_of(
+        &Btf::of_module("rdma_cm").and_then(|cm| Btf::of_module("ib_cm").map(|ib| (cm, ib))),
+    )
+    .unwrap_or(PLAUSIBLE_CM);
+    let mut ebpf = object(pins, Some(&mut layout), Some(&cm))?;
     let names: Vec<String> = ebpf.programs().map(|(n, _)| n.to_string()).collect();
     names
         .iter()
@@ -227,6 +273,63 @@ pub fn costs(pins: &Path) -> Result<Vec<Cost>> {
         .collect()
 }
 
+/// Where the kernel has no rdma_cm or ib_cm, offsets as plausible as any
+/// for [`costs`]: a zero one would let the verifier drop the code that
+/// reads it.
+const PLAUSIBLE_CM: CmLayout = CmLayout {
+    netns: 1,
+    id_internal: 8,
+    id_afonly: 8,
+    id_qp_num: 8,
+    id_cm: 8,
+    id_res: 8,
+    id_device: 8,
+    id_src: 8,
+    id_net: 8,
+    id_ps: 8,
+    id_qp_type: 8,
+    cm_context: 8,
+    cm_local_id: 8,
+    cm_remote_id: 8,
+    _pad: 0,
+};
+
+/// Where the connection probes read rdma_cm's and ib_cm's structures, for
+/// an attachment in this thread's network namespace (its interface's),
+/// whose listeners the requests it receives are for.
+fn cm_layout() -> Result<CmLayout> {
+    let btf = Btf::of_module("rdma_cm")
+        .and_then(|cm| Btf::of_module("ib_cm").map(|ib| (cm, ib)))
+        .map_err(|e| anyhow!("{e:#} (rdma_cm must be loaded when pkeyfw attaches)"));
+    let mut layout = cm_layout_of(&btf)?;
+    layout.netns = crate::control::netns::current_cookie()?;
+    Ok(layout)
+}
+
+/// The offsets rdma_cm's and ib_cm's BTF give.
+fn cm_layout_of(btf: &Result<(Btf, Btf)>) -> Result<CmLayout> {
+    let (cm, ib) = btf.as_ref().map_err(|e| anyhow!("{e:#}"))?;
+    let id = |path: &[&str]| cm.offset("rdma_id_private", path);
+    let res_at = id(&["res"])?;
+    Ok(CmLayout {
+        netns: 0,
+        id_internal: id(&["internal_id"])?,
+        id_afonly: id(&["afonly"])?,
+        id_qp_num: id(&["qp_num"])?,
+        id_cm: id(&["cm_id"])?,
+        id_res: res_at,
+        id_device: id(&["id", "device"])?,
+        id_src: id(&["id", "route", "addr", "src_addr"])?,
+        id_net: id(&["id", "route", "addr", "dev_addr", "net"])?,
+        id_ps: id(&["id", "ps"])?,
+        id_qp_type: id(&["id", "qp_type"])?,
+        cm_context: ib.offset("ib_cm_id", &["context"])?,
+        cm_local_id: ib.offset("ib_cm_id", &["local_id"])?,
+        cm_remote_id: ib.offset("ib_cm_id", &["remote_id"])?,
+        _pad: 0,
+    })
+}
+
 /// Loads program `name` of the object, attaches it to `function` and pins
 /// the link under `pins`.
 fn attach(ebpf: &mut Ebpf, name: &str, function: &str, pins: &Path) -> Result<(), String> {
@@ -242,7 +345,7 @@ fn attach(ebpf: &mut Ebpf, name: &str, function: &str, pins: &Path) -> Result<()
         .attach(function, 0)
         .map_err(|e| format!("probing {function}: {e}"))?;
     let link = program.take_link(id).map_err(|e| format!("{e}"))?;
-    let pin = pins.join(format!("probe-{name}"));
+    let pin = pins.join(format!("probe-{name}-{function}"));
     FdLink::try_from(link)
         .map_err(|e| format!("{name} has no BPF link to pin ({e}); Linux 5.15 or later is needed"))?
         .pin(&pin)
@@ -271,16 +374,22 @@ fn layout_of(btf: &Btf, devices: impl ExactSizeIterator<Item = u32>) -> Result<Q
         res_user: btf.offset("rdma_restrack_entry", &["user"])?,
         res_kern_name: btf.offset("rdma_restrack_entry", &["kern_name"])?,
         attr_qkey: btf.offset("ib_qp_attr", &["qkey"])?,
+        ..task_layout(btf)?
+    })
+}
+
+/// Where who a task is lies in the kernel's structures (its credentials'
+/// effective ids, its network namespace's cookie), from `btf`: the part of
+/// a [`QpLayout`] the device guard reads too; nothing else is set.
+pub fn task_layout(btf: &Btf) -> Result<QpLayout> {
+    Ok(QpLayout {
         task_cred: btf.offset("task_struct", &["cred"])?,
         task_nsproxy: btf.offset("task_struct", &["nsproxy"])?,
         cred_euid: btf.offset("cred", &["euid"])?,
         cred_egid: btf.offset("cred", &["egid"])?,
         nsproxy_net: btf.offset("nsproxy", &["net_ns"])?,
         net_cookie: btf.offset("net", &["net_cookie"])?,
-        qpns: 0,
-        cpus: 0,
-        cm_src: 0,
-        cm_dst: 0,
+        ..QpLayout::default()
     })
 }
 

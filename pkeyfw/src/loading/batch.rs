@@ -216,9 +216,5 @@ struct ElemAttr {
 /// each, and the batch positions if given) for the whole call.
 unsafe fn call<A>(cmd: libc::c_long, attr: &mut A) -> std::io::Result<()> {
     // SAFETY: as the caller vouches.
-    let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr as *mut A, size_of::<A>()) };
-    if rc < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    unsafe { super::syscall::bpf(cmd, attr) }.map(drop)
 }

@@ -18,7 +18,7 @@ use std::{
 
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
 use aya::{
-    Ebpf,
+    Ebpf, Pod,
     maps::{
         Array, HashMap, IterableMap as _, Map, MapData, MapError, MapInfo, PerCpuArray, RingBuf,
     },
@@ -27,8 +27,9 @@ use pkeyfw_common::{
     Capture, Reason, Stamp, Verdict,
     abi::{
         BindSpec, Config, Creation, EventBudget, EventKind, GENERATIONS, GROUP_CAPACITY,
-        GroupEntry, GroupKey, JoinAction, LAYOUT_VERSION, MAPS, MAX_RULES, MapKind,
+        GroupEntry, GroupKey, JoinAction, LAYOUT_VERSION, ListenKey, MAPS, MAX_RULES, MapKind,
         OTHER_PARTITION, PARTITIONS, PORT_SERIAL_BITS, QpEntry, QpStats,
+        cm::cm_state,
         counters::{REASON_SLOTS, reason_slot},
         listed_key, matcher, name, port_entry, port_key_index, qp_flags, qp_stats_index,
         quarantine_bit, violation_key,
@@ -128,6 +129,9 @@ pub struct Maps {
     quarantine: Array<MapData, u64>,
     listed: HashMap<MapData, u64, u8>,
     join_action: Array<MapData, JoinAction>,
+    listeners: HashMap<MapData, ListenKey, Creation>,
+    connections: HashMap<MapData, u64, u16>,
+    cm_state: Array<MapData, u64>,
     /// The other maps, held open.
     _rest: Vec<Map>,
 }
@@ -222,6 +226,7 @@ impl Maps {
                 match spec.kind {
                     MapKind::Array => Map::Array(data),
                     MapKind::HashMap => Map::HashMap(data),
+                    MapKind::LruHashMap => Map::LruHashMap(data),
                     MapKind::PerCpuArray => Map::PerCpuArray(data),
                     MapKind::RingBuf => Map::RingBuf(data),
                 },
@@ -265,6 +270,9 @@ impl Maps {
             quarantine: typed(take(name::QUARANTINE), name::QUARANTINE)?,
             listed: typed(take(name::LISTED), name::LISTED)?,
             join_action: typed(take(name::JOIN_ACTION), name::JOIN_ACTION)?,
+            listeners: typed(take(name::LISTENERS), name::LISTENERS)?,
+            connections: typed(take(name::CONNECTIONS), name::CONNECTIONS)?,
+            cm_state: typed(take(name::CM_STATE), name::CM_STATE)?,
             _rest: maps.into_values().collect(),
         })
     }
@@ -565,7 +573,96 @@ impl Maps {
             self.qps.set(to, qpn, Some(e))?;
         }
         let words: Vec<(u32, u64)> = (0..).zip(quarantine).filter(|&(_, w)| w != 0).collect();
-        batch::update(self.quarantine.map(), &words).context("writing QUARANTINE")
+        batch::update(self.quarantine.map(), &words).context("writing QUARANTINE")?;
+        self.inherit_connection_setup(old)
+    }
+
+    /// The connection probes' records of the attachment this one replaces:
+    /// its listeners (and how many found no room), its connections.
+    fn inherit_connection_setup(&mut self, old: &Maps) -> Result<()> {
+        let listeners = old.listeners()?;
+        batch::update(self.listeners.map(), &listeners).context("writing LISTENERS")?;
+        let connections: Vec<(u64, u16)> =
+            batch::entries(old.connections.map()).context("reading the old CONNECTIONS")?;
+        batch::update(self.connections.map(), &connections).context("writing CONNECTIONS")?;
+        let unrecorded = old.unrecorded_listeners()?;
+        self.cm_state
+            .set(cm_state::UNRECORDED, &unrecorded, 0)
+            .context("writing CM_STATE")
+    }
+
+    /// Takes what the replaced attachment's connection probes recorded
+    /// since [`Maps::inherit`] (`then`: what was taken then): a listener
+    /// or connection recorded or forgotten meanwhile is here too.
+    fn inherit_late_connection_setup(
+        &mut self,
+        old: &Maps,
+        then: &BTreeMap<ListenKey, Creation>,
+    ) -> Result<()> {
+        let now: BTreeMap<ListenKey, Creation> = old.listeners()?.into_iter().collect();
+        follow(&mut self.listeners, then, &now, name::LISTENERS)?;
+        let connections: Vec<(u64, u16)> =
+            batch::entries(old.connections.map()).context("reading the old CONNECTIONS")?;
+        batch::update(self.connections.map(), &connections).context("writing CONNECTIONS")?;
+        let unrecorded = old.unrecorded_listeners()?;
+        if unrecorded > self.unrecorded_listeners()? {
+            self.cm_state
+                .set(cm_state::UNRECORDED, &unrecorded, 0)
+                .context("writing CM_STATE")?;
+        }
+        Ok(())
+    }
+
+    /// The rdma_cm listeners the probes recorded, with who made each.
+    pub fn listeners(&self) -> Result<Vec<(ListenKey, Creation)>> {
+        batch::entries(self.listeners.map()).context("reading LISTENERS")
+    }
+
+    /// Records a listener as the listen probe does, unless one holds its
+    /// key: whether it was. (Listeners that were listening before any
+    /// probe ran, and the tests'.)
+    pub fn record_listener(&mut self, key: &ListenKey, creator: &Creation) -> Result<bool> {
+        // BPF_NOEXIST.
+        match self.listeners.insert(key, creator, 1) {
+            Ok(()) => Ok(true),
+            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::EEXIST) => {
+                Ok(false)
+            }
+            Err(e) => Err(anyhow!(e).context("writing LISTENERS")),
+        }
+    }
+
+    /// Says how many listeners are not recorded for want of room (see
+    /// `cm_state::UNRECORDED`): none once every one that exists is.
+    pub fn set_unrecorded_listeners(&mut self, n: u64) -> Result<()> {
+        self.cm_state
+            .set(cm_state::UNRECORDED, &n, 0)
+            .context("writing CM_STATE")
+    }
+
+    /// Listeners the probe found no room to record (see
+    /// `cm_state::UNRECORDED`).
+    pub fn unrecorded_listeners(&self) -> Result<u64> {
+        self.cm_state
+            .get(&cm_state::UNRECORDED, 0)
+            .context("reading CM_STATE")
+    }
+
+    /// Which records of connection setup the probes keep
+    /// (`cm_state::RECORDS` bits).
+    pub fn cm_records(&self) -> Result<u64> {
+        self.cm_state
+            .get(&cm_state::RECORDS, 0)
+            .context("reading CM_STATE")
+    }
+
+    /// Says which records of connection setup the probes keep: the loader,
+    /// once the probes that keep them are attached (or none, where none
+    /// could be).
+    pub fn set_cm_records(&mut self, records: u64) -> Result<()> {
+        self.cm_state
+            .set(cm_state::RECORDS, &records, 0)
+            .context("writing CM_STATE")
     }
 
     /// What the replaced attachment's probes saw after [`Maps::inherit`]
@@ -575,25 +672,11 @@ impl Maps {
     /// destroyed, or its number handed to a new one) lose what the probes
     /// bound here for them, and are returned: to be bound afresh.
     pub fn inherit_late(&mut self, old: &Maps) -> Result<Vec<u32>> {
+        let listeners = self.listeners()?.into_iter().collect();
+        self.inherit_late_connection_setup(old, &listeners)?;
         let then = self.creations()?;
         let now = old.creations()?;
-        let mut changed = Vec::new();
-        for (qpn, c) in &then {
-            if now.get(qpn) != Some(c) {
-                changed.push(*qpn);
-                ignore_missing(self.creations.remove(qpn)).context("writing CREATIONS")?;
-            }
-        }
-        for (qpn, c) in &now {
-            if then.get(qpn) != Some(c) {
-                self.creations
-                    .insert(qpn, c, 0)
-                    .context("writing CREATIONS")?;
-                changed.push(*qpn);
-            }
-        }
-        changed.sort_unstable();
-        changed.dedup();
+        let changed = follow(&mut self.creations, &then, &now, name::CREATIONS)?;
         for &qpn in &changed {
             self.forget_probed(qpn);
         }
@@ -627,12 +710,20 @@ impl Maps {
         }
     }
 
-    /// Forgets every record of who made the QPs: no probe keeps them
-    /// current (a later QP with a number would be taken for the last
-    /// one's), so every QP is read from `/proc` again.
+    /// Forgets every record of who made the QPs and the listeners: no
+    /// probe keeps them current (a later QP with a number would be taken
+    /// for the last one's, a listener that went would hold its key from
+    /// the next), so every QP is read from `/proc` again.
     pub fn forget_creations(&mut self) -> Result<()> {
         for qpn in self.creations.keys().collect::<Result<Vec<u32>, _>>()? {
             ignore_missing(self.creations.remove(&qpn)).context("writing CREATIONS")?;
+        }
+        for key in self
+            .listeners
+            .keys()
+            .collect::<Result<Vec<ListenKey>, _>>()?
+        {
+            ignore_missing(self.listeners.remove(&key)).context("writing LISTENERS")?;
         }
         Ok(())
     }
@@ -674,7 +765,7 @@ impl Maps {
         }
         let active = self.active_generation()?;
         let idle = 1 - active;
-        let rules: Vec<BindSpec> = policy.binds.iter().map(|b| b.spec()).collect();
+        let rules: Vec<BindSpec> = policy.specs();
         // While the rules stay, what the probe bound at creation stays: it
         // saw the creator, which /proc no longer may (a thread gone, a
         // setuid exec since).
@@ -1020,9 +1111,40 @@ fn typed<T: TryFrom<Map, Error = MapError>>(map: Option<Map>, name: &str) -> Res
 /// The map data behind the map kinds pkeyfw uses.
 fn data(map: &Map) -> Result<&MapData> {
     match map {
-        Map::Array(d) | Map::HashMap(d) | Map::PerCpuArray(d) | Map::RingBuf(d) => Ok(d),
+        Map::Array(d)
+        | Map::HashMap(d)
+        | Map::LruHashMap(d)
+        | Map::PerCpuArray(d)
+        | Map::RingBuf(d) => Ok(d),
         _ => bail!("unexpected map kind"),
     }
+}
+
+/// Brings `map`, whose entries were `then`, to `now`: the keys whose entry
+/// changed (removed, added or replaced), in order.
+fn follow<K: Pod + Ord, V: Pod + PartialEq>(
+    map: &mut HashMap<MapData, K, V>,
+    then: &BTreeMap<K, V>,
+    now: &BTreeMap<K, V>,
+    name: &str,
+) -> Result<Vec<K>> {
+    let mut changed = Vec::new();
+    for (key, v) in then {
+        if now.get(key) != Some(v) {
+            ignore_missing(map.remove(key)).with_context(|| format!("writing {name}"))?;
+            changed.push(*key);
+        }
+    }
+    for (key, v) in now {
+        if then.get(key) != Some(v) {
+            map.insert(key, v, 0)
+                .with_context(|| format!("writing {name}"))?;
+            changed.push(*key);
+        }
+    }
+    changed.sort_unstable();
+    changed.dedup();
+    Ok(changed)
 }
 
 /// `remove` of a key that is not there is not an error when clearing.

@@ -3,7 +3,8 @@
 //! written in batches: `batch`; the QP table through its memory:
 //! [`qp_table`]), where they are pinned ([`pins`]), the
 //! kernel structure layouts the probes read ([`btf`]), what the kernel
-//! offers ([`features`]) and what loading costs it ([`cost`]).
+//! offers ([`features`]) and what loading costs it ([`cost`]); bpf(2)
+//! itself where aya has no call for a command ([`syscall`]).
 
 mod batch;
 pub mod btf;
@@ -14,3 +15,4 @@ pub mod maps;
 pub mod pins;
 pub mod programs;
 pub mod qp_table;
+pub mod syscall;

@@ -111,6 +111,47 @@ impl Pins {
         }
     }
 
+    /// The pins of a tenant host on uplink `iface` (its policy gives every
+    /// tenant a device of its own: the uplink carries no filter, only the
+    /// device guard): under `pkeyfw/tenants/`, which listings of
+    /// attachments skip, its notes beside an attachment's of that name
+    /// (the two never coexist).
+    pub fn tenant_host(iface: &str) -> Pins {
+        Pins::tenant_host_at(iface, NetnsId::current().unwrap_or(NetnsId(0)))
+    }
+
+    /// The pins of the tenant host on `iface` of network namespace `netns`.
+    pub fn tenant_host_at(iface: &str, netns: NetnsId) -> Pins {
+        Pins {
+            iface: iface.to_string(),
+            netns,
+            dir: root().join("tenants").join(netns.0.to_string()).join(iface),
+        }
+    }
+
+    /// Where a tenant host notes the devices it made (JSON).
+    fn tenants_note(&self) -> PathBuf {
+        self.notes().join(format!("{}.tenants", self.iface))
+    }
+
+    /// What a tenant host noted (see [`Pins::note_tenants`]), if anything.
+    pub fn tenants<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
+        fs::read(self.tenants_note())
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+    }
+
+    /// Notes what a tenant host made, whole (written by rename).
+    pub fn note_tenants<T: serde::Serialize>(&self, what: &T) -> Result<()> {
+        fs::create_dir_all(self.notes())?;
+        let tmp = self
+            .notes()
+            .join(format!("{}.tenants.{}", self.iface, std::process::id()));
+        fs::write(&tmp, serde_json::to_vec(what)?)
+            .and_then(|()| fs::rename(&tmp, self.tenants_note()))
+            .with_context(|| format!("writing {}", self.tenants_note().display()))
+    }
+
     /// Every interface with pins, by namespace and name; only those of
     /// `netns` if given.
     pub fn list(netns: Option<NetnsId>) -> Result<Vec<Pins>> {
@@ -408,6 +449,7 @@ impl Pins {
         let _ = fs::remove_file(self.events_note());
         let _ = fs::remove_file(self.owner_note());
         let _ = fs::remove_file(self.record_note());
+        let _ = fs::remove_file(self.tenants_note());
         let _ = fs::remove_dir(self.notes());
         let removed = match fs::remove_dir(&self.dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {

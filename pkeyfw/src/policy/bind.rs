@@ -10,7 +10,11 @@
 //! A UD QP bound by a rule with `qkey` accepts that Q_Key; by a rule
 //! without, the Q_Key its program sets.
 
-use std::{collections::btree_map::Entry, ops::RangeInclusive, path::Path};
+use std::{
+    collections::{BTreeMap, btree_map::Entry},
+    ops::RangeInclusive,
+    path::Path,
+};
 
 use pkeyfw_common::{
     abi::{BindSpec, CGROUP_LEVELS, MAX_RULES, QpType, comm_bytes, matcher, qp_flags},
@@ -24,6 +28,7 @@ use super::{
     ctx::{Ctx, MIN_QPN},
     error::position,
     identity::{self, Cgroup, Netns},
+    own_device::{self, OwnDevice, RawOwnDevice},
 };
 use crate::control::rdma::{Maker, Qp};
 
@@ -50,6 +55,7 @@ pub(super) struct RawBind {
     pkey: Option<Spanned<i64>>,
     pkey_index: Option<Spanned<i64>>,
     qkey: Option<Spanned<i64>>,
+    own_device: Option<Spanned<RawOwnDevice>>,
 }
 
 /// A validated `[[bind]]` rule. It matches a QP when every matcher it gives
@@ -83,6 +89,8 @@ pub struct BindRule {
     pub pkey: u16,
     /// The Q_Key of the UD QPs it binds; None: the Q_Key each sets.
     pub qkey: Option<u32>,
+    /// The device pkeyfw makes for this rule's tenant alone.
+    pub own: Option<OwnDevice>,
 }
 
 impl BindRule {
@@ -98,6 +106,25 @@ impl BindRule {
     /// network namespace.
     pub fn beats_entries(&self) -> bool {
         self.cgroup.is_some() || self.uid.is_some() || self.gid.is_some() || self.netns.is_some()
+    }
+
+    /// Who its tenant is: the cgroup, ids and network namespace it names,
+    /// e.g. `cgroup /tenants/a, uid 1001`.
+    pub fn tenant(&self) -> String {
+        let mut by = Vec::new();
+        if let Some(c) = &self.cgroup {
+            by.push(format!("cgroup {}", c.name));
+        }
+        if let Some(u) = self.uid {
+            by.push(format!("uid {u}"));
+        }
+        if let Some(g) = self.gid {
+            by.push(format!("gid {g}"));
+        }
+        if let Some(n) = &self.netns {
+            by.push(format!("network namespace {}", n.path.display()));
+        }
+        by.join(", ")
     }
 
     /// The rule as the QP-creation probe reads it.
@@ -174,6 +201,10 @@ pub enum Binding {
     /// A QP of another device with the same QPN was bound first; the filter
     /// keys QPs by QPN alone, so that binding judges this one's frames too.
     Taken(QpRule),
+    /// Made on a tenant's own device by a creator that tenant's rule does
+    /// not match (`rule`: the one that does, if any): quarantined, as the
+    /// QP-creation probe does (see `pkeyfw_common::tenant::foreign`).
+    Foreign { rule: Option<usize> },
     /// No rule matches: the unknown-QP rule judges its frames.
     Unbound,
     /// Who made it cannot be told (a QP made before any probe ran whose
@@ -227,6 +258,14 @@ impl Policy {
                     return Binding::Exempt;
                 };
                 let matched = self.binds.iter().enumerate().find(|(_, r)| r.matches(qp));
+                if let Some(owner) = self.owner
+                    && matched.is_none_or(|(rule, _)| rule != owner)
+                    && qp.maker.creation().is_some()
+                {
+                    return Binding::Foreign {
+                        rule: matched.map(|(rule, _)| rule),
+                    };
+                }
                 // An entry names a QPN, which comes by chance: it decides
                 // unless a boundary rule claims the QP.
                 if let Some(entry) = self.qps.get(&qp.qpn)
@@ -457,7 +496,103 @@ fn rule(
         qp_type,
         pkey,
         qkey,
+        own: raw
+            .own_device
+            .as_ref()
+            .map(|o| own_device::own_device(cx, o, field))
+            .transpose()?,
     })
+}
+
+/// What a policy with own devices must also be: every rule a tenant's,
+/// with a device of its own (none may share the interface's), no two
+/// devices alike, and no `[[qp]]` entry (a QPN names no device, and each
+/// device numbers its QPs from the same start).
+pub(super) fn check_own_devices(
+    cx: &Ctx,
+    binds: &[BindRule],
+    spans: &[std::ops::Range<usize>],
+    qp_spans: &[std::ops::Range<usize>],
+) -> Result<(), PolicyError> {
+    let Some(first) = binds.iter().position(|b| b.own.is_some()) else {
+        return Ok(());
+    };
+    let first_line = binds[first].line;
+    if let Some(i) = binds.iter().position(|b| b.own.is_none()) {
+        return Err(cx.err(
+            spans[i].clone(),
+            &format!("bind[{i}]"),
+            format!(
+                "has no own_device, where the rule at line {first_line} has one; expected one for every rule: its tenant's QPs would share the interface's device with the others', and meet them inside rdma_rxe"
+            ),
+        ));
+    }
+    if let Some(q) = qp_spans.first() {
+        return Err(cx.err(
+            q.clone(),
+            "qp[0]",
+            format!(
+                "binds a QPN, which each tenant's device hands out from the same start (the rule at line {first_line} gives its tenant a device); expected [[bind]] rules only"
+            ),
+        ));
+    }
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, b) in binds.iter().enumerate() {
+        let own = b.own.as_ref().expect("every rule has one by now");
+        if !b.beats_entries() && !b.kernel {
+            return Err(cx.err(
+                spans[i].clone(),
+                &format!("bind[{i}].own_device"),
+                "is for a tenant, which a rule tells by cgroup, uid, gid or netns (or kernel = true); this one matches only what a process chooses, so anyone could be its tenant",
+            ));
+        }
+        let chosen = [
+            (b.comm.is_some() && !b.kernel, "comm"),
+            (b.pid.is_some(), "pid"),
+            (b.qpns.is_some(), "qpn"),
+            (b.qp_type.is_some(), "type"),
+        ];
+        if let Some((_, what)) = chosen.iter().find(|(given, _)| *given) {
+            return Err(cx.err(
+                spans[i].clone(),
+                &format!("bind[{i}].{what}"),
+                "narrows a rule with an own_device, whose device is all of its tenant's: every QP its tenant makes there must be bound, and one this rule left to another would be quarantined; expected the tenant alone (cgroup, uid, gid, netns; kernel with comm and port)",
+            ));
+        }
+        if b.device.is_some() {
+            return Err(cx.err(
+                spans[i].clone(),
+                &format!("bind[{i}].device"),
+                "names an existing device, where own_device has pkeyfw make one; expected one of them",
+            ));
+        }
+        let names = [("device", &own.name), ("interface", &own.iface)]
+            .into_iter()
+            .map(|(what, n)| (format!("{what} {n}"), n.clone()))
+            .chain(
+                own.addrs
+                    .iter()
+                    .map(|p| (format!("address {}", p.addr), p.addr.to_string())),
+            );
+        for (said, key) in names {
+            let kind = said.split(' ').next().unwrap_or_default();
+            let key = format!("{}:{key}", if kind == "address" { "a" } else { "n" });
+            if let Some(&j) = seen.get(&key)
+                && j != i
+            {
+                return Err(cx.err(
+                    spans[i].clone(),
+                    &format!("bind[{i}].own_device"),
+                    format!(
+                        "{said} is also the rule's at line {}; expected each tenant's device, interface and addresses its own",
+                        binds[j].line
+                    ),
+                ));
+            }
+            seen.insert(key, i);
+        }
+    }
+    Ok(())
 }
 
 /// A path the rule names, resolved to what it claims to be.

@@ -128,6 +128,25 @@ pub(super) fn parse(cx: &Ctx, port_guid: Option<u64>) -> Result<Policy, PolicyEr
     }
 
     let binds = bind::rules(cx, &pkeys, &raw.bind)?;
+    bind::check_own_devices(
+        cx,
+        &binds,
+        &raw.bind.iter().map(Spanned::span).collect::<Vec<_>>(),
+        &raw.qp.iter().map(Spanned::span).collect::<Vec<_>>(),
+    )?;
+    // One table for every tenant's port: derived for one GUID, which the
+    // ports (whose MACs, hence GUIDs, are made at attach) cannot give.
+    let raw_port = port.get_ref();
+    if binds.iter().any(|b| b.own.is_some())
+        && let Some(p) = &raw_port.partitions
+        && raw_port.guid.is_none()
+    {
+        return Err(cx.err(
+            p.span(),
+            "port.partitions",
+            "derives the table for the interface's GUID, which each tenant's own device (a macvlan of its own MAC) does not share; expected `guid` in [port]: the GUID whose memberships every tenant's port takes",
+        ));
+    }
     let mut warnings = table.warnings;
     let on_join = raw
         .enforcement
@@ -156,6 +175,9 @@ pub(super) fn parse(cx: &Ctx, port_guid: Option<u64>) -> Result<Policy, PolicyEr
                 b.line
             )
         }));
+        if let Some(line) = shared_device(&binds) {
+            warnings.push(format!("{}: {line}", cx.path.display()));
+        }
         warnings.extend(first_line.iter().map(|(qpn, line)| {
             format!(
                 "{}:{line}: this [[qp]] entry binds QPN {qpn:#x} by number alone, which any process can come to hold (rxe hands QPNs out in sequence): no boundary between tenants; a cgroup, uid, gid or netns rule that matches the QP's creator binds it instead",
@@ -190,6 +212,7 @@ pub(super) fn parse(cx: &Ctx, port_guid: Option<u64>) -> Result<Policy, PolicyEr
         },
         switch: None,
         listed: Vec::new(),
+        owner: None,
     })
 }
 
@@ -536,4 +559,21 @@ fn group(
     let qkey = cx.need(&raw.qkey, g.span(), &qkey_field, "the group's 32-bit Q_Key")?;
     let qkey = cx.qkey(qkey, &qkey_field)?;
     Ok(Group { addr, pkey, qkey })
+}
+
+/// Where two tenants (the rules by cgroup, ids or namespace) would share
+/// the interface's RDMA devices, which no rule gives a device of its own:
+/// one line naming them.
+fn shared_device(binds: &[bind::BindRule]) -> Option<String> {
+    let tenants: Vec<String> = binds
+        .iter()
+        .filter(|b| b.beats_entries() && b.own.is_none())
+        .map(|b| format!("line {} ({})", b.line, b.tenant()))
+        .collect();
+    (tenants.len() > 1).then(|| {
+        format!(
+            "the tenants of the rules at {} share the interface's RDMA devices: their QPs reach each other inside rdma_rxe, where nothing judges them (two limited members, or two partitions, alike); give each rule an own_device",
+            tenants.join(", ")
+        )
+    })
 }

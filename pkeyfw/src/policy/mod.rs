@@ -7,6 +7,7 @@ mod ctx;
 mod error;
 mod file;
 pub mod identity;
+mod own_device;
 pub mod partitions;
 mod switch;
 
@@ -15,15 +16,17 @@ use std::{collections::BTreeMap, net::IpAddr, path::Path};
 use pkeyfw_common::{
     Tables,
     abi::{
-        Config, GroupEntry, OnForeignJoin, QpEntry, QpType, UnknownQp, qp_flags, switch_flags,
-        v4_mapped,
+        BindSpec, Config, GroupEntry, OnForeignJoin, QpEntry, QpType, UnknownQp, matcher, qp_flags,
+        switch_flags, v4_mapped,
     },
     pkey,
+    tenant::Rules,
 };
 
 pub use bind::{BindRule, Binding};
 pub use error::PolicyError;
 pub use file::parse_guid;
+pub use own_device::{OwnDevice, Prefix};
 pub use switch::{SwitchPolicy, SwitchRole};
 
 /// A validated policy.
@@ -64,6 +67,10 @@ pub struct Policy {
     /// own included), the only ones RoCE it forwards out may have entered
     /// through.
     pub listed: Vec<String>,
+    /// The port of a tenant's own device: the rule (of `binds`) whose
+    /// tenant it was made for, the only one that binds there (see
+    /// [`OwnDevice`]).
+    pub owner: Option<usize>,
 }
 
 /// A QP bound to a partition.
@@ -108,8 +115,81 @@ impl Policy {
         let source = ctx::Source::read(path)?;
         match SwitchPolicy::from_source(&source)? {
             Some(switch) => switch.port(iface, path),
-            None => file::parse(&source.ctx(), port_guid),
+            None => {
+                let policy = file::parse(&source.ctx(), port_guid)?;
+                Ok(match policy.tenant_of(iface) {
+                    Some(rule) => policy.for_tenant(rule),
+                    None => policy,
+                })
+            }
         }
+    }
+
+    /// The devices pkeyfw makes for the tenants of this (host) policy's
+    /// rules, each with its rule's index.
+    pub fn own_devices(&self) -> impl Iterator<Item = (usize, &OwnDevice)> {
+        self.binds
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| b.own.as_ref().map(|o| (i, o)))
+    }
+
+    /// Whether it gives its tenants devices of their own: then its
+    /// interface is their uplink, and carries no filter of its own.
+    pub fn gives_devices(&self) -> bool {
+        self.owner.is_none() && self.own_devices().next().is_some()
+    }
+
+    /// The rule whose own device's interface is `iface`, if any.
+    pub fn tenant_of(&self, iface: &str) -> Option<usize> {
+        self.own_devices()
+            .find(|(_, o)| o.iface == iface)
+            .map(|(i, _)| i)
+    }
+
+    /// The policy of rule `rule`'s own device: its port's table holds the
+    /// default P_Key and the rule's (an HCA port holds the keys of its
+    /// host's partitions); every rule stays, for the QP-creation probe to
+    /// tell the tenant's QPs from anyone else's, which are quarantined.
+    pub fn for_tenant(&self, rule: usize) -> Policy {
+        let key = self.binds[rule].pkey;
+        let mut pkeys = vec![self.default_pkey()];
+        if key != pkeys[0] {
+            pkeys.push(key);
+        }
+        let name = |p: u16| {
+            self.pkeys
+                .iter()
+                .position(|&k| k == p)
+                .and_then(|i| self.names.get(i).cloned())
+        };
+        Policy {
+            names: pkeys
+                .iter()
+                .map(|&p| name(p))
+                .collect::<Option<Vec<_>>>()
+                .unwrap_or_default(),
+            pkeys,
+            warnings: Vec::new(),
+            owner: Some(rule),
+            ..self.clone()
+        }
+    }
+
+    /// The `[[bind]]` rules as the QP-creation probe reads them: on a
+    /// tenant's own device, every one marked so, its tenant's as the owner.
+    pub fn specs(&self) -> Vec<BindSpec> {
+        self.binds
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let mut s = b.spec();
+                if let Some(owner) = self.owner {
+                    s.matchers |= matcher::OWNED | if i == owner { matcher::OWNER } else { 0 };
+                }
+                s
+            })
+            .collect()
     }
 
     /// Parses and validates policy text; `path` names it in errors.
@@ -136,6 +216,7 @@ impl Policy {
             probe_capacity: None,
             switch: None,
             listed: Vec::new(),
+            owner: None,
         }
     }
 
@@ -270,6 +351,14 @@ impl Tables for Policy {
     /// The quarantine is the QP-creation probe's, in the kernel only.
     fn quarantined(&self, _qpn: u32) -> bool {
         false
+    }
+}
+
+/// The listeners are the probes' records, in the kernel only: the host's
+/// tables have none for its rules to bind.
+impl Rules for Policy {
+    fn rule(&self, _index: u32) -> Option<&BindSpec> {
+        None
     }
 }
 

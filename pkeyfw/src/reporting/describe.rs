@@ -107,6 +107,19 @@ pub fn bind_rule(b: &BindRule) -> String {
     } else {
         s += &format!(" (isolates by {})", isolates.join(", "));
     }
+    if let Some(own) = &b.own {
+        let addrs: Vec<String> = own.addrs.iter().map(ToString::to_string).collect();
+        s += &format!(
+            "; its own device {} on {} ({}{})",
+            own.name,
+            own.iface,
+            addrs.join(", "),
+            own.gateways
+                .iter()
+                .map(|g| format!(", gateway {g}"))
+                .collect::<String>()
+        );
+    }
     s
 }
 

@@ -25,8 +25,8 @@ pub fn addr(a: [u8; 16]) -> IpAddr {
 }
 
 /// One line per event: a refused frame, a QP that joined a group of
-/// another partition, one that set a Q_Key the policy does not give it, or
-/// one quarantined.
+/// another partition, one that set a Q_Key the policy does not give it, one
+/// quarantined, or one made on a tenant's device by someone else.
 pub fn line(e: &Event) -> String {
     if e.kind == EventKind::QkeyMismatch as u8 {
         return format!(
@@ -42,6 +42,20 @@ pub fn line(e: &Event) -> String {
             "violation quarantined: QP {:#08x} (a rule gives it P_Key {}) found no room in the QP-creation probe's table: every frame to it or from it is refused until it is bound or destroyed",
             e.dest_qp,
             describe::pkey(e.pkey)
+        );
+    }
+    if e.kind == EventKind::ForeignDevice as u8 {
+        let who = match (e.src_qp, e.pkey) {
+            (0, _) => "a kernel user".to_string(),
+            (pid, 0) => format!("process {pid}, whom no rule binds"),
+            (pid, k) => format!(
+                "process {pid}, whose rule gives P_Key {}",
+                describe::pkey(k)
+            ),
+        };
+        return format!(
+            "violation foreign_device: QP {:#08x} made on a tenant's own device by {who}: quarantined, every frame to it or from it refused until it is destroyed",
+            e.dest_qp
         );
     }
     if e.kind == EventKind::ForeignJoin as u8 {

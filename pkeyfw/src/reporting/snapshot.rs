@@ -15,6 +15,7 @@ use crate::{
     control::bridge::{self, Bridge},
     control::netlink::XdpMode,
     control::netns::NetnsId,
+    control::tenancy::record::{self as tenants, Tenant},
     loading::maps::{CaptureCounts, Maps, ReasonCounts, StampCounts, SuppressedCounts},
     loading::pins::{Holder, Pins, PolicyRecord},
     reporting::describe,
@@ -59,6 +60,8 @@ pub struct Snapshot {
     pub generation: u32,
     pub policy_file: Option<std::path::PathBuf>,
     pub record: PolicyRecord,
+    /// A tenant's own device's port: its uplink and device.
+    pub tenant: Option<(String, Tenant)>,
 }
 
 impl Snapshot {
@@ -97,6 +100,7 @@ impl Snapshot {
             generation: maps.active_generation()?,
             policy_file: None,
             record: PolicyRecord::default(),
+            tenant: None,
         })
     }
 
@@ -104,6 +108,7 @@ impl Snapshot {
     pub fn noted(mut self, pins: &Pins) -> Snapshot {
         self.policy_file = pins.remembered_policy().ok();
         self.record = pins.record();
+        self.tenant = tenants::port_of(&pins.iface, pins.netns);
         self
     }
 
@@ -238,6 +243,15 @@ impl Snapshot {
             "applied_at": (self.record.applied_at > 0).then_some(self.record.applied_at),
             "reloads": {"applied": self.record.reloaded, "refused": self.record.refused},
         });
+        if let Some((uplink, t)) = &self.tenant {
+            out["tenant_device"] = json!({
+                "uplink": uplink,
+                "device": t.made.device,
+                "addresses": t.made.addrs,
+                "pkey": t.pkey,
+                "rule_line": t.line,
+            });
+        }
         out
     }
 
@@ -256,6 +270,13 @@ impl Snapshot {
                     self.iface,
                     self.mode.name()
                 )?;
+                if let Some((uplink, t)) = &self.tenant {
+                    writeln!(
+                        out,
+                        "  the port of {}, the own device of the rule at line {} (P_Key {:#06x}) on uplink {uplink}",
+                        t.made.device, t.line, t.pkey
+                    )?;
+                }
                 describe::reasons_text(&self.reasons, out)?;
             }
             Some(xmit) => {

@@ -45,8 +45,9 @@ pub fn tables(doc: &Value) -> Result<Vec<Table>> {
             PROBE_MAPS,
             "Kernel memory of the maps as an attachment sizes them, one QP in the policy, \
              none bound, MiB (fdinfo memlock): no RDMA device (the least QP table, 65,536 \
-             QPNs; the probe's room, 65,536 QPs) and an rdma_rxe device (every QPN it hands \
-             out, 2^20 + 1; its max_qp, 1,048,560 QPs)",
+             QPNs; the probe's room, 65,536 QPs), a tenant's own rdma_rxe device (every QPN \
+             it hands out, 2^20 + 1; 16,384 QPs, each tenant's port) and an rdma_rxe device \
+             (every QPN it hands out; its max_qp, 1,048,560 QPs)",
         )?,
         verifier(&doc["verifier"])?,
         attach(&doc["attach"])?,

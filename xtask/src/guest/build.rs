@@ -37,7 +37,8 @@ pub const PACKAGES: &[&str] = &[
 ];
 
 /// Modules /init loads, in order: the 9p share over virtio, veth, the
-/// bridge (switch mode's switch), the clsact qdisc and the BPF classifier
+/// bridge (switch mode's switch), macvlan (tenants' own devices' network
+/// devices), the clsact qdisc and the BPF classifier
 /// (6.1 has no tcx, so the stamping program attaches through them), and
 /// rdma_rxe with the CRC-32 implementations it asks for by name (kernels
 /// from 6.14 have them in the kernel's CRC library instead), the rdma_cm
@@ -50,6 +51,7 @@ pub const MODULES: &[&str] = &[
     "9p",
     "veth",
     "bridge",
+    "macvlan",
     "sch_ingress",
     "cls_bpf",
     "crc32_generic",

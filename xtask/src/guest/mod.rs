@@ -4,6 +4,7 @@
 //! does.
 
 mod build;
+pub mod pool;
 
 use std::{
     fs,
@@ -28,6 +29,7 @@ pub enum Init {
 }
 
 /// A built guest: its kernel and its whole root as an initramfs.
+#[derive(Clone)]
 pub struct Guest {
     dir: PathBuf,
 }
@@ -78,10 +80,11 @@ impl Guest {
     }
 
     /// Boots the guest with `init` to run `share/guest.sh`, echoing its
-    /// console, and returns the script's exit status. Fails, saying why,
+    /// console (each line after `label`, where two guests run side by
+    /// side), and returns the script's exit status. Fails, saying why,
     /// when the guest does not start, does not run the script, or outlives
     /// `timeout`.
-    pub fn run(&self, share: &Path, timeout: Duration, init: Init) -> Result<i32> {
+    pub fn run(&self, share: &Path, timeout: Duration, init: Init, label: &str) -> Result<i32> {
         let status_file = share.join("status");
         let _ = fs::remove_file(&status_file);
         let accel = std::env::var("PKEYFW_GUEST_ACCEL").unwrap_or_else(|_| "tcg".to_string());
@@ -110,7 +113,7 @@ impl Guest {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        eprintln!("xtask: booting the guest ({accel})");
+        eprintln!("xtask: booting the guest for {label} ({accel})");
         let mut child = qemu.spawn().context("cannot start qemu-system-x86_64")?;
         let (lines, rx) = mpsc::channel();
         for stream in [
@@ -131,7 +134,7 @@ impl Guest {
             match rx.recv_timeout(Duration::from_millis(200)) {
                 Ok(line) => {
                     let line = line.replace('\r', "");
-                    println!("{line}");
+                    println!("[{label}] {line}");
                     tail.push(line);
                     if tail.len() > 40 {
                         tail.remove(0);

@@ -19,16 +19,26 @@ use serde_json::{Value, json};
 
 use crate::{
     cmd,
-    guest::{Guest, Init, KERNELS, Kernel, PRIMARY},
-    rxe_lab::{self, Outcome},
+    guest::{
+        Guest, Init, KERNELS, Kernel, PRIMARY,
+        pool::{self, Boot, Plan},
+    },
+    results::Outcome,
+    rxe_lab,
 };
 
 mod page;
 
 /// The scenarios that define the product: a stamped pair across
 /// partitions (UD and RC), binding at creation by cgroup, a pinned
-/// attachment replaced across a restart, and quarantine.
-pub const CORE: &str = "stamp-ud-a-b,stamp-rc-b-c,tenant-cgroup-a-b,stamp-rc-restart,fill-table";
+/// attachment replaced across a restart, quarantine, connection setup
+/// inside partitions (rping's REQs across partitions and between limited
+/// members refused unseen, the listeners then serving their own), and
+/// tenants on one host with devices of their own (UD, rdma_cm, a stall
+/// between partitions, and between limited members with the device guard
+/// tried).
+pub const CORE: &str = "stamp-ud-a-b,stamp-rc-b-c,tenant-cgroup-a-b,stamp-rc-restart,fill-table,\
+    cm-rping,own-device-ud-a-b,own-device-rping-a-b,own-device-ud-a-d,own-device-rc-b-c";
 
 /// What a kernel without the RDMA-core probes and rdma_rxe's BTF can do
 /// (5.10): judge unstamped pairs by partition and Q_Key (the policy's:
@@ -47,10 +57,14 @@ fn scenarios(kernel: Kernel) -> &'static str {
 
 /// What `attach` must say where the kernel (its `pkeyfw kernel --json`
 /// features) lacks what a scenario would use: the feature, and the line.
-const SAYS: [(&str, &str); 2] = [
+const SAYS: [(&str, &str); 3] = [
     (
         "RDMA-core probes (Linux 6.1)",
         "QP creation is not probed (the probes need Linux 6.1 or later",
+    ),
+    (
+        "RDMA-core probes (Linux 6.1)",
+        "connection setup is not partitioned (the probes need Linux 6.1 or later",
     ),
     (
         "rdma_rxe's BTF (CONFIG_DEBUG_INFO_BTF_MODULES)",
@@ -64,9 +78,6 @@ const VERIFIER_BUDGET: u64 = 100_000;
 
 /// A guest's whole run, boot and emulation included.
 const TIMEOUT: Duration = Duration::from_secs(30 * 60);
-
-/// Guests side by side: one host CPU each, mostly.
-const GUESTS: usize = 2;
 
 /// What a guest's script runs: the kernel's features and the programs'
 /// costs, the README's lab, and (but on the primary kernel, which runs
@@ -104,62 +115,65 @@ fn script(kernel: Kernel) -> String {
     )
 }
 
-/// Runs the matrix on `kernels`, two guests at a time; with `json`, writes
-/// what each kernel offered and cost there.
-pub fn run(kernels: &[Kernel], json: Option<&Path>) -> Result<Outcome> {
-    let guests = kernels
+/// Runs the matrix on `kernels`; with `json`, writes what each kernel
+/// offered and cost there.
+pub fn run(kernels: &[Kernel], json: Option<PathBuf>) -> Result<Outcome> {
+    Ok(pool::run(vec![plan(kernels, json)?]))
+}
+
+/// A boot per kernel of `kernels`, and their test lines (see [`run`]).
+pub fn plan(kernels: &[Kernel], json: Option<PathBuf>) -> Result<Plan> {
+    let boots = kernels
         .iter()
-        .map(|&k| Ok((k, Guest::ensure(k)?)))
-        .collect::<Result<Vec<_>>>()?;
-    let mut ran = Vec::new();
-    for round in guests.chunks(GUESTS) {
-        let shares = round
-            .iter()
-            .map(|(k, _)| {
-                let share = rxe_lab::share_in(&format!("kernel-{}", k.name), &script(*k))?;
-                if *k == PRIMARY {
-                    fs::copy(tear_test()?, share.join(TEAR))
-                        .context("copying the tear test into the guest's share")?;
-                }
-                Ok(share)
+        .map(|&k| {
+            let label = format!("kernel-{}", k.name);
+            let share = rxe_lab::share_in(&label, &script(k))?;
+            if k == PRIMARY {
+                fs::copy(tear_test()?, share.join(TEAR))
+                    .context("copying the tear test into the guest's share")?;
+            }
+            Ok(Boot {
+                guest: Guest::ensure(k)?,
+                share,
+                label,
+                init: Init::Shell,
+                timeout: TIMEOUT,
+                minutes: 2,
             })
-            .collect::<Result<Vec<_>>>()?;
-        let codes: Vec<Result<i32>> = std::thread::scope(|s| {
-            let runs: Vec<_> = round
-                .iter()
-                .zip(&shares)
-                .map(|((_, guest), share)| s.spawn(move || guest.run(share, TIMEOUT, Init::Shell)))
-                .collect();
-            runs.into_iter()
-                .map(|r| r.join().expect("a guest's thread panicked"))
-                .collect()
-        });
-        for (((kernel, _), share), code) in round.iter().zip(shares).zip(codes) {
-            ran.push((*kernel, share, code));
-        }
-    }
-    let (mut passed, mut failed) = (0, 0);
-    let mut rows = Vec::new();
-    for (kernel, share, code) in ran {
-        let prefix = format!("kernel-{}", kernel.name);
-        let checked = code.and_then(|code| check(kernel, &share, code, &prefix));
-        match checked {
-            Ok((outcome, row)) => {
-                passed += outcome.passed;
-                failed += outcome.failed;
-                rows.push(row);
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let ran: Vec<(Kernel, PathBuf)> = kernels
+        .iter()
+        .copied()
+        .zip(boots.iter().map(|b| b.share.clone()))
+        .collect();
+    Ok(Plan {
+        boots,
+        judge: Box::new(move |codes| {
+            let mut outcome = Outcome::default();
+            let mut rows = Vec::new();
+            for ((kernel, share), code) in ran.into_iter().zip(codes) {
+                let prefix = format!("kernel-{}", kernel.name);
+                match code.and_then(|code| check(kernel, &share, code, &prefix)) {
+                    Ok((o, row)) => {
+                        outcome.add(o);
+                        rows.push(row);
+                    }
+                    Err(e) => outcome.add(Outcome::failed(&prefix, &e)),
+                }
             }
-            Err(e) => {
-                println!("test {prefix} ... FAILED: {e:#}");
-                failed += 1;
+            if let Some(path) = json
+                && let Err(e) = page::write(&path, rows)
+            {
+                outcome.add(Outcome::failed("kernels::json", &e));
             }
-        }
-    }
-    if let Some(path) = json {
-        page::write(path, rows)?;
-    }
-    println!("\nkernels: {passed} passed, {failed} failed");
-    Ok(Outcome { passed, failed })
+            println!(
+                "\nkernels: {} passed, {} failed",
+                outcome.passed, outcome.failed
+            );
+            outcome
+        }),
+    })
 }
 
 /// The test lines of one kernel's run (its guest script exited `code`),
@@ -354,5 +368,5 @@ pub fn task(names: &[String], json: Option<PathBuf>) -> Result<()> {
             .collect::<Result<_>>()?
     };
     crate::build()?;
-    run(&kernels, json.as_deref())?.ok()
+    run(&kernels, json)?.ok()
 }

@@ -7,8 +7,13 @@ use std::{fs, time::Duration};
 
 use anyhow::{Context as _, Result, bail};
 
-use super::Outcome;
-use crate::guest::{Guest, Init};
+use crate::{
+    guest::{
+        Guest, Init,
+        pool::{Boot, Plan},
+    },
+    results::{self, Outcome},
+};
 
 /// The scenario's name, for `--only`.
 pub const NAME: &str = "systemd";
@@ -31,40 +36,46 @@ const CHECKS: &[&str] = &[
     "bad-reload-refused",
     "exposure",
     "hardening-denies-nothing",
+    "unit-makes-tenant-devices",
+    "device-allow-and-the-guard",
+    "own-devices-complete",
+    "restart-keeps-tenant-devices",
+    "detach-removes-tenant-devices",
 ];
 
-pub fn run() -> Result<Outcome> {
+/// The scenario's boot: the package built, the guest booted with systemd.
+pub fn plan() -> Result<Plan> {
     let package = crate::package::run()?;
     let guest = Guest::ensure(crate::guest::PRIMARY)?;
-    let share = super::share(include_str!("systemd.sh"))?;
+    let share = super::share_in("rxe-lab-systemd", include_str!("systemd.sh"))?;
     fs::copy(&package.deb, share.join("pkeyfw.deb")).context("copying the package")?;
-    let code = guest.run(&share, TIMEOUT, Init::Systemd)?;
-    if code != 0 {
-        bail!("the systemd scenario's script failed ({code})");
-    }
-    let results = fs::read_to_string(share.join("results"))
-        .context("the systemd scenario wrote no results (see its output above)")?;
-    let (mut passed, mut failed) = (0, 0);
-    for check in CHECKS {
-        let ok = format!("ok {check}");
-        let failed_line = format!("FAILED {check}:");
-        match results
-            .lines()
-            .find(|l| *l == ok || l.starts_with(&failed_line))
-        {
-            Some(line) if line == ok => {
-                println!("test rxe-lab::{NAME}::{check} ... ok");
-                passed += 1;
+    let results = share.join("results");
+    Ok(Plan {
+        boots: vec![Boot {
+            label: "systemd".to_string(),
+            guest,
+            share,
+            init: Init::Systemd,
+            timeout: TIMEOUT,
+            minutes: 6,
+        }],
+        judge: Box::new(move |codes| {
+            let prefix = format!("rxe-lab::{NAME}");
+            let read = codes
+                .into_iter()
+                .next()
+                .expect("one boot")
+                .and_then(|code| {
+                    if code != 0 {
+                        bail!("the systemd scenario's script failed ({code})");
+                    }
+                    fs::read_to_string(&results)
+                        .context("the systemd scenario wrote no results (see its output above)")
+                });
+            match read {
+                Ok(text) => results::checks(&text, &prefix, CHECKS.iter().copied()),
+                Err(e) => Outcome::failed(&prefix, &e),
             }
-            Some(line) => {
-                println!("test rxe-lab::{NAME}::{check} ... {line}");
-                failed += 1;
-            }
-            None => {
-                println!("test rxe-lab::{NAME}::{check} ... FAILED: not run");
-                failed += 1;
-            }
-        }
-    }
-    Ok(Outcome { passed, failed })
+        }),
+    })
 }

@@ -264,5 +264,103 @@ if journalctl -u 'pkeyfw@*' -o cat --no-pager | grep -qi "permission denied\|ope
 else
     ok hardening-denies-nothing
 fi
+
+# --- tenants with devices of their own, and DeviceAllow= ------------------------
+# The same two slices, each given a device of its own on an uplink by the
+# unit of the uplink (its own instance; a name without `-`, which an
+# instance name would have to escape); a service's DeviceAllow= and the
+# device guard must both allow its open: its own device opens, another's
+# does not even where DeviceAllow= names it, nor its own where DeviceAllow=
+# leaves it out.
+systemctl stop pkeyfw@pkfw0 pkeyfw@pkfw1
+pkeyfw detach pkfw0 > /dev/null
+pkeyfw detach pkfw1 > /dev/null
+rdma link delete pkfw_rxe0
+rdma link delete pkfw_rxe1
+ip netns add uplink-peer
+ip link add pkfwup type veth peer name pkfwup-peer netns uplink-peer
+ip link set pkfwup up
+ip -n uplink-peer link set pkfwup-peer up
+cat > /etc/pkeyfw/pkfwup.toml <<'POLICY'
+[port]
+pkeys = [0xffff, 0x8001, 0x0001]
+
+[enforcement]
+stamp = true
+unknown_qp = "drop"
+
+[[bind]]
+cgroup = "/sys/fs/cgroup/tenant.slice/tenant-a.slice"
+pkey = 0x8001
+own_device = { name = "rxe_ta", address = "192.0.2.31/24" }
+
+[[bind]]
+cgroup = "/sys/fs/cgroup/tenant.slice/tenant-b.slice"
+pkey = 0x0001
+own_device = { name = "rxe_tb", address = "192.0.2.32/24" }
+POLICY
+systemctl start pkeyfw@pkfwup
+if await pkeyfw@pkfwup "the uplink of 2 tenants' own devices" 0 120 &&
+    [ -e /sys/class/infiniband/rxe_ta ] && [ -e /sys/class/infiniband/rxe_tb ]; then
+    ok unit-makes-tenant-devices
+else
+    bad unit-makes-tenant-devices "$(journalctl -u pkeyfw@pkfwup -o cat --no-pager | grep 'pkeyfw' | grep -v 'pkeyfw@' | tail -5)"
+fi
+udevadm settle
+node() { for d in /sys/class/infiniband_verbs/uverbs*; do
+    [ "$(cat "$d/ibdev")" = "$1" ] && echo "/dev/infiniband/${d##*/}"; done; }
+TA=$(node rxe_ta)
+TB=$(node rxe_tb)
+GTA=$(gid_index rxe_ta c000:021f)
+GTB=$(gid_index rxe_tb c000:0220)
+# ibv_devinfo on DEVICE as a service in SLICE allowed the nodes NODES
+# (with rdma_cm); whether it opened it.
+opens() {
+    slice=$1 device=$2
+    shift 2
+    allow=""
+    for n in "$@"; do allow="$allow -p DeviceAllow=$n"; done
+    systemd-run --quiet --wait --slice="$slice" -p DevicePolicy=closed \
+        -p DeviceAllow=/dev/infiniband/rdma_cm $allow ibv_devinfo -d "$device" > /dev/null 2>&1
+}
+if opens tenant-a.slice rxe_ta "$TA" && ! opens tenant-b.slice rxe_ta "$TA" &&
+    ! opens tenant-a.slice rxe_ta && opens tenant-b.slice rxe_tb "$TB"; then
+    ok device-allow-and-the-guard
+else
+    bad device-allow-and-the-guard "own $TA from a: $(opens tenant-a.slice rxe_ta "$TA" && echo opened || echo refused); $TA from b allowed by DeviceAllow=: $(opens tenant-b.slice rxe_ta "$TA" && echo opened || echo refused); $TA from a, DeviceAllow= without it: $(opens tenant-a.slice rxe_ta && echo opened || echo refused)"
+fi
+# A and B (a full and a limited member of 0x0001), each on its own device
+# and each allowed only its own node, complete.
+PORT=$((PORT + 1))
+systemd-run --quiet --unit=srv-own --slice=tenant-a.slice -p RuntimeMaxSec=60 \
+    -p DevicePolicy=closed -p DeviceAllow="$TA" -p DeviceAllow=/dev/infiniband/rdma_cm \
+    ibv_rc_pingpong -d rxe_ta -g "$GTA" -p $PORT -n 20
+for i in $(seq 1 20); do ss -ltn | grep -q ":$PORT " && break; sleep 1; done
+if systemd-run --quiet --wait --unit=cli-own --slice=tenant-b.slice -p RuntimeMaxSec=20 \
+    -p DevicePolicy=closed -p DeviceAllow="$TB" -p DeviceAllow=/dev/infiniband/rdma_cm \
+    ibv_rc_pingpong -d rxe_tb -g "$GTB" -p $PORT -n 20 192.0.2.31 > /dev/null 2>&1; then
+    ok own-devices-complete
+else
+    bad own-devices-complete "$(journalctl -u srv-own -u cli-own -o cat --no-pager | tail -6)"
+fi
+systemctl stop srv-own 2> /dev/null
+# A restart (SIGQUIT, then a replacing attach) keeps the devices.
+before=$(said pkeyfw@pkfwup "the uplink of 2 tenants' own devices")
+ifindex=$(cat /sys/class/net/rxe_ta/ifindex)
+systemctl restart pkeyfw@pkfwup
+if await pkeyfw@pkfwup "the uplink of 2 tenants' own devices" "$before" 120 &&
+    [ "$(cat /sys/class/net/rxe_ta/ifindex)" = "$ifindex" ]; then
+    ok restart-keeps-tenant-devices
+else
+    bad restart-keeps-tenant-devices "$(journalctl -u pkeyfw@pkfwup -o cat --no-pager | tail -5)"
+fi
+systemctl stop pkeyfw@pkfwup
+if pkeyfw detach pkfwup > /dev/null && [ ! -e /sys/class/net/rxe_ta ] &&
+    [ ! -e /sys/class/infiniband/rxe_tb ] && ! ip rule | grep -q "oif rxe_t"; then
+    ok detach-removes-tenant-devices
+else
+    bad detach-removes-tenant-devices "$(ip rule; ip link | grep rxe_t)"
+fi
+
 echo "systemd: the journal of pkeyfw@pkfw1:"
 journalctl -u pkeyfw@pkfw1 -o short-monotonic --no-pager | tail -40

@@ -20,7 +20,10 @@ pub mod verbs;
 use std::{collections::BTreeMap, fmt, net::SocketAddr, path::Path};
 
 use anyhow::{Context as _, Result};
-use pkeyfw_common::abi::{CGROUP_LEVELS, Creation, QpType, comm_bytes};
+use pkeyfw_common::{
+    abi::{CGROUP_LEVELS, Creation, ListenKey, NO_DEVICE, QpType, comm_bytes, family, v4_mapped},
+    cm,
+};
 
 pub use self::{driver::Driver, socket::NoRdmaNetlink};
 use self::{
@@ -240,6 +243,96 @@ struct CmId {
     local: Option<SocketAddr>,
     peer: Option<SocketAddr>,
 }
+
+/// A listening rdma_cm ID, as RDMA netlink reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct CmListener {
+    /// rdma_cm's port space (`enum rdma_ucm_port_space`).
+    ps: u32,
+    /// The address and port it listens on.
+    addr: SocketAddr,
+    /// Its process (a user's), in our PID namespace.
+    pid: Option<u32>,
+    /// A kernel user's.
+    kernel: bool,
+}
+
+/// A listener on a device, and who made it as the listen probe would have
+/// recorded it: for one that was listening before any probe ran.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listener {
+    pub key: ListenKey,
+    /// None where its process cannot be read (gone, or in another PID
+    /// namespace).
+    pub creation: Option<Creation>,
+}
+
+/// The rdma_cm listeners of `devices` in this network namespace, once
+/// each (a wildcard listener is one per device), who made each read from
+/// `/proc` as its owner is now (a kernel user's by its port and device).
+/// RDMA netlink does not say which wildcard listener takes one family
+/// only (`afonly`): each is taken for one of both.
+pub fn listeners_of(devices: &[Device]) -> Result<Vec<Listener>> {
+    let here = crate::control::netns::current_cookie()?;
+    let host = crate::control::netns::NetnsId::host().ok()
+        == crate::control::netns::NetnsId::current().ok();
+    let mut nl = Connection::open()?;
+    let mut found: BTreeMap<ListenKey, Option<Creation>> = BTreeMap::new();
+    for device in devices {
+        for reply in dump(&mut nl, command::RES_CM_ID_GET, Some(device.index))? {
+            let listeners = nldev::listeners(&reply)
+                .with_context(|| format!("decoding the rdma_cm IDs of {}", device.name))?;
+            for l in listeners {
+                let (af, addr) = match l.addr.ip() {
+                    std::net::IpAddr::V4(a) => (family::INET, v4_mapped(a.octets())),
+                    std::net::IpAddr::V6(a) => (family::INET6, a.octets()),
+                };
+                let key = cm::listen_key(cm::service_id(l.ps, l.addr.port()), af, addr, false);
+                let wildcard = key.addr == [0; 16];
+                // A listener takes a QP type by its port space.
+                let ib_qp_type = if l.ps == PS_UDP { 4 } else { 2 };
+                let device = if wildcard { NO_DEVICE } else { device.index };
+                let creation = if l.kernel {
+                    // Kernel users listen in the host's namespace.
+                    if !host {
+                        continue;
+                    }
+                    Some(Creation {
+                        comm: comm_bytes(RDMA_CM.as_bytes()),
+                        uid: u32::MAX,
+                        gid: u32::MAX,
+                        device,
+                        ports: [l.addr.port(), 0],
+                        kernel: 1,
+                        ib_qp_type,
+                        ..Creation::default()
+                    })
+                } else {
+                    match l.pid.and_then(creation_of) {
+                        // Its process's namespace is where it listens.
+                        Some(c) if c.netns != here => continue,
+                        c => c.map(|c| Creation {
+                            device,
+                            ib_qp_type,
+                            ..c
+                        }),
+                    }
+                };
+                found.entry(key).or_insert(creation);
+            }
+        }
+    }
+    Ok(found
+        .into_iter()
+        .map(|(key, creation)| Listener { key, creation })
+        .collect())
+}
+
+/// rdma_cm's module: the kernel user its kernel users' QPs and listeners
+/// are recorded as.
+const RDMA_CM: &str = "rdma_cm";
+/// rdma_cm's UDP port space, whose listeners take UD QPs.
+const PS_UDP: u32 = 0x0111;
 
 /// The RDMA devices with a port bound to interface `ifindex` (in this
 /// network namespace), by device index. None is not an error.

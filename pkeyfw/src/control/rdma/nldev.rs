@@ -16,7 +16,7 @@ use netlink_packet_core::{
     NetlinkSerializable, NlasIterator, parse_u8, parse_u16, parse_u32,
 };
 
-use super::{CmId, IbQpType, Qp, QpState};
+use super::{CmId, CmListener, IbQpType, Qp, QpState};
 
 /// `RDMA_NL_NLDEV`: the netlink client id of nldev.
 const CLIENT: u16 = 5;
@@ -57,6 +57,7 @@ pub mod attr {
     pub const RES_KERN_NAME: u16 = 29;
     pub const RES_CM_ID: u16 = 30;
     pub const RES_CM_ID_ENTRY: u16 = 31;
+    pub const RES_PS: u16 = 32;
     pub const RES_SRC_ADDR: u16 = 33;
     pub const RES_DST_ADDR: u16 = 34;
     pub const NDEV_INDEX: u16 = 50;
@@ -354,6 +355,32 @@ pub fn cm_ids(attrs: &[u8]) -> Result<Vec<CmId>, DecodeError> {
         });
     }
     Ok(ids)
+}
+
+/// The listening rdma_cm IDs of a `CMD_RES_CM_ID_GET` reply: a listener's
+/// own, bound to a device, or one a wildcard listener made on the device
+/// (which names its process or kernel user).
+pub fn listeners(attrs: &[u8]) -> Result<Vec<CmListener>, DecodeError> {
+    /// `RDMA_CM_LISTEN` of `enum rdma_cm_state`.
+    const LISTEN: u8 = 8;
+    let a = Attrs::parse(attrs)?;
+    let (_, entries) = table(&a, attr::RES_CM_ID, attr::RES_CM_ID_ENTRY)?;
+    let mut found = Vec::new();
+    for e in &entries {
+        if e.u8(attr::RES_STATE)? != Some(LISTEN) {
+            continue;
+        }
+        let Some(addr) = e.get(attr::RES_SRC_ADDR).and_then(sockaddr) else {
+            continue;
+        };
+        found.push(CmListener {
+            ps: e.need_u32(attr::RES_PS, "RES_PS")?,
+            addr,
+            pid: e.u32(attr::RES_PID)?.filter(|&p| p != 0),
+            kernel: e.string(attr::RES_KERN_NAME).is_some(),
+        });
+    }
+    Ok(found)
 }
 
 /// An IPv4 or IPv6 `struct sockaddr_storage` (family in host order, port and

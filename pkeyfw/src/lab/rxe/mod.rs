@@ -5,10 +5,13 @@
 //! programs' QPs as they appear, the server, then the client; the table
 //! shows whether the programs completed and which counters moved, against
 //! what the partition rules say. Then switch mode ([`switch`]): four hosts
-//! on a bridge, pkeyfw on its ports only. Needs root, the
+//! on a bridge, pkeyfw on its ports only; then tenants on one host with
+//! devices of their own ([`devices`]). Needs root, the
 //! rdma_rxe module and the RDMA userland (rdma-core, perftest,
 //! rdmacm-utils); `cargo xtask rxe-lab` runs it in a guest that has them.
 
+mod connect;
+mod devices;
 mod fabric;
 mod run;
 pub mod scenario;
@@ -25,12 +28,14 @@ use crate::loading::maps::ReasonCounts;
 use serde_json::json;
 
 use run::{Exit, Observed};
-use scenario::{Attack, Scenario};
+use scenario::{Attack, Program, Scenario};
 use topology::Topology;
 
 /// One of `of` parts of the scenarios (`--shard INDEX/OF`): every `of`-th
 /// one, from the `index`-th (0-based), counting the pair's scenarios, then
-/// the switch's; so that several guests can share the scenarios out.
+/// connection setup's, then the switch's; so that several guests can share the scenarios out. The
+/// scenarios of devices of their own go together (they share one host's
+/// setup), as the next one counted.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Shard {
     pub index: usize,
@@ -80,13 +85,26 @@ pub fn run(
         .filter(|(i, s)| chosen(*i, s.name))
         .map(|(_, s)| s)
         .collect();
-    let switched: Vec<switch::Scenario> = switch::all()
+    let connecting = connect::all();
+    let pairs_and_cm = pairs + connecting.len();
+    let connecting: Vec<connect::Scenario> = connecting
         .into_iter()
         .enumerate()
         .filter(|(i, s)| chosen(pairs + i, s.name))
         .map(|(_, s)| s)
         .collect();
-    if scenarios.is_empty() && switched.is_empty() {
+    let switches = switch::all().len();
+    let switched: Vec<switch::Scenario> = switch::all()
+        .into_iter()
+        .enumerate()
+        .filter(|(i, s)| chosen(pairs_and_cm + i, s.name))
+        .map(|(_, s)| s)
+        .collect();
+    let owning: Vec<devices::Scenario> = devices::all()
+        .into_iter()
+        .filter(|s| chosen(pairs_and_cm + switches, s.name))
+        .collect();
+    if scenarios.is_empty() && connecting.is_empty() && switched.is_empty() && owning.is_empty() {
         bail!("no scenario matches {only:?}");
     }
     // Until the table is judged: the policies name the tenants' cgroups.
@@ -97,10 +115,10 @@ pub fn run(
         fs::create_dir_all(dir)?;
     }
     let result = (|| {
-        let rows = if scenarios.is_empty() {
-            Vec::new()
+        let (rows, cm_rows) = if scenarios.is_empty() && connecting.is_empty() {
+            Default::default()
         } else {
-            on_pair(&scenarios, &work, captures)?
+            on_pair(&scenarios, &connecting, &work, captures)?
         };
         // The pair is gone by now: the fabric moves the local rule anew.
         let switch_rows = if switched.is_empty() {
@@ -108,25 +126,44 @@ pub fn run(
         } else {
             switch::run(&switched, &work, captures)?
         };
-        Ok::<_, anyhow::Error>((rows, switch_rows))
+        let owned = if owning.is_empty() {
+            None
+        } else {
+            Some(devices::run(&owning, &work, captures)?)
+        };
+        Ok::<_, anyhow::Error>((rows, cm_rows, switch_rows, owned))
     })();
     let _ = fs::remove_dir_all(&work);
-    let (rows, switch_rows) = result?;
+    let (rows, cm_rows, switch_rows, owned) = result?;
     let pair_ok = scenarios.is_empty() || table(&scenarios, &rows);
+    let cm_ok = connecting.is_empty() || connect::table(&connecting, &cm_rows);
     let switch_ok = switched.is_empty() || switch::table(&switched, &switch_rows);
+    let owned_ok = owned
+        .as_ref()
+        .is_none_or(|ran| devices::table(&owning, ran));
     if let Some(path) = json {
         let mut list = results(&scenarios, &rows);
+        list.extend(connect::results(&connecting, &cm_rows));
         list.extend(switch::results(&switched, &switch_rows));
+        if let Some(ran) = &owned {
+            list.extend(devices::results(&owning, ran));
+        }
         fs::write(
             path,
             serde_json::to_string_pretty(&json!({ "scenarios": list }))?,
         )?;
     }
-    Ok(pair_ok && switch_ok)
+    Ok(pair_ok && cm_ok && switch_ok && owned_ok)
 }
 
-/// Runs the scenarios of the veth pair; what came of each.
-fn on_pair(scenarios: &[Scenario], work: &Path, captures: Option<&Path>) -> Result<Vec<Observed>> {
+/// Runs the scenarios of the veth pair, those of one client and server,
+/// then those of connection setup; what came of each.
+fn on_pair(
+    scenarios: &[Scenario],
+    connecting: &[connect::Scenario],
+    work: &Path,
+    captures: Option<&Path>,
+) -> Result<(Vec<Observed>, Vec<connect::Observed>)> {
     let topo = Topology::create()?;
     let (c, s) = (topo.client(), topo.server());
     println!(
@@ -144,7 +181,8 @@ fn on_pair(scenarios: &[Scenario], work: &Path, captures: Option<&Path>) -> Resu
         }
         rows.push(observed);
     }
-    Ok(rows)
+    let cm_rows = connect::run(&topo, connecting, work, captures)?;
+    Ok((rows, cm_rows))
 }
 
 /// Whether a scenario went as the rules say: the programs completed or not,
@@ -194,6 +232,8 @@ fn judge(sc: &Scenario, o: &Observed) -> bool {
 fn attack_failed(sc: &Scenario, o: &Observed) -> bool {
     let [server, _] = o.probes.map(|p| move |c: Capture| p[c.index() as usize]);
     match sc.attack {
+        // Every frame left with its QP's own key: none as an unbound QP's.
+        None if sc.program == Program::Perftest => o.unbound == 0,
         None => true,
         Some(Attack::ModifyFlood | Attack::Squat) => o.unbound == 0,
         // Under a flood that exhausted the refused frames' budget: its own
@@ -255,7 +295,7 @@ fn table(scenarios: &[Scenario], rows: &[Observed]) -> bool {
             " {:>2}  {:<22} {:<16} {:<36} {:<30} {:<44} {} {}",
             i + 1,
             sc.name,
-            sc.program.name(),
+            sc.program.label(),
             sc.binding,
             expected,
             observed,
@@ -307,7 +347,7 @@ fn results(scenarios: &[Scenario], rows: &[Observed]) -> Vec<serde_json::Value> 
         .map(|(sc, o)| {
             json!({
                 "name": sc.name,
-                "program": sc.program.name(),
+                "program": sc.program.label(),
                 "binding": sc.binding,
                 "expected": { "completes": sc.completes, "reason": sc.reason.name() },
                 "observed": {

@@ -185,15 +185,15 @@ impl Drop for Attach {
 
 /// A `pkeyfw attach`, its output collected as it comes: foreground, or
 /// pinned (the process exits once attached).
-struct Attach {
+pub(super) struct Attach {
     proc: Proc,
-    lines: Arc<Mutex<Vec<String>>>,
+    pub(super) lines: Arc<Mutex<Vec<String>>>,
     /// The interface of a pinned attachment, to detach.
     pinned: Option<String>,
 }
 
 impl Attach {
-    fn start(iface: &str, policy: &Path, pinned: bool) -> Result<Attach> {
+    pub(super) fn start(iface: &str, policy: &Path, pinned: bool) -> Result<Attach> {
         let mut child = Command::new(std::env::current_exe()?)
             .args([
                 "attach",
@@ -233,7 +233,7 @@ impl Attach {
     }
 
     /// Stops it as Ctrl-C would: it detaches and removes its pins.
-    fn stop(self) {
+    pub(super) fn stop(self) {
         drop(self);
     }
 
@@ -299,16 +299,7 @@ pub fn scenario(
         // Nothing of pkeyfw runs but the kernel's programs.
         attach.wait_for(|l| l.contains("pinned under"), READY)?;
     }
-    let captures: Vec<PathBuf> = capture_dir.map_or_else(Vec::new, |dir| {
-        ["server", "client"]
-            .map(|role| dir.join(format!("{}.{role}.pcap", sc.name)))
-            .to_vec()
-    });
-    let tcpdumps = captures
-        .iter()
-        .zip([server_end, client_end])
-        .map(|(path, end)| tcpdump(None, &end.iface, "out", path))
-        .collect::<Result<Vec<_>>>()?;
+    let capturing = Captures::start(capture_dir, sc.name, server_end, client_end)?;
     let rcvd_before = [server_end, client_end].map(rxe_rcvd);
     let mut starvers = Vec::new();
     let attacker = sc
@@ -383,7 +374,7 @@ pub fn scenario(
             .spawn()
             .with_context(|| format!("starting {}", program.name()))?,
     );
-    let client_exit = client.wait(STALL)?;
+    let client_exit = client.wait(program.stall())?;
     let server_exit = server.wait(if client_exit == Exit::Killed {
         Duration::ZERO
     } else {
@@ -395,10 +386,7 @@ pub fn scenario(
         Some(Attack::Fill(_)) => Some(rebinds(server_end)?),
         _ => None,
     };
-    drain_captures(&captures);
-    for t in tcpdumps {
-        stop(t);
-    }
+    let captures = capturing.finish();
     let rcvd_after = [server_end, client_end].map(rxe_rcvd);
     // Every program is gone: the probe must have unbound every QP it bound.
     std::thread::sleep(Duration::from_millis(100));
@@ -751,7 +739,7 @@ fn rebinds(end: &End) -> Result<bool> {
 /// privileges once the command is started, so that what the lab does
 /// before the exec (moving it into a cgroup, which nobody may not) is
 /// still done as root.
-fn as_nobody() -> Result<Command> {
+pub(super) fn as_nobody() -> Result<Command> {
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(attacker()?);
@@ -764,7 +752,7 @@ pub const ATTACKER: &str = "pkeyfw-lab-verbs";
 
 /// The attacker beside this pkeyfw (where nobody, running it, reaches it
 /// too).
-fn attacker() -> Result<PathBuf> {
+pub fn attacker() -> Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let path = exe.with_file_name(ATTACKER);
     if !path.is_file() {
@@ -801,7 +789,7 @@ const UNREADABLE_SERVER: &[u8] = b"\xff\xfeserver";
 const UNREADABLE_CLIENT: &[u8] = b"\xff\xfeclient";
 
 /// `pkeyfw reload IFACE --policy POLICY`, as an operator would run it.
-fn reload(iface: &str, policy: &Path) -> Result<()> {
+pub(super) fn reload(iface: &str, policy: &Path) -> Result<()> {
     let out = Command::new(std::env::current_exe()?)
         .args(["reload", iface, "--policy"])
         .arg(policy)
@@ -888,6 +876,40 @@ pub fn tcpdump(netns: Option<&str>, iface: &str, direction: &str, path: &Path) -
     Ok(proc)
 }
 
+/// Both ends' outgoing frames, as a scenario runs (none without a
+/// directory to write them to).
+pub struct Captures {
+    /// The server's first.
+    paths: Vec<PathBuf>,
+    tcpdumps: Vec<Proc>,
+}
+
+impl Captures {
+    /// Starts capturing scenario `name`'s frames into `dir`.
+    pub fn start(dir: Option<&Path>, name: &str, server: &End, client: &End) -> Result<Captures> {
+        let paths: Vec<PathBuf> = dir.map_or_else(Vec::new, |dir| {
+            ["server", "client"]
+                .map(|role| dir.join(format!("{name}.{role}.pcap")))
+                .to_vec()
+        });
+        let tcpdumps = paths
+            .iter()
+            .zip([server, client])
+            .map(|(path, end)| tcpdump(None, &end.iface, "out", path))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Captures { paths, tcpdumps })
+    }
+
+    /// Stops capturing once what was captured is written: the files.
+    pub fn finish(self) -> Vec<PathBuf> {
+        drain_captures(&self.paths);
+        for t in self.tcpdumps {
+            stop(t);
+        }
+        self.paths
+    }
+}
+
 /// Waits (a few seconds at most) until the captures stop growing: under
 /// emulation tcpdump lags behind its ring, and a stopped one writes only
 /// what it has read.
@@ -948,4 +970,61 @@ fn wait_listening(port: u16) -> Result<()> {
         "nothing listened on TCP port {port} within {} s",
         READY.as_secs()
     )
+}
+
+/// Runs this very binary with `args`; its output.
+pub fn pkeyfw(args: &[&str]) -> Result<String> {
+    let out = Command::new(std::env::current_exe()?)
+        .args(args)
+        .output()
+        .context("running pkeyfw")?;
+    if !out.status.success() {
+        bail!(
+            "`pkeyfw {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The last lines of scenario `name`'s log of `role` (`client`,
+/// `server.err`, ...) in `dir`, for one that did not go as expected.
+pub fn tail(dir: &Path, name: &str, role: &str) -> String {
+    let text = fs::read_to_string(dir.join(format!("{name}.{role}.log"))).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(4)..].join("\n")
+}
+
+/// A capture's RoCE frames.
+pub fn roce_frames(capture: &Path) -> Result<Vec<pkeyfw_common::parse::Roce>> {
+    Ok(capture::read(capture)?
+        .iter()
+        .filter_map(|f| pkeyfw_common::parse::classify(&f.data[..]).roce())
+        .collect())
+}
+
+/// Starts `cmd` as scenario `name`'s `role` (`server`, `client`), its
+/// output and errors logged in `dir` (`NAME.ROLE.log`, `NAME.ROLE.err.log`).
+pub fn start(cmd: &mut Command, dir: &Path, name: &str, role: &str) -> Result<Proc> {
+    let log = |what: &str| fs::File::create(dir.join(format!("{name}.{what}.log")));
+    let child = cmd
+        .stdout(log(role)?)
+        .stderr(log(&format!("{role}.err"))?)
+        .spawn()
+        .with_context(|| format!("starting the {role}"))?;
+    Ok(Proc(child))
+}
+
+/// How a client and its server end: the client within [`STALL`], then the
+/// server within [`LINGER`] (at once where the client stalled); both are
+/// gone when it returns.
+pub fn finish(mut client: Proc, mut server: Proc) -> Result<(Exit, Exit)> {
+    let client_exit = client.wait(STALL)?;
+    let server_exit = server.wait(if client_exit == Exit::Killed {
+        Duration::ZERO
+    } else {
+        LINGER
+    })?;
+    Ok((client_exit, server_exit))
 }

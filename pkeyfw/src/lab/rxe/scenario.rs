@@ -26,7 +26,38 @@ pub enum Program {
     /// to it and reading it (shell scripts over configfs and
     /// /dev/nvme-fabrics: the QPs are the kernel's, rdma_cm's).
     NvmeOf,
+    /// perftest's clients one after another ([`PERFTEST`]), each run
+    /// through a link that names it for its role (`-l` the server's, `-f`
+    /// the client's), all on CPU 0: every QP is made on one CPU, after
+    /// others whose makers had longer names.
+    Perftest,
 }
+
+/// The perftest runs of [`Program::Perftest`], in order: bandwidth and
+/// latency over RC, UC and UD, with WRITE, READ, atomics and SEND. Each
+/// name, with its role's suffix, fits the kernel's 15 bytes of `comm`;
+/// ib_atomic_bw's comes before the shorter ib_send_bw's on purpose.
+pub const PERFTEST: &[(&str, &str)] = &[
+    ("ib_write_bw", "-n 100"),
+    ("ib_read_bw", "-n 100"),
+    ("ib_atomic_bw", "-n 100"),
+    ("ib_send_bw", "-n 100"),
+    ("ib_send_bw", "-n 100 -c UD"),
+    ("ib_write_bw", "-n 100 -c UC"),
+    ("ib_send_bw", "-n 100 -c UC"),
+    ("ib_write_lat", "-n 100"),
+    ("ib_read_lat", "-n 100"),
+    ("ib_atomic_lat", "-n 100"),
+    ("ib_send_lat", "-n 100"),
+    ("ib_send_lat", "-n 100 -c UD"),
+];
+
+/// The TCP port perftest's first run exchanges QPNs on; each later run
+/// takes the next, so that a client never meets the last run's server.
+const PERFTEST_PORT: u16 = 18515;
+/// How long one perftest run may take under emulation (a healthy one takes
+/// a few seconds).
+const PERFTEST_STEP: u64 = 30;
 
 /// The NVMe over Fabrics subsystem the lab exports.
 const NQN: &str = "pkeyfw-lab";
@@ -41,6 +72,8 @@ pub enum Ready {
 }
 
 impl Program {
+    /// The file the lab runs (for the kernel's NVMe over Fabrics and
+    /// perftest's suite, a shell script).
     pub fn name(self) -> &'static str {
         match self {
             Program::UdPingpong => "ibv_ud_pingpong",
@@ -48,7 +81,16 @@ impl Program {
             Program::SendBw => "ib_send_bw",
             Program::Rping => "rping",
             Program::Udaddy => "udaddy",
-            Program::NvmeOf => "sh",
+            Program::NvmeOf | Program::Perftest => "sh",
+        }
+    }
+
+    /// How the lab's table names it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Program::NvmeOf => "nvme-rdma",
+            Program::Perftest => "perftest",
+            other => other.name(),
         }
     }
 
@@ -64,6 +106,7 @@ impl Program {
             // Its default message count: its QP is bound as it is created.
             Program::Udaddy => strings(&["-b", &me]),
             Program::NvmeOf => strings(&["-ec", &nvmet_script(&me, dev)]),
+            Program::Perftest => strings(&["-ec", &perftest_script(dev, &gid, None)]),
         }
     }
 
@@ -71,11 +114,15 @@ impl Program {
     pub fn client(self, end: &End, server: &End) -> Vec<String> {
         let mut a = self.server(end);
         let (me, peer) = (end.addr.to_string(), server.addr.to_string());
+        let gid = end.gid_index.to_string();
         match self {
             Program::UdPingpong | Program::RcPingpong | Program::SendBw => a.push(peer),
             Program::Rping => a = strings(&["-c", "-I", &me, "-a", &peer, "-C", "10"]),
             Program::Udaddy => a = strings(&["-b", &me, "-s", &peer]),
             Program::NvmeOf => a = strings(&["-ec", &nvme_script(&me, &peer)]),
+            Program::Perftest => {
+                a = strings(&["-ec", &perftest_script(&end.device, &gid, Some(&peer))]);
+            }
         }
         a
     }
@@ -83,6 +130,7 @@ impl Program {
     pub fn ready(self) -> Ready {
         match self {
             Program::UdPingpong | Program::RcPingpong | Program::SendBw => Ready::Tcp(18515),
+            Program::Perftest => Ready::Tcp(PERFTEST_PORT),
             Program::Rping | Program::Udaddy => Ready::Millis(500),
             // Modules loaded, configfs written.
             Program::NvmeOf => Ready::Millis(3000),
@@ -95,8 +143,17 @@ impl Program {
     /// 0.9"), which it computes after the last completion: a transfer that
     /// failed never gets there.
     pub fn transferred(self, code: i32, stderr: &str) -> bool {
-        code == 0
-            || (self == Program::SendBw && code == 1 && stderr.contains("Can't produce a report"))
+        code == 0 || (self == Program::SendBw && code == 1 && stderr.contains(NO_REPORT))
+    }
+
+    /// How long a client may run before it counts as stalled.
+    pub fn stall(self) -> std::time::Duration {
+        match self {
+            Program::Perftest => {
+                std::time::Duration::from_secs(PERFTEST_STEP * PERFTEST.len() as u64)
+            }
+            _ => super::run::STALL,
+        }
     }
 
     /// Whether the server's QP exists before any frame can reach it (so the
@@ -104,6 +161,46 @@ impl Program {
     pub fn qp_before_exchange(self) -> bool {
         matches!(self, Program::UdPingpong | Program::RcPingpong)
     }
+}
+
+/// What perftest prints when it cannot calibrate the CPU clock, once every
+/// transfer is done (see [`Program::transferred`]).
+const NO_REPORT: &str = "Can't produce a report";
+
+/// The runs of [`PERFTEST`] on `device` (RoCE v2 GID `gid`): the servers
+/// (`peer` None), or the clients of the servers at `peer`, each waiting for
+/// its server to listen. Each run through a link named for its role, on
+/// CPU 0, within [`PERFTEST_STEP`]; a run that fails (but for the report
+/// emulation spoils) fails the script, naming it.
+fn perftest_script(device: &str, gid: &str, peer: Option<&str>) -> String {
+    let (role, peer) = match peer {
+        Some(p) => ("f", p),
+        None => ("l", ""),
+    };
+    let runs: String = PERFTEST
+        .iter()
+        .map(|(tool, args)| format!("run {tool} {args}\n"))
+        .collect();
+    format!(
+        "d=$(mktemp -d); trap 'rm -rf \"$d\"' EXIT
+port={PERFTEST_PORT}
+run() {{
+    tool=$1; shift
+    ln -sf \"$(command -v $tool)\" \"$d/$tool-{role}\"
+    if [ -n '{peer}' ]; then
+        i=0; until ss -Hltn \"sport = :$port\" | grep -q .; do
+            i=$((i + 1)); [ $i -lt 300 ] || {{ echo \"$tool $*: no server\" >&2; exit 1; }}; sleep 0.1
+        done
+    fi
+    if ! timeout {PERFTEST_STEP} taskset -c 0 \"$d/$tool-{role}\" -d {device} -x {gid} -p $port \"$@\" {peer} > \"$d/out\" 2> \"$d/err\" &&
+        ! grep -q \"{NO_REPORT}\" \"$d/err\"; then
+        echo \"$tool $* failed:\" >&2; tail -3 \"$d/err\" >&2; exit 1
+    fi
+    echo \"$tool $*: done\"
+    port=$((port + 1))
+}}
+{runs}"
+    )
 }
 
 /// The target: a null block device exported over RDMA at `addr`:4420 on
@@ -291,6 +388,29 @@ macro_rules! roles {
     };
 }
 
+/// Each perftest program of the `app` tenant bound by the name it runs under
+/// ([`PERFTEST`]): as the server (`-l`), a limited member of 0x0001, as the
+/// client (`-f`), a full one; nothing else passes.
+macro_rules! by_name {
+    ($($tool:literal),*) => {
+        concat!(
+            "[enforcement]\nstamp = true\nunknown_qp = \"drop\"\n",
+            $("[[bind]]\ncgroup = \"@CGROUPS@/app\"\ncomm = \"", $tool, "-l\"\npkey = 0x0001\n",
+              "[[bind]]\ncgroup = \"@CGROUPS@/app\"\ncomm = \"", $tool, "-f\"\npkey = 0x8001\n",)*
+        )
+    };
+}
+const PERFTEST_BY_NAME: &str = by_name!(
+    "ib_write_bw",
+    "ib_read_bw",
+    "ib_atomic_bw",
+    "ib_send_bw",
+    "ib_write_lat",
+    "ib_read_lat",
+    "ib_atomic_lat",
+    "ib_send_lat"
+);
+
 const STAMPING: &str = concat!("[enforcement]\nstamp = true\n", roles!());
 
 /// D joining its own group, then A's: the groups of [`groups!`].
@@ -324,6 +444,8 @@ const APP: Tenant = in_cgroup("app");
 const PP_QKEY: u32 = 0x1111_1111;
 const UDADDY_QKEY: u32 = 0x0123_4567;
 const GSI_QKEY: u32 = 0x8001_0000;
+/// perftest's UD Q_Key.
+const PERFTEST_QKEY: u32 = 0x1111_1111;
 /// What a sender that is not the program uses.
 const FOREIGN_QKEY: u32 = 0x2222_2222;
 
@@ -518,7 +640,7 @@ pub fn all() -> Vec<Scenario> {
             attack: None,
             tenants: [Tenant::ANY; 2],
             pinned: false,
-            why: "CM to QP1 passes; the RC QP is unbound",
+            why: "no rule binds the listener: its REQ is refused",
         },
         Scenario {
             name: "stamp-ud-a-b",
@@ -772,6 +894,21 @@ pub fn all() -> Vec<Scenario> {
             why: "bound as created: no frame is unknown",
         },
         Scenario {
+            name: "stamp-perftest",
+            client_comm: None,
+            program: Program::Perftest,
+            rules: PERFTEST_BY_NAME,
+            binding: "every perftest run by its name: servers 0x0001, clients 0x8001, stamped",
+            completes: true,
+            reason: Reason::Ok,
+            wire_pkeys: &[0x0001, 0x8001],
+            wire_qkeys: &[PERFTEST_QKEY],
+            attack: None,
+            tenants: [APP; 2],
+            pinned: true,
+            why: "every QP bound at creation, whatever names came before on its CPU",
+        },
+        Scenario {
             name: "nvmeof-by-port",
             client_comm: None,
             program: Program::NvmeOf,
@@ -781,7 +918,8 @@ pub fn all() -> Vec<Scenario> {
             binding: "nvmet 0x8001 ⟵ nvme-rdma 0x0001, by port 4420 and device, stamped",
             completes: true,
             reason: Reason::Ok,
-            wire_pkeys: &[0x0001, 0x8001, 0xffff],
+            // The CM MADs too: each carries its connection's key.
+            wire_pkeys: &[0x0001, 0x8001],
             wire_qkeys: &[GSI_QKEY],
             attack: None,
             tenants: [Tenant::ANY; 2],

@@ -24,10 +24,9 @@ use std::{
     fs,
     path::{Path, PathBuf},
     process::Command,
-    time::Duration,
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use pkeyfw_common::parse::{self, proto};
 use pkeyfw_testkit::{
     netns,
@@ -37,11 +36,11 @@ use serde_json::json;
 
 use super::{
     fabric::{Fabric, Host, NETNS},
-    run::{self, Exit, Proc},
+    run::{self, Exit},
     scenario::Program,
     topology::End,
 };
-use crate::{capture, control::netlink};
+use crate::control::netlink;
 
 /// The key each host's port stamps, its table's only entry: A, B, C, D.
 const KEYS: [u16; 4] = [0x8001, 0x0001, 0x0001, 0x8002];
@@ -253,7 +252,7 @@ struct Switch<'a> {
 
 impl<'a> Switch<'a> {
     fn attach(policy: &'a Path) -> Result<Switch<'a>> {
-        pkeyfw(&[
+        run::pkeyfw(&[
             "switch",
             "attach",
             "--mode",
@@ -268,7 +267,7 @@ impl<'a> Switch<'a> {
 
     /// Each port's counters (A, B, C, D), as `pkeyfw stats --json` has them.
     fn ports(&self, fabric: &Fabric) -> Result<[Port; 4]> {
-        let out = pkeyfw(&["stats", "--netns", NETNS, "--json"])?;
+        let out = run::pkeyfw(&["stats", "--netns", NETNS, "--json"])?;
         let objects: Vec<serde_json::Value> = out
             .lines()
             .map(serde_json::from_str)
@@ -299,24 +298,8 @@ impl<'a> Switch<'a> {
 impl Drop for Switch<'_> {
     fn drop(&mut self) {
         let policy = self.policy.display().to_string();
-        let _ = pkeyfw(&["switch", "detach", "--netns", NETNS, "--policy", &policy]);
+        let _ = run::pkeyfw(&["switch", "detach", "--netns", NETNS, "--policy", &policy]);
     }
-}
-
-/// Runs this very binary with `args`; its output.
-fn pkeyfw(args: &[&str]) -> Result<String> {
-    let out = Command::new(std::env::current_exe()?)
-        .args(args)
-        .output()
-        .context("running pkeyfw")?;
-    if !out.status.success() {
-        bail!(
-            "`pkeyfw {}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Builds the fabric, attaches the switch and runs the scenarios; what came
@@ -379,16 +362,13 @@ fn scenario(fabric: &Fabric, switch: &Switch, sc: &Scenario, dir: &Path) -> Resu
     let ports_before = switch.ports(fabric)?;
     let rxe_before = rxe_counters(fabric)?;
 
-    let log = |role: &str| fs::File::create(dir.join(format!("{}.{role}.log", sc.name)));
     let program = sc.program;
-    let mut server_proc = Proc(
-        Command::new(program.name())
-            .args(program.server(&server.end))
-            .stdout(log("server")?)
-            .stderr(log("server.err")?)
-            .spawn()
-            .with_context(|| format!("starting {}", program.name()))?,
-    );
+    let server_proc = run::start(
+        Command::new(program.name()).args(program.server(&server.end)),
+        dir,
+        sc.name,
+        "server",
+    )?;
     run::wait_ready(program)?;
     if sc.forges {
         let qpn = run::ud_qpn(&server.end, server_proc.0.id())?;
@@ -397,21 +377,13 @@ fn scenario(fabric: &Fabric, switch: &Switch, sc: &Scenario, dir: &Path) -> Resu
             &forgeries(&client.end, &server.end, qpn)?,
         )?;
     }
-    let mut client_proc = Proc(
-        Command::new(program.name())
-            .args(program.client(&client.end, &server.end))
-            .stdout(log("client")?)
-            .stderr(log("client.err")?)
-            .spawn()
-            .with_context(|| format!("starting {}", program.name()))?,
-    );
-    let client_exit = client_proc.wait(run::STALL)?;
-    let server_exit = server_proc.wait(if client_exit == Exit::Killed {
-        Duration::ZERO
-    } else {
-        run::LINGER
-    })?;
-    drop((client_proc, server_proc));
+    let client_proc = run::start(
+        Command::new(program.name()).args(program.client(&client.end, &server.end)),
+        dir,
+        sc.name,
+        "client",
+    )?;
+    let (client_exit, server_exit) = run::finish(client_proc, server_proc)?;
     run::drain_captures(&[&captures[..], &host_captures[..]].concat());
     for d in dumps {
         run::stop(d);
@@ -421,18 +393,17 @@ fn scenario(fabric: &Fabric, switch: &Switch, sc: &Scenario, dir: &Path) -> Resu
     let rxe_after = rxe_counters(fabric)?;
     let (wire_frames, wire_bad) = run::icrc_check(&captures)?;
     let (host_frames, host_bad) = run::icrc_check(&host_captures)?;
-    let wire = [roce_frames(&captures[0])?, roce_frames(&captures[1])?].concat();
+    let wire = [
+        run::roce_frames(&captures[0])?,
+        run::roce_frames(&captures[1])?,
+    ]
+    .concat();
     // The server's end, then the client's.
     let ends = [
-        roce_frames(&host_captures[0])?,
-        roce_frames(&host_captures[1])?,
+        run::roce_frames(&host_captures[0])?,
+        run::roce_frames(&host_captures[1])?,
     ];
-    let tail = |role: &str| {
-        let text =
-            fs::read_to_string(dir.join(format!("{}.{role}.log", sc.name))).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(4)..].join("\n")
-    };
+    let tail = |role: &str| run::tail(dir, sc.name, role);
     Ok(Observed {
         server: server_exit,
         client: client_exit,
@@ -525,14 +496,6 @@ fn forgeries(from: &End, to: &End, qpn: u32) -> Result<Vec<Vec<u8>>> {
     };
     Ok((0..FORGE_ROUNDS)
         .flat_map(|_| FORGED.into_iter().map(one))
-        .collect())
-}
-
-/// A capture's RoCE frames.
-fn roce_frames(capture: &Path) -> Result<Vec<parse::Roce>> {
-    Ok(capture::read(capture)?
-        .iter()
-        .filter_map(|f| parse::classify(&f.data[..]).roce())
         .collect())
 }
 

@@ -95,6 +95,7 @@ fn the_documented_example() {
                 qp_type: Some(QpType::Ud),
                 pkey: 0x8001,
                 qkey: Some(0x22222222),
+                own: None,
             },
             BindRule {
                 line: 17,
@@ -111,6 +112,7 @@ fn the_documented_example() {
                 qp_type: None,
                 pkey: 0x0002,
                 qkey: Some(0x33333333),
+                own: None,
             },
             BindRule {
                 line: 23,
@@ -127,6 +129,7 @@ fn the_documented_example() {
                 qp_type: None,
                 pkey: 0x8001,
                 qkey: None,
+                own: None,
             },
         ]
     );

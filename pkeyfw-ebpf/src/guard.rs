@@ -1,0 +1,150 @@
+//! The device guard: a cgroup device program (what systemd's `DeviceAllow=`
+//! compiles to) on the cgroup v2 root, attached with `BPF_F_ALLOW_MULTI`,
+//! so that it runs for every process beside the programs of systemd and
+//! container runtimes below it, each of which must allow an open.
+//!
+//! It rules only the device nodes of the RDMA devices pkeyfw made for one
+//! tenant each (`own_device`: their uverbs, umad and issm nodes, `NODES`):
+//! such a node opens for the tenant whose `[[bind]]` rule is the first to
+//! match the opening task — the rule that would bind the QPs it makes — and
+//! for root outside every tenant (the host's own tools, pkeyfw); for anyone
+//! else the open fails with EPERM. Every other device is left to the other
+//! programs. While a device is being made (`SEALED`), a node of the RDMA
+//! core's majors (`MAJORS`) that the guard does not know yet is refused
+//! too: the new device's nodes exist before the loader can name them.
+#![no_std]
+#![no_main]
+
+mod task;
+
+use aya_ebpf::{
+    Global,
+    bindings::{BPF_DEVCG_ACC_READ, BPF_DEVCG_ACC_WRITE, BPF_DEVCG_DEV_CHAR},
+    btf_maps::{Array, HashMap, PerCpuArray},
+    helpers::generated,
+    macros::{btf_map, cgroup_device},
+    programs::DeviceContext,
+};
+use pkeyfw_common::abi::{
+    BindSpec, Creation, DEVICE_MAJORS, DEVICE_NODES, MAX_RULES, NO_TENANT, QpLayout, node_key,
+};
+
+/// A tenant device's nodes, by [`node_key`]: the index of its tenant's rule
+/// in `TENANTS`; [`NO_TENANT`] for a node of any other RDMA device (known,
+/// so that it opens while the guard is sealed).
+#[btf_map]
+static NODES: HashMap<u32, u32, { DEVICE_NODES as usize }> = HashMap::new();
+
+/// The host policy's `[[bind]]` rules, in file order, as the probes read
+/// them.
+#[btf_map]
+static TENANTS: Array<BindSpec, { MAX_RULES as usize }> = Array::new();
+
+/// The character device majors of the RDMA core (uverbs, umad), as keys.
+#[btf_map]
+static MAJORS: HashMap<u32, u32, { DEVICE_MAJORS as usize }> = HashMap::new();
+
+/// Non-zero while the loader makes a tenant's device: nodes of the RDMA
+/// majors not in `NODES` are refused.
+#[btf_map]
+static SEALED: Array<u32, 1> = Array::new();
+
+/// Set by the loader from the kernel's BTF (the task offsets only).
+#[unsafe(no_mangle)]
+static LAYOUT: Global<QpLayout> = Global::new(QpLayout::NONE);
+
+/// 1: the open may go on (as far as this program is concerned); 0: EPERM.
+#[cgroup_device]
+pub fn pkeyfw_guard(ctx: DeviceContext) -> i32 {
+    // SAFETY: the kernel's context, valid for the call. (Copied: a map
+    // key must be on the stack, not in the context.)
+    let (access, major, minor) = unsafe {
+        let dev = &*ctx.device;
+        (dev.access_type, dev.major, dev.minor)
+    };
+    // Opens only: making a node (devtmpfs does, as a device appears) lets
+    // no one use it.
+    let opens = (access >> 16) & (BPF_DEVCG_ACC_READ | BPF_DEVCG_ACC_WRITE) != 0;
+    if access & 0xffff != BPF_DEVCG_DEV_CHAR || !opens {
+        return 1;
+    }
+    // SAFETY: the values are copied out at once.
+    let owner = match unsafe { NODES.get(&node_key(major, minor)) } {
+        Some(&owner) => owner,
+        None => {
+            let rdma = unsafe { MAJORS.get(&major) }.is_some();
+            let sealed = SEALED.get(0).is_some_and(|s| *s != 0);
+            return i32::from(!(rdma && sealed));
+        }
+    };
+    if owner == NO_TENANT {
+        return 1;
+    }
+    let Some(m) = SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: this CPU's scratch value; a device program does not nest.
+    let m = unsafe { &mut *m };
+    task::current_task(&mut m.me, &LAYOUT.load());
+    match first_tenant(m) {
+        MAX_RULES => i32::from(m.me.uid == 0),
+        rule => i32::from(rule == owner),
+    }
+}
+
+/// Who opens, and the first rule whose tenant they are: per CPU, off the
+/// stack.
+#[repr(C)]
+struct Matching {
+    me: Creation,
+    found: u32,
+}
+
+#[btf_map]
+static SCRATCH: PerCpuArray<Matching, 1> = PerCpuArray::new();
+
+/// The index of the first rule whose tenant `m.me` is (`MAX_RULES`: none,
+/// root outside every tenant opens as the host's). A loop the kernel runs
+/// (`bpf_loop`), whose body the verifier checks once, not once per rule.
+#[inline(always)]
+fn first_tenant(m: &mut Matching) -> u32 {
+    m.found = MAX_RULES;
+    let mut at: *mut Matching = m;
+    // SAFETY: the callback takes the pointer this passes, to a live
+    // `Matching`, for the call's length.
+    unsafe {
+        generated::bpf_loop(
+            MAX_RULES,
+            admits as *mut core::ffi::c_void,
+            (&raw mut at).cast(),
+            0,
+        );
+    }
+    m.found
+}
+
+/// `bpf_loop`'s body: 1 (stop) at rule `i` if it admits the opener or
+/// ends the list, 0 (go on) otherwise.
+#[inline(never)]
+extern "C" fn admits(i: u64, ctx: *mut core::ffi::c_void) -> i64 {
+    // SAFETY: `ctx` is the pointer `first_tenant` passes.
+    let m = unsafe { &mut **ctx.cast::<*mut Matching>() };
+    match TENANTS.get(i as u32) {
+        Some(rule) if rule.admits(&m.me) => {
+            m.found = i as u32;
+            1
+        }
+        Some(_) => 0,
+        None => 1,
+    }
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";
