@@ -74,7 +74,6 @@ mod tests {
     fn entry(pkey: u16) -> QpEntry {
         QpEntry {
             qkey: 0,
-            slot: 0,
             pkey,
             qp_type: QpType::Ud as u8,
             flags: 0,

@@ -72,11 +72,11 @@ pub struct Mad {
 /// cut off is none).
 #[inline(always)]
 pub fn mad<F: Frame + ?Sized>(frame: &F, roce: &Roce) -> Option<Mad> {
-    if roce.transport != Transport::Ud {
+    if roce.transport() != Transport::Ud {
         return None;
     }
-    let at = roce.bth_at + MAD_AT;
-    let end = (roce.bth_at + roce.len).checked_sub(ICRC)?;
+    let at = roce.bth_at() + MAD_AT;
+    let end = (roce.bth_at() + roce.packet_len()).checked_sub(ICRC)?;
     if at + MAD_HEADER > end {
         return None;
     }

@@ -12,6 +12,7 @@
 //! [`abi`], the maps' layout, is at the bottom: the rules import it, it
 //! imports none of them.
 #![no_std]
+#![cfg_attr(target_arch = "bpf", feature(asm_experimental_arch))]
 
 pub mod abi;
 pub mod capture;
@@ -28,5 +29,5 @@ pub mod tenant;
 pub mod verdict;
 
 pub use abi::counters::{Capture, Direction, Reason, Stamp, Verdict};
-pub use frame::Frame;
+pub use frame::{Copied, Frame, InPlace, Window};
 pub use verdict::{Outcome, Tables, judge};

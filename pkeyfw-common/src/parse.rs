@@ -2,16 +2,9 @@
 //! partition check needs from it (BTH, DETH, destination address).
 //!
 //! Anything that is or could be RoCE but cannot be read safely is
-//! [`Parsed::Malformed`]: the filter fails closed.
+//! [`Parsed::MALFORMED`]: the filter fails closed.
 
-use network_types::{
-    eth::EthHdr,
-    ip::{Ipv4Hdr, Ipv6Hdr},
-    udp::UdpHdr,
-    vlan::VlanHdr,
-};
-
-use crate::frame::{Frame, MAX_OFFSET};
+use crate::frame::{Frame, MAX_OFFSET, Window};
 
 /// EtherTypes, in host order.
 pub mod ethertype {
@@ -59,16 +52,6 @@ pub struct Bth {
 
 impl Bth {
     pub const LEN: usize = 12;
-
-    pub const fn tver(&self) -> u8 {
-        self.flags & 0x0f
-    }
-    pub const fn pkey(&self) -> u16 {
-        u16::from_be_bytes(self.pkey)
-    }
-    pub const fn dest_qp(&self) -> u32 {
-        u32::from_be_bytes([0, self.dest_qp[0], self.dest_qp[1], self.dest_qp[2]])
-    }
 }
 
 /// Datagram Extended Transport Header (UD), 8 bytes.
@@ -82,13 +65,6 @@ pub struct Deth {
 
 impl Deth {
     pub const LEN: usize = 8;
-
-    pub const fn qkey(&self) -> u32 {
-        u32::from_be_bytes(self.qkey)
-    }
-    pub const fn src_qp(&self) -> u32 {
-        u32::from_be_bytes([0, self.src_qp[0], self.src_qp[1], self.src_qp[2]])
-    }
 }
 
 /// Transport of a BTH opcode (its top three bits), as far as RoCE uses it.
@@ -172,27 +148,137 @@ impl Addrs {
     }
 }
 
-/// The fields of a RoCE frame the verdict needs.
+/// A RoCE frame's headers as the filter reads them, in three words, so
+/// that they ride in registers through the verdict rather than spill to
+/// the stack field by field: where its transport headers are ([`Located`]'s
+/// bits), the BTH's first eight bytes (opcode, flags, P_Key, reserved,
+/// DestQP) and, for a datagram, its DETH (Q_Key, reserved, SrcQP; 0 for any
+/// other frame).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Roce {
-    pub opcode: u8,
-    pub transport: Transport,
-    pub pkey: u16,
-    pub dest_qp: u32,
+    at: u64,
+    bth: u64,
+    deth: u64,
+}
+
+impl Roce {
+    /// No RoCE headers: what a frame that is not RoCE carries.
+    pub const NONE: Roce = Roce {
+        at: 0,
+        bth: 0,
+        deth: 0,
+    };
+
+    /// The headers of a frame whose BTH, at `bth_at`, starts with the eight
+    /// bytes `bth` (big-endian), and whose DETH (for UD) is `deth`; its UDP
+    /// header at `udp` (0 for RoCE v1), its addresses at `addrs`, `len`
+    /// bytes from the BTH on.
+    #[inline(always)]
+    pub const fn new(
+        bth: u64,
+        deth: u64,
+        bth_at: usize,
+        udp: usize,
+        addrs: Addrs,
+        len: usize,
+    ) -> Roce {
+        Roce {
+            at: Located::Roce {
+                bth_at,
+                udp,
+                addrs,
+                len,
+            }
+            .pack(),
+            bth,
+            deth,
+        }
+    }
+
+    /// A RoCE v2 frame over IPv4 with these fields, as tests and tools make
+    /// them.
+    pub const fn of(opcode: u8, pkey: u16, dest_qp: u32, qkey: u32, src_qp: u32) -> Roce {
+        Roce::new(
+            (opcode as u64) << 56 | (pkey as u64) << 32 | (dest_qp & QPN_BITS) as u64,
+            (qkey as u64) << 32 | (src_qp & QPN_BITS) as u64,
+            42,
+            34,
+            Addrs::V4At(26),
+            MAX_ROCE_LEN,
+        )
+    }
+
+    pub const fn opcode(&self) -> u8 {
+        (self.bth >> 56) as u8
+    }
+
+    /// The transport of its opcode (valid: the parse refuses any other).
+    pub const fn transport(&self) -> Transport {
+        match Transport::of(self.opcode()) {
+            Some(t) => t,
+            None => Transport::Rc,
+        }
+    }
+
+    pub const fn pkey(&self) -> u16 {
+        (self.bth >> 32) as u16
+    }
+
+    /// The same headers with P_Key `pkey` (a rewrite's).
+    pub const fn with_pkey(self, pkey: u16) -> Roce {
+        Roce {
+            bth: self.bth & !(0xffff << 32) | (pkey as u64) << 32,
+            ..self
+        }
+    }
+
+    pub const fn dest_qp(&self) -> u32 {
+        self.bth as u32 & QPN_BITS
+    }
+
     /// The DETH Q_Key, for UD.
-    pub qkey: u32,
+    pub const fn qkey(&self) -> u32 {
+        (self.deth >> 32) as u32
+    }
+
     /// The DETH source QP, for UD: the sending QP.
-    pub src_qp: u32,
-    pub addrs: Addrs,
+    pub const fn src_qp(&self) -> u32 {
+        self.deth as u32 & QPN_BITS
+    }
+
+    /// Where its transport headers are.
+    #[inline(always)]
+    pub fn located(&self) -> Located {
+        Located::unpack(self.at)
+    }
+
+    /// The same, packed ([`Located::pack`]).
+    #[inline(always)]
+    pub const fn located_bits(&self) -> u64 {
+        self.at
+    }
+
+    /// Where its addresses are.
+    #[inline(always)]
+    pub fn addrs(&self) -> Addrs {
+        match self.located() {
+            Located::Roce { addrs, .. } => addrs,
+            _ => Addrs::V4At(0),
+        }
+    }
+
     /// Offset of the BTH.
-    pub bth_at: usize,
-    /// Offset of the UDP header; 0 for RoCE v1, which has none (see
-    /// [`Roce::udp_at`]). Not an `Option`: the verifier refuses the
-    /// spill of an undefined `None` payload.
-    pub udp: usize,
+    #[inline(always)]
+    pub const fn bth_at(&self) -> usize {
+        (self.at >> 2 & OFFSET_MASK) as usize
+    }
+
     /// Bytes from the BTH to the end of the packet (ICRC included), as the
     /// UDP length (GRH payload length for RoCE v1) gives them.
-    pub len: usize,
+    #[inline(always)]
+    pub const fn packet_len(&self) -> usize {
+        (self.at >> (3 + 3 * OFFSET_BITS) & 0xffff) as usize
+    }
 }
 
 /// The longest RoCE packet from its BTH on: the BTH, the extension headers
@@ -201,12 +287,62 @@ pub struct Roce {
 /// longer one can only be several packets in one (a GSO/GRO super-packet).
 pub const MAX_ROCE_LEN: usize = Bth::LEN + 64 + 4096 + 4;
 
-/// A classified frame.
+/// What a frame is, to the filter.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Parsed {
+pub enum Class {
     NotRoce,
     Malformed,
-    Roce(Roce),
+    Roce,
+}
+
+/// A classified frame: what it is and, for RoCE, its headers. A struct,
+/// every header field 0 unless the frame is RoCE, not an enum whose payload
+/// the compiler leaves undefined on the other paths: a value read where
+/// paths meet (as `select` after speculation) is then a register never
+/// set, which the kernel's verifier refuses.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Parsed {
+    pub class: Class,
+    pub roce: Roce,
+}
+
+impl Parsed {
+    pub const NOT_ROCE: Parsed = Parsed {
+        class: Class::NotRoce,
+        roce: Roce::NONE,
+    };
+    pub const MALFORMED: Parsed = Parsed {
+        class: Class::Malformed,
+        roce: Roce::NONE,
+    };
+
+    /// A RoCE frame with these headers.
+    #[inline(always)]
+    pub const fn of(roce: Roce) -> Parsed {
+        Parsed {
+            class: Class::Roce,
+            roce,
+        }
+    }
+
+    /// Where its transport headers are, packed ([`Located::pack`]).
+    #[inline(always)]
+    pub const fn located(&self) -> u64 {
+        match self.class {
+            Class::NotRoce => Located::NotRoce.pack(),
+            Class::Malformed => Located::Malformed.pack(),
+            Class::Roce => self.roce.located_bits(),
+        }
+    }
+
+    /// The headers of a RoCE frame; none for any other.
+    #[inline(always)]
+    pub const fn roce(&self) -> Option<Roce> {
+        match self.class {
+            Class::Roce => Some(self.roce),
+            _ => None,
+        }
+    }
 }
 
 /// Where a frame's transport headers are, as [`locate`] found them: the
@@ -240,6 +376,12 @@ const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
 const _: () = assert!(MAX_OFFSET < 1 << OFFSET_BITS);
 
 impl Located {
+    /// Where a classified frame's transport headers are.
+    #[inline(always)]
+    pub fn of(parsed: &Parsed) -> Located {
+        Located::unpack(parsed.located())
+    }
+
     /// As one u64: what a BPF function returns in a register.
     #[inline(always)]
     pub const fn pack(self) -> u64 {
@@ -288,56 +430,91 @@ impl Located {
     /// The transport headers, read where [`locate`] found them.
     #[inline(always)]
     pub fn read<F: Frame + ?Sized>(self, frame: &F) -> Parsed {
-        let Located::Roce {
-            bth_at,
-            udp,
-            addrs,
-            len,
-        } = self
-        else {
-            return match self {
-                Located::NotRoce => Parsed::NotRoce,
-                _ => Parsed::Malformed,
-            };
-        };
-        match transport_headers(frame, bth_at) {
-            Some((bth, transport, qkey, src_qp)) => Parsed::Roce(Roce {
-                opcode: bth.opcode,
-                transport,
-                pkey: bth.pkey(),
-                dest_qp: bth.dest_qp(),
-                qkey,
-                src_qp,
-                addrs,
+        match self {
+            Located::NotRoce => Parsed::NOT_ROCE,
+            Located::Malformed => Parsed::MALFORMED,
+            Located::Roce {
                 bth_at,
                 udp,
+                addrs,
                 len,
-            }),
-            None => Parsed::Malformed,
+            } => bth(frame, bth_at, len, addrs, udp),
         }
     }
 }
 
-/// Classifies a frame that starts with its Ethernet header.
+/// Classifies a frame that starts with its Ethernet header: every header
+/// walked, and the transport headers read.
 #[inline(always)]
 pub fn classify<F: Frame + ?Sized>(frame: &F) -> Parsed {
-    locate(frame).read(frame)
+    match ethernet(frame) {
+        Some((ether_type, off)) => network(frame, ether_type, off),
+        None => Parsed::MALFORMED,
+    }
 }
 
-/// Early exit from parsing with a final classification.
-macro_rules! header_or {
-    ($frame:expr, $ty:ty, $off:expr, $else:expr) => {
-        match $frame.header::<$ty>($off) {
-            Some(h) => h,
-            None => return $else,
-        }
-    };
-}
-
+/// Finds a frame's transport headers (see [`Located`]): [`classify`], with
+/// only where it found them kept.
 #[inline(always)]
-const fn be16(b: [u8; 2]) -> u16 {
-    u16::from_be_bytes(b)
+pub fn locate<F: Frame + ?Sized>(frame: &F) -> Located {
+    Located::of(&classify(frame))
 }
+
+/// What [`plain`] makes of a frame.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Plain {
+    /// RoCE, as [`classify`] reads it.
+    Roce(Roce),
+    /// Not RoCE, as [`classify`] says.
+    NotRoce,
+    /// Anything else (malformed, or not plain): for [`classify`] to walk.
+    Walk,
+}
+
+/// [`classify`] for the frames nearly all traffic is: at most one 802.1Q
+/// tag, and IPv6 without extension headers (IPv4, with or without options,
+/// and RoCE v1 have no variable chain to walk). Where it answers, its
+/// answer is [`classify`]'s; a malformed frame, rare and often an attack's,
+/// it leaves to [`classify`] too. The kernel runs it inline, with no call
+/// and few verifier states, and calls its own [`locate`] for the rest: its
+/// answer carries the headers of a RoCE frame alone, so that none of them
+/// is kept on any other frame's way.
+#[inline(always)]
+pub fn plain<F: Frame + ?Sized>(frame: &F) -> Plain {
+    let Some(eth) = frame.window::<ETH_LEN>(0) else {
+        return Plain::Walk;
+    };
+    let mut ether_type = eth.be::<12, 2>() as u16;
+    let mut off = ETH_LEN;
+    if ether_type == ethertype::VLAN && frame.stripped_vlan_tags() < MAX_VLAN_TAGS {
+        let Some(tag) = frame.window::<VLAN_LEN>(off) else {
+            return Plain::Walk;
+        };
+        ether_type = tag.be::<2, 2>() as u16;
+        off += VLAN_LEN;
+    }
+    let parsed = match ether_type {
+        ethertype::VLAN | ethertype::QINQ => return Plain::Walk,
+        ethertype::IPV6 => match ipv6_header(frame, off) {
+            Ipv6::Extension { .. } => return Plain::Walk,
+            Ipv6::Udp { payload } => ipv6_udp(frame, off, payload),
+            Ipv6::Other(parsed) => parsed,
+        },
+        _ => network(frame, ether_type, off),
+    };
+    match parsed.class {
+        Class::Roce => Plain::Roce(parsed.roce),
+        Class::NotRoce => Plain::NotRoce,
+        Class::Malformed => Plain::Walk,
+    }
+}
+
+/// Lengths of the headers below the BTH.
+const ETH_LEN: usize = 14;
+const VLAN_LEN: usize = 4;
+const IPV4_LEN: usize = 20;
+const IPV6_LEN: usize = 40;
+const UDP_LEN: usize = 8;
 
 /// A frame whose reads stop at `end`: the end of the IP packet (its total or
 /// payload length) or of the UDP datagram, however far the frame goes on.
@@ -357,89 +534,79 @@ impl<F: Frame + ?Sized> Frame for Within<'_, F> {
         self.frame.header(off)
     }
 
+    type Bytes<const LEN: usize> = F::Bytes<LEN>;
+
+    #[inline(always)]
+    fn window<const LEN: usize>(&self, off: usize) -> Option<Window<'_, F::Bytes<LEN>, LEN>> {
+        if off + LEN > self.end {
+            return None;
+        }
+        self.frame.window::<LEN>(off)
+    }
+
     #[inline(always)]
     fn wire_len(&self) -> usize {
         self.end.min(self.frame.wire_len())
     }
 }
 
-/// Finds a frame's transport headers (see [`Located`]).
+/// The Ethernet header and its VLAN tags: the EtherType they end with and
+/// where the network header starts; none for a frame cut short in them, or
+/// with more tags than allowed.
 #[inline(always)]
-pub fn locate<F: Frame + ?Sized>(frame: &F) -> Located {
-    let eth = header_or!(frame, EthHdr, 0, Located::Malformed);
-    let mut ether_type = u16::from_be(eth.ether_type);
-    let mut off = EthHdr::LEN;
+fn ethernet<F: Frame + ?Sized>(frame: &F) -> Option<(u16, usize)> {
+    let mut ether_type = frame.window::<ETH_LEN>(0)?.be::<12, 2>() as u16;
+    let mut off = ETH_LEN;
     let mut tags = 0;
     while ether_type == ethertype::VLAN || ether_type == ethertype::QINQ {
         if tags == MAX_VLAN_TAGS {
-            return Located::Malformed;
+            return None;
         }
-        let tag = header_or!(frame, VlanHdr, off, Located::Malformed);
-        ether_type = u16::from_be(tag.ether_type);
-        off += VlanHdr::LEN;
+        ether_type = frame.window::<VLAN_LEN>(off)?.be::<2, 2>() as u16;
+        off += VLAN_LEN;
         tags += 1;
     }
     // Tags the kernel took into metadata count too.
     if tags + frame.stripped_vlan_tags() > MAX_VLAN_TAGS {
-        return Located::Malformed;
+        return None;
     }
+    Some((ether_type, off))
+}
+
+/// The network header at `off`, of EtherType `ether_type`, and what is
+/// below it.
+#[inline(always)]
+fn network<F: Frame + ?Sized>(frame: &F, ether_type: u16, off: usize) -> Parsed {
     match ether_type {
         ethertype::IPV4 => ipv4(frame, off),
-        ethertype::IPV6 => ipv6(frame, off),
+        ethertype::IPV6 => match ipv6_header(frame, off) {
+            Ipv6::Udp { payload } => ipv6_udp(frame, off, payload),
+            Ipv6::Extension { next, payload } => ipv6_extensions(frame, off, next, payload),
+            Ipv6::Other(parsed) => parsed,
+        },
         ethertype::ROCE_V1 => roce_v1(frame, off),
-        _ => Located::NotRoce,
+        _ => Parsed::NOT_ROCE,
     }
 }
 
-/// [`locate`] for the frames nearly all traffic is: at most one 802.1Q
-/// tag, and IPv6 without extension headers (IPv4, with or without options,
-/// and RoCE v1 have no variable chain to walk). `None` for any other frame,
-/// which only [`locate`] walks; where it answers, its answer is
-/// [`locate`]'s. The kernel runs it inline, with no call and few verifier
-/// states, and calls its own [`locate`] for the rest.
 #[inline(always)]
-pub fn locate_plain<F: Frame + ?Sized>(frame: &F) -> Option<Located> {
-    let eth = frame.header::<EthHdr>(0)?;
-    let mut ether_type = u16::from_be(eth.ether_type);
-    let mut off = EthHdr::LEN;
-    if ether_type == ethertype::VLAN && frame.stripped_vlan_tags() < MAX_VLAN_TAGS {
-        ether_type = u16::from_be(frame.header::<VlanHdr>(off)?.ether_type);
-        off += VlanHdr::LEN;
+fn ipv4<F: Frame + ?Sized>(frame: &F, off: usize) -> Parsed {
+    let Some(ip) = frame.window::<IPV4_LEN>(off) else {
+        return Parsed::MALFORMED;
+    };
+    // Version and IHL, TOS, total length; ID, flags and fragment offset.
+    let head = ip.be::<0, 8>();
+    let ihl = (head >> 56 & 0x0f) as usize * 4;
+    let total = (head >> 32 & 0xffff) as usize;
+    if head >> 60 != 4 || ihl < IPV4_LEN || total < ihl {
+        return Parsed::MALFORMED;
     }
-    Some(match ether_type {
-        ethertype::VLAN | ethertype::QINQ => return None,
-        ethertype::IPV4 => ipv4(frame, off),
-        ethertype::IPV6 => {
-            let ip = frame.header::<Ipv6Hdr>(off)?;
-            match ip.next_hdr {
-                _ if ip.version() != 6 => return None,
-                proto::UDP => ipv6_udp(frame, off, &ip),
-                proto::HOP_BY_HOP
-                | proto::ROUTING
-                | proto::DEST_OPTS
-                | proto::AH
-                | proto::FRAGMENT => return None,
-                _ => Located::NotRoce,
-            }
-        }
-        ethertype::ROCE_V1 => roce_v1(frame, off),
-        _ => Located::NotRoce,
-    })
-}
-
-#[inline(always)]
-fn ipv4<F: Frame + ?Sized>(frame: &F, off: usize) -> Located {
-    let ip = header_or!(frame, Ipv4Hdr, off, Located::Malformed);
-    let ihl = ip.ihl() as usize;
-    let total = ip.tot_len() as usize;
-    if ip.version() != 4 || ihl < Ipv4Hdr::LEN || total < ihl {
-        return Located::Malformed;
-    }
-    if ip.frag_offset() != 0 || ip.proto != proto::UDP {
-        return Located::NotRoce;
+    let frag = head as u16;
+    if frag & 0x1fff != 0 || ip.be::<9, 1>() as u8 != proto::UDP {
+        return Parsed::NOT_ROCE;
     }
     // More Fragments: a first fragment, which the kernel would reassemble.
-    let first_fragment = ip.frag_flags() & 0b001 != 0;
+    let first_fragment = frag & 0x2000 != 0;
     let packet = Within {
         frame,
         end: off + total,
@@ -447,23 +614,60 @@ fn ipv4<F: Frame + ?Sized>(frame: &F, off: usize) -> Located {
     udp(&packet, off + ihl, first_fragment, Addrs::V4At(off + 12))
 }
 
+/// What an IPv6 header (or a GRH) says of what follows it.
+enum Ipv6 {
+    /// A UDP header, within a payload of this length.
+    Udp { payload: usize },
+    /// An extension header of kind `next`.
+    Extension { next: u8, payload: usize },
+    /// Neither: a classification already.
+    Other(Parsed),
+}
+
 #[inline(always)]
-fn ipv6<F: Frame + ?Sized>(frame: &F, off: usize) -> Located {
-    let ip = header_or!(frame, Ipv6Hdr, off, Located::Malformed);
-    if ip.version() != 6 {
-        return Located::Malformed;
+fn ipv6_header<F: Frame + ?Sized>(frame: &F, off: usize) -> Ipv6 {
+    let Some(ip) = frame.window::<IPV6_LEN>(off) else {
+        return Ipv6::Other(Parsed::MALFORMED);
+    };
+    // Version, traffic class, flow label; payload length, next header, hops.
+    let head = ip.be::<0, 8>();
+    let payload = (head >> 16 & 0xffff) as usize;
+    let next = (head >> 8) as u8;
+    if head >> 60 != 6 {
+        return Ipv6::Other(Parsed::MALFORMED);
     }
-    if ip.next_hdr == proto::UDP {
-        return ipv6_udp(frame, off, &ip);
+    match next {
+        proto::UDP => Ipv6::Udp { payload },
+        proto::HOP_BY_HOP | proto::ROUTING | proto::DEST_OPTS | proto::AH | proto::FRAGMENT => {
+            Ipv6::Extension { next, payload }
+        }
+        _ => Ipv6::Other(Parsed::NOT_ROCE),
     }
+}
+
+/// An IPv6 packet at `off`, of payload length `payload`, whose next header
+/// is UDP.
+#[inline(always)]
+fn ipv6_udp<F: Frame + ?Sized>(frame: &F, off: usize, payload: usize) -> Parsed {
+    let packet = Within {
+        frame,
+        end: off + IPV6_LEN + payload,
+    };
+    udp(&packet, off + IPV6_LEN, false, Addrs::V6At(off + 8))
+}
+
+/// An IPv6 packet at `off` whose next header is the extension header
+/// `next`: the chain walked to UDP, at most [`MAX_IPV6_EXT`] long.
+#[inline(always)]
+fn ipv6_extensions<F: Frame + ?Sized>(frame: &F, off: usize, next: u8, payload: usize) -> Parsed {
     let addrs = Addrs::V6At(off + 8);
     // A jumbogram's payload length is zero: nothing fits, so it is malformed.
     let frame = &Within {
         frame,
-        end: off + Ipv6Hdr::LEN + ip.payload_len() as usize,
+        end: off + IPV6_LEN + payload,
     };
-    let mut next = ip.next_hdr;
-    let mut off = off + Ipv6Hdr::LEN;
+    let mut next = next;
+    let mut off = off + IPV6_LEN;
     let mut fragment = false;
     let mut seen = 0;
     loop {
@@ -471,116 +675,113 @@ fn ipv6<F: Frame + ?Sized>(frame: &F, off: usize) -> Located {
             proto::UDP => return udp(frame, off, fragment, addrs),
             proto::HOP_BY_HOP | proto::ROUTING | proto::DEST_OPTS | proto::AH | proto::FRAGMENT => {
                 if seen == MAX_IPV6_EXT {
-                    return Located::Malformed;
+                    return Parsed::MALFORMED;
                 }
                 seen += 1;
                 // Next header, length, and (for a fragment header) the offset.
-                let ext = header_or!(frame, [u8; 4], off, Located::Malformed);
+                let Some(ext) = frame.window::<4>(off) else {
+                    return Parsed::MALFORMED;
+                };
+                let ext = ext.be::<0, 4>();
                 let len = match next {
                     proto::FRAGMENT => {
-                        if be16([ext[2], ext[3]]) >> 3 != 0 {
+                        if ext as u16 >> 3 != 0 {
                             // Not the first fragment: no UDP header to see.
-                            return Located::NotRoce;
+                            return Parsed::NOT_ROCE;
                         }
                         fragment = true;
                         8
                     }
-                    proto::AH => (ext[1] as usize + 2) * 4,
-                    _ => (ext[1] as usize + 1) * 8,
+                    proto::AH => ((ext >> 16 & 0xff) as usize + 2) * 4,
+                    _ => ((ext >> 16 & 0xff) as usize + 1) * 8,
                 };
-                next = ext[0];
+                next = (ext >> 24) as u8;
                 len
             }
-            _ => return Located::NotRoce,
+            _ => return Parsed::NOT_ROCE,
         };
         off += len;
     }
 }
 
-/// An IPv6 packet at `off` (its header `ip`) whose next header is UDP.
 #[inline(always)]
-fn ipv6_udp<F: Frame + ?Sized>(frame: &F, off: usize, ip: &Ipv6Hdr) -> Located {
-    let packet = Within {
-        frame,
-        end: off + Ipv6Hdr::LEN + ip.payload_len() as usize,
+fn udp<F: Frame + ?Sized>(frame: &F, off: usize, fragment: bool, addrs: Addrs) -> Parsed {
+    let Some(udp) = frame.window::<UDP_LEN>(off) else {
+        return Parsed::MALFORMED;
     };
-    udp(&packet, off + Ipv6Hdr::LEN, false, Addrs::V6At(off + 8))
-}
-
-#[inline(always)]
-fn udp<F: Frame + ?Sized>(frame: &F, off: usize, fragment: bool, addrs: Addrs) -> Located {
-    let udp = header_or!(frame, UdpHdr, off, Located::Malformed);
-    if be16(udp.dst) != ROCE_V2_PORT {
-        return Located::NotRoce;
+    // Source and destination ports, length, checksum.
+    let head = udp.be::<0, 8>();
+    if (head >> 32) as u16 != ROCE_V2_PORT {
+        return Parsed::NOT_ROCE;
     }
-    let len = udp.len() as usize;
-    if fragment || len < UdpHdr::LEN {
+    let len = (head >> 16 & 0xffff) as usize;
+    if fragment || len < UDP_LEN {
         // RoCE is never fragmented; reassembly would happen after XDP.
-        return Located::Malformed;
+        return Parsed::MALFORMED;
     }
     let datagram = Within {
         frame,
         end: off + len,
     };
-    bth(&datagram, off + UdpHdr::LEN, len - UdpHdr::LEN, addrs, off)
+    bth(&datagram, off + UDP_LEN, len - UDP_LEN, addrs, off)
 }
 
 #[inline(always)]
-fn roce_v1<F: Frame + ?Sized>(frame: &F, off: usize) -> Located {
+fn roce_v1<F: Frame + ?Sized>(frame: &F, off: usize) -> Parsed {
     // The GRH has the IPv6 header's layout.
-    let grh = header_or!(frame, Ipv6Hdr, off, Located::Malformed);
-    if grh.next_hdr != proto::IBA_BTH {
-        return Located::Malformed;
+    let Some(grh) = frame.window::<IPV6_LEN>(off) else {
+        return Parsed::MALFORMED;
+    };
+    let head = grh.be::<0, 8>();
+    if (head >> 8) as u8 != proto::IBA_BTH {
+        return Parsed::MALFORMED;
     }
-    let len = grh.payload_len() as usize;
+    let len = (head >> 16 & 0xffff) as usize;
     let packet = Within {
         frame,
-        end: off + Ipv6Hdr::LEN + len,
+        end: off + IPV6_LEN + len,
     };
     // An Ethernet header always comes first: 0 is never a UDP offset.
-    bth(&packet, off + Ipv6Hdr::LEN, len, Addrs::V6At(off + 8), 0)
+    bth(&packet, off + IPV6_LEN, len, Addrs::V6At(off + 8), 0)
 }
 
-/// A BTH at `off` that is there and valid, with its DETH if a datagram's.
+/// The BTH at `off`, there and valid, with its DETH if a datagram's.
 #[inline(always)]
-fn bth<F: Frame + ?Sized>(frame: &F, off: usize, len: usize, addrs: Addrs, udp: usize) -> Located {
-    match transport_headers(frame, off) {
-        Some(_) => Located::Roce {
-            bth_at: off,
-            udp,
-            addrs,
-            len,
-        },
-        None => Located::Malformed,
-    }
-}
-
-/// The BTH at `off`, its transport, and for a datagram its DETH's Q_Key
-/// and source QP; None when either is cut short or the BTH is invalid.
-#[inline(always)]
-fn transport_headers<F: Frame + ?Sized>(
-    frame: &F,
-    off: usize,
-) -> Option<(Bth, Transport, u32, u32)> {
-    let bth = frame.header::<Bth>(off)?;
-    if bth.tver() != 0 {
-        return None;
-    }
-    let transport = Transport::of(bth.opcode)?;
-    let (qkey, src_qp) = if transport == Transport::Ud {
-        let deth = frame.header::<Deth>(off + Bth::LEN)?;
-        (deth.qkey(), deth.src_qp())
-    } else {
-        (0, 0)
+fn bth<F: Frame + ?Sized>(frame: &F, off: usize, len: usize, addrs: Addrs, udp: usize) -> Parsed {
+    let Some(bth) = frame.window::<{ Bth::LEN }>(off) else {
+        return Parsed::MALFORMED;
     };
-    Some((bth, transport, qkey, src_qp))
+    // Opcode, flags (TVer their low four bits), P_Key; reserved, DestQP.
+    let head = bth.be::<0, 8>();
+    let opcode = (head >> 56) as u8;
+    let Some(transport) = Transport::of(opcode) else {
+        return Parsed::MALFORMED;
+    };
+    if head >> 48 & 0x0f != 0 {
+        return Parsed::MALFORMED;
+    }
+    let deth = match transport {
+        // Q_Key; reserved, SrcQP.
+        Transport::Ud => match frame.window::<{ Deth::LEN }>(off + Bth::LEN) {
+            Some(deth) => deth.be::<0, 8>(),
+            None => return Parsed::MALFORMED,
+        },
+        _ => 0,
+    };
+    Parsed::of(Roce::new(head, deth, off, udp, addrs, len))
 }
+
+/// A QPN's 24 bits, as the BTH and DETH carry them.
+const QPN_BITS: u32 = 0x00ff_ffff;
 
 impl Roce {
     /// Offset of the UDP header; `None` for RoCE v1, which has none.
     #[inline(always)]
-    pub fn udp_at(&self) -> Option<usize> {
-        (self.udp != 0).then_some(self.udp)
+    pub const fn udp_at(&self) -> Option<usize> {
+        match (self.at >> (2 + OFFSET_BITS) & OFFSET_MASK) as usize {
+            0 => None,
+            udp => Some(udp),
+        }
     }
 
     /// Whether `frame`, which this BTH starts, holds several RoCE packets
@@ -589,7 +790,7 @@ impl Roce {
     /// later BTHs are never parsed, yet the UDP stack delivers each of them.
     #[inline(always)]
     pub fn aggregate<F: Frame + ?Sized>(&self, frame: &F) -> bool {
-        frame.gso_size() != 0 || self.len > MAX_ROCE_LEN
+        frame.gso_size() != 0 || self.packet_len() > MAX_ROCE_LEN
     }
 }
 

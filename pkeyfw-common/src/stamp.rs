@@ -14,7 +14,7 @@ use crate::{
     cm, csum,
     frame::Frame,
     icrc,
-    parse::{self, Bth, Parsed, Roce, Transport},
+    parse::{self, Bth, Class, Parsed, Roce, Transport},
     pkey,
     verdict::{GSI_QPN, SMI_QPN},
 };
@@ -155,15 +155,25 @@ pub fn egress_parsed<F: Frame + ?Sized, T: Tables>(
         // rdma_rxe sends one well-formed packet per skb: anything else
         // could carry packets past what is judged here, and any process
         // may send it (UDP_SEGMENT, a datagram the stack fragments).
-        Parsed::Roce(roce) if roce.aggregate(frame) => return Some(Action::Drop(Stamp::Gso)),
-        Parsed::Malformed => return Some(Action::Drop(Stamp::Malformed)),
+        Parsed {
+            class: Class::Roce,
+            roce,
+        } if roce.aggregate(frame) => return Some(Action::Drop(Stamp::Gso)),
+        Parsed {
+            class: Class::Malformed,
+            ..
+        } => return Some(Action::Drop(Stamp::Malformed)),
         // RoCE v1 has no UDP header to attribute or patch; sending it takes
         // a raw socket, which takes privilege.
-        Parsed::Roce(roce) if roce.udp_at().is_some() => roce,
+        Parsed {
+            class: Class::Roce,
+            roce,
+        } if roce.udp_at().is_some() => roce,
         _ => return Some(Action::Leave(Stamp::NotRoce)),
     };
-    let ud = roce.transport == Transport::Ud;
-    let management = matches!(roce.dest_qp, SMI_QPN | GSI_QPN) || (ud && roce.src_qp <= GSI_QPN);
+    let ud = roce.transport() == Transport::Ud;
+    let management =
+        matches!(roce.dest_qp(), SMI_QPN | GSI_QPN) || (ud && roce.src_qp() <= GSI_QPN);
     // Asked only of a RoCE v2 frame while the policy stamps.
     let sender = match origin() {
         Origin::Qp(qpn) => Some(qpn),
@@ -175,7 +185,7 @@ pub fn egress_parsed<F: Frame + ?Sized, T: Tables>(
         None if management => Action::Drop(Stamp::Forged),
         // QP0's and QP1's own: rdma_rxe writes a datagram's DETH with the
         // number of the QP that sends it.
-        Some(_) if ud && roce.src_qp <= GSI_QPN => management_frame(frame, &roce, tables, config),
+        Some(_) if ud && roce.src_qp() <= GSI_QPN => management_frame(frame, &roce, tables, config),
         // Any other QP's frame has its QP's key, to QP1 too (a CM request a
         // tenant makes itself, from a UD QP: its own partition's, which the
         // far end's listener judges).
@@ -200,7 +210,7 @@ fn management_frame<F: Frame + ?Sized, T: Tables>(
     tables: &T,
     config: &Config,
 ) -> Action {
-    if roce.src_qp == GSI_QPN
+    if roce.src_qp() == GSI_QPN
         && tables.cm_records() & RECORDS_CONNECTIONS != 0
         && let Some(mad) = cm::mad(frame, roce)
     {
@@ -215,7 +225,7 @@ fn management_frame<F: Frame + ?Sized, T: Tables>(
             ),
         };
     }
-    if pkey::port::holds(roce.pkey, tables.port_flags(pkey::key(roce.pkey))) {
+    if pkey::port::holds(roce.pkey(), tables.port_flags(pkey::key(roce.pkey()))) {
         Action::Leave(Stamp::Management)
     } else {
         with_key(
@@ -251,7 +261,7 @@ fn with_key<F: Frame + ?Sized>(
     kept: Stamp,
     done: Stamp,
 ) -> Action {
-    if roce.pkey == key {
+    if roce.pkey() == key {
         return Action::Leave(kept);
     }
     match plan(frame, roce, key) {
@@ -282,7 +292,7 @@ pub fn restores(outcome: &Outcome, config: &Config) -> bool {
         && outcome.pass
         && outcome
             .roce
-            .is_some_and(|roce| roce.udp_at().is_some() && roce.pkey != pkey::DEFAULT)
+            .is_some_and(|roce| roce.udp_at().is_some() && roce.pkey() != pkey::DEFAULT)
 }
 
 /// Locates the rewrite of a RoCE v2 frame's P_Key to `new`.
@@ -314,12 +324,12 @@ fn locate<F: Frame + ?Sized>(frame: &F, roce: &parse::Roce, new: u16) -> Result<
     let icrc_at = (udp_at + u16::from_be_bytes(udp.len) as usize)
         .checked_sub(4)
         .ok_or(Stamp::NotRoce)?;
-    if icrc_at < roce.bth_at + Bth::LEN {
+    if icrc_at < roce.bth_at() + Bth::LEN {
         return Err(Stamp::NotRoce);
     }
     let plan = Plan {
-        pkey_at: roce.bth_at + 2,
-        old: roce.pkey,
+        pkey_at: roce.bth_at() + 2,
+        old: roce.pkey(),
         new,
         udp_at,
         icrc_at,

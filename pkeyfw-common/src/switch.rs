@@ -40,7 +40,7 @@ use crate::{
     Direction, Outcome, Reason, Stamp, Tables,
     abi::{Config, switch_flags},
     frame::Frame,
-    parse::{self, Parsed, Roce},
+    parse::{self, Class, Parsed, Roce},
     pkey,
     stamp::{self, Plan},
     verdict::{GSI_QPN, SMI_QPN},
@@ -165,21 +165,22 @@ pub fn judge_parsed<F: Frame + ?Sized, T: Tables>(
     if !checks && iif == 0 {
         return None;
     }
-    let unlisted = iif != 0 && !matches!(parsed, Parsed::NotRoce) && !tables.listed(iif);
+    let unlisted = iif != 0 && parsed.class != Class::NotRoce && !tables.listed(iif);
     if !checks && access == 0 && !unlisted {
         return None;
     }
-    let (roce, reason, allowed) = match parsed {
-        Parsed::NotRoce => (None, Reason::NotRoce, true),
+    let roce = parsed.roce;
+    let (roce, reason, allowed) = match parsed.class {
+        Class::NotRoce => (None, Reason::NotRoce, true),
         // No port judged it on the way in: whatever it says, it goes nowhere.
-        Parsed::Malformed if unlisted => (None, Reason::UnlistedPort, false),
-        Parsed::Roce(roce) if unlisted => (Some(roce), Reason::UnlistedPort, false),
+        Class::Malformed if unlisted => (None, Reason::UnlistedPort, false),
+        Class::Roce if unlisted => (Some(roce), Reason::UnlistedPort, false),
         // Fail closed where the port checks, exactly as a host does.
-        Parsed::Malformed => (None, Reason::Malformed, !checks),
-        Parsed::Roce(roce) if roce.aggregate(frame) => (Some(roce), Reason::Gso, !checks),
+        Class::Malformed => (None, Reason::Malformed, !checks),
+        Class::Roce if roce.aggregate(frame) => (Some(roce), Reason::Gso, !checks),
         // The SMI is a member of every partition.
-        Parsed::Roce(roce) if roce.dest_qp == SMI_QPN => (Some(roce), Reason::Smi, true),
-        Parsed::Roce(roce) => {
+        Class::Roce if roce.dest_qp() == SMI_QPN => (Some(roce), Reason::Smi, true),
+        Class::Roce => {
             let key = judged_key(&roce, direction, access);
             let flags = tables.port_flags(pkey::key(key));
             let ok = !checks
@@ -188,7 +189,7 @@ pub fn judge_parsed<F: Frame + ?Sized, T: Tables>(
                         stamps(&roce) && pkey::port::admits(key, flags)
                     }
                     Direction::Inbound => pkey::port::admits(key, flags),
-                    Direction::Outbound if access != 0 && roce.dest_qp != GSI_QPN => {
+                    Direction::Outbound if access != 0 && roce.dest_qp() != GSI_QPN => {
                         pkey::matches(key, access)
                     }
                     Direction::Outbound => pkey::port::matches(key, flags),
@@ -212,8 +213,10 @@ pub fn judge_parsed<F: Frame + ?Sized, T: Tables>(
         && config.switch & switch_flags::CORRUPT != 0
         && reason == Reason::PkeyViolation;
     let rewrite = match roce {
-        Some(r) if corrupt && r.pkey != pkey::INVALID => Rewrite::of(stamp::corruption(frame, &r)),
-        Some(r) if allowed && access != 0 && r.dest_qp != SMI_QPN => {
+        Some(r) if corrupt && r.pkey() != pkey::INVALID => {
+            Rewrite::of(stamp::corruption(frame, &r))
+        }
+        Some(r) if allowed && access != 0 && r.dest_qp() != SMI_QPN => {
             access_rewrite(frame, &r, direction, access)
         }
         _ => Rewrite::NONE,
@@ -224,7 +227,7 @@ pub fn judge_parsed<F: Frame + ?Sized, T: Tables>(
             allowed,
             pass: allowed || monitor || corrupt,
             corrupt,
-            qp_slot: crate::verdict::NO_SLOT,
+            qp: crate::verdict::NO_QP,
             roce,
         },
         rewrite,
@@ -238,7 +241,7 @@ fn judged_key(roce: &Roce, direction: Direction, access: u16) -> u16 {
     if direction == Direction::Inbound && access != 0 && stamps(roce) {
         access
     } else {
-        roce.pkey
+        roce.pkey()
     }
 }
 
@@ -246,7 +249,7 @@ fn judged_key(roce: &Roce, direction: Direction, access: u16) -> u16 {
 /// is a UDP checksum to keep) with the default P_Key.
 #[inline(always)]
 fn stamps(roce: &Roce) -> bool {
-    roce.udp_at().is_some() && roce.pkey == pkey::DEFAULT
+    roce.udp_at().is_some() && roce.pkey() == pkey::DEFAULT
 }
 
 /// An access port's rewrite of an allowed frame: in, 0xFFFF becomes the
@@ -264,8 +267,8 @@ fn access_rewrite<F: Frame + ?Sized>(
         // Never a corrupted frame's invalid key: it stays refused.
         Direction::Outbound
             if roce.udp_at().is_some()
-                && roce.pkey != pkey::DEFAULT
-                && pkey::is_valid(roce.pkey) =>
+                && roce.pkey() != pkey::DEFAULT
+                && pkey::is_valid(roce.pkey()) =>
         {
             Rewrite::of(stamp::plan(frame, roce, pkey::DEFAULT))
         }

@@ -212,10 +212,10 @@ impl BindSpec {
         self.matchers & matcher::BOUNDARY != 0
     }
 
-    /// The QP-table entry it gives a QP of `transport` with stats slot
-    /// `slot`; `qkey` is the Q_Key the QP's program set, if known.
+    /// The QP-table entry it gives a QP of `transport`; `qkey` is the
+    /// Q_Key the QP's program set, if known.
     #[inline(always)]
-    pub const fn entry(&self, transport: QpType, slot: u32, qkey: Option<u32>) -> QpEntry {
+    pub const fn entry(&self, transport: QpType, qkey: Option<u32>) -> QpEntry {
         let mut flags = qp_flags::RULE | qp_flags::PROBE;
         let qkey = match transport {
             QpType::Ud if self.pinned_qkey != 0 => self.qkey,
@@ -233,7 +233,6 @@ impl BindSpec {
         };
         QpEntry {
             qkey,
-            slot,
             pkey: self.pkey,
             qp_type: transport as u8,
             flags,
@@ -529,8 +528,7 @@ mod tests {
     #[test]
     fn a_ud_qp_bound_with_its_own_qkey_refuses_until_it_sets_one() {
         let r = rule(matcher::UID);
-        let e = r.entry(QpType::Ud, 7, None);
-        assert_eq!(e.slot, 7);
+        let e = r.entry(QpType::Ud, None);
         assert_eq!(
             e.flags,
             qp_flags::RULE | qp_flags::PROBE | qp_flags::OWN_QKEY | qp_flags::UNSET_QKEY
@@ -551,14 +549,14 @@ mod tests {
         let mut r = rule(matcher::UID);
         r.pinned_qkey = 1;
         r.qkey = 0x2222;
-        let e = r.entry(QpType::Ud, 0, Some(0x1111));
+        let e = r.entry(QpType::Ud, Some(0x1111));
         assert_eq!(
             (e.qkey, e.flags),
             (0x2222, qp_flags::RULE | qp_flags::PROBE)
         );
         assert_eq!(qkey_set(e, 0x1111), Some((None, Capture::QkeyMismatch)));
         assert_eq!(qkey_set(e, 0x2222), None);
-        let rc = r.entry(QpType::Rc, 0, None);
+        let rc = r.entry(QpType::Rc, None);
         assert_eq!(qkey_set(rc, 0x1111), None);
     }
 }

@@ -9,7 +9,7 @@ use crate::{
     },
     cm::{self, Specific},
     frame::Frame,
-    parse::{self, Parsed, Roce, Transport},
+    parse::{self, Class, Parsed, Roce, Transport},
     pkey,
     tenant::{self, Rules, Step},
 };
@@ -20,9 +20,9 @@ pub const SMI_QPN: u32 = 0;
 pub const GSI_QPN: u32 = 1;
 /// The multicast destination QPN.
 pub const MULTICAST_QPN: u32 = 0x00ff_ffff;
-/// No QP-table slot judged the frame ([`Outcome::qp_slot`]): no map holds
-/// that many.
-pub const NO_SLOT: u32 = u32::MAX;
+/// No QP-table entry judged the frame ([`Outcome::qp`]): no QPN is that
+/// large.
+pub const NO_QP: u32 = u32::MAX;
 /// The well-known Q_Key of QP1, the GSI (IBA 13.4: privileged Q_Keys have bit 31 set).
 pub const GSI_QKEY: u32 = 0x8001_0000;
 
@@ -112,22 +112,23 @@ pub fn judge_but_requests<F: Frame + ?Sized, T: Tables>(
     tables: &T,
     config: &Config,
 ) -> (Outcome, bool) {
-    let (roce, (reason, allowed, slot)) = match parsed {
-        Parsed::NotRoce => (None, (Reason::NotRoce, true, NO_SLOT)),
-        Parsed::Malformed => (None, (Reason::Malformed, false, NO_SLOT)),
+    let roce = parsed.roce;
+    let (roce, (reason, allowed, qp)) = match parsed.class {
+        Class::NotRoce => (None, (Reason::NotRoce, true, NO_QP)),
+        Class::Malformed => (None, (Reason::Malformed, false, NO_QP)),
         // A super-packet is refused whole: its later segments go unjudged.
-        Parsed::Roce(roce) if roce.aggregate(frame) => (Some(roce), (Reason::Gso, false, NO_SLOT)),
-        Parsed::Roce(roce) => (Some(roce), decide(frame, &roce, tables, config)),
+        Class::Roce if roce.aggregate(frame) => (Some(roce), (Reason::Gso, false, NO_QP)),
+        Class::Roce => (Some(roce), decide(frame, &roce, tables, config)),
     };
     let outcome = Outcome {
         reason,
         allowed,
         pass: allowed || config.monitor != 0,
         corrupt: false,
-        qp_slot: if slot == REQUEST_SLOT { NO_SLOT } else { slot },
+        qp: if qp == REQUEST_QP { NO_QP } else { qp },
         roce,
     };
-    (outcome, slot == REQUEST_SLOT)
+    (outcome, qp == REQUEST_QP)
 }
 
 /// Who made the listener a CM request to QP1 (REQ, SIDR_REQ) names: the
@@ -226,31 +227,31 @@ pub fn request<T: Tables>(
 ) -> Outcome {
     let (reason, allowed, _) = match listening {
         Listening::Rule(i) => match tables.rule(i) {
-            Some(rule) if pkey::matches(roce.pkey, rule.pkey) => (Reason::Ok, true, NO_SLOT),
-            Some(_) => (Reason::PkeyViolation, false, NO_SLOT),
+            Some(rule) if pkey::matches(roce.pkey(), rule.pkey) => (Reason::Ok, true, NO_QP),
+            Some(_) => (Reason::PkeyViolation, false, NO_QP),
             // The rules changed meanwhile: as the next request will be.
-            None => unknown(roce.pkey, config),
+            None => unknown(roce.pkey(), config),
         },
-        Listening::Nobody if tables.listeners_unrecorded() => (Reason::UnknownQp, false, NO_SLOT),
-        Listening::Unbound | Listening::Nobody => unknown(roce.pkey, config),
-        Listening::Unreadable => (Reason::Malformed, false, NO_SLOT),
+        Listening::Nobody if tables.listeners_unrecorded() => (Reason::UnknownQp, false, NO_QP),
+        Listening::Unbound | Listening::Nobody => unknown(roce.pkey(), config),
+        Listening::Unreadable => (Reason::Malformed, false, NO_QP),
     };
     Outcome {
         reason,
         allowed,
         pass: allowed || config.monitor != 0,
         corrupt: false,
-        qp_slot: NO_SLOT,
+        qp: NO_QP,
         roce: Some(*roce),
     }
 }
 
-/// [`decide`]'s slot for a CM request that only its listener decides (see
-/// [`judge_but_requests`]): no slot.
-const REQUEST_SLOT: u32 = NO_SLOT - 1;
+/// [`decide`]'s QPN for a CM request that only its listener decides (see
+/// [`judge_but_requests`]): no entry judged it (no QPN is that large).
+const REQUEST_QP: u32 = NO_QP - 1;
 
-/// Verdict on a RoCE frame: reason, pass, and the QP-table slot that judged
-/// it ([`NO_SLOT`] if none did).
+/// Verdict on a RoCE frame: reason, pass, and the QPN whose QP-table entry
+/// judged it ([`NO_QP`] if none did).
 #[inline(always)]
 fn decide<F: Frame + ?Sized, T: Tables>(
     frame: &F,
@@ -258,54 +259,62 @@ fn decide<F: Frame + ?Sized, T: Tables>(
     tables: &T,
     config: &Config,
 ) -> (Reason, bool, u32) {
-    let ud = roce.transport == Transport::Ud;
-    let reason = match roce.dest_qp {
+    let ud = roce.transport() == Transport::Ud;
+    let reason = match roce.dest_qp() {
         // QP0, the SMI, checks no P_Key or Q_Key, but takes only SMPs, which
         // are datagrams (IBA 13.5: MADs on UD). RoCE has no SMI at all (rxe
         // drops QP0 frames): anything else to QP0 is refused.
-        SMI_QPN if ud => return (Reason::Smi, true, NO_SLOT),
-        SMI_QPN => return (Reason::OpcodeMismatch, false, NO_SLOT),
+        SMI_QPN if ud => return (Reason::Smi, true, NO_QP),
+        SMI_QPN => return (Reason::OpcodeMismatch, false, NO_QP),
         // QP1 accepts a P_Key matching any entry of the port's table; a
         // connection request, only its listener's.
         GSI_QPN => match check(
             ud,
-            pkey::port::matches(roce.pkey, tables.port_flags(pkey::key(roce.pkey))),
-            roce.qkey == GSI_QKEY,
+            pkey::port::matches(roce.pkey(), tables.port_flags(pkey::key(roce.pkey()))),
+            roce.qkey() == GSI_QKEY,
         ) {
             Reason::Ok
                 if tables.cm_records() & RECORDS_LISTENERS != 0
                     && cm::mad(frame, roce).is_some_and(|mad| mad.is_request()) =>
             {
-                return (Reason::Ok, true, REQUEST_SLOT);
+                return (Reason::Ok, true, REQUEST_QP);
             }
             reason => reason,
         },
-        MULTICAST_QPN => match roce.addrs.read(frame, true).and_then(|a| tables.group(&a)) {
-            Some(g) => check(ud, pkey::matches(roce.pkey, g.pkey), roce.qkey == g.qkey),
-            None => return unknown(roce.pkey, config),
+        MULTICAST_QPN => match roce
+            .addrs()
+            .read(frame, true)
+            .and_then(|a| tables.group(&a))
+        {
+            Some(g) => check(
+                ud,
+                pkey::matches(roce.pkey(), g.pkey),
+                roce.qkey() == g.qkey,
+            ),
+            None => return unknown(roce.pkey(), config),
         },
         qpn => match tables.qp(qpn) {
             Some(qp) => {
                 let reason = check(
-                    match roce.transport.qp_type() {
+                    match roce.transport().qp_type() {
                         Some(t) => t == qp.qp_type,
                         None => true, // CNP: any QP type
                     },
-                    pkey::matches(roce.pkey, qp.pkey),
+                    pkey::matches(roce.pkey(), qp.pkey),
                     // A CNP carries no DETH: only UD frames have a Q_Key to
                     // check; a UD QP that has set none yet accepts no frame.
-                    !ud || (qp.flags & qp_flags::UNSET_QKEY == 0 && roce.qkey == qp.qkey),
+                    !ud || (qp.flags & qp_flags::UNSET_QKEY == 0 && roce.qkey() == qp.qkey),
                 );
-                return (reason, reason == Reason::Ok, qp.slot);
+                return (reason, reason == Reason::Ok, qpn);
             }
             // A QP a rule would bind is never let in as one no rule binds:
             // refused whatever the unknown-QP rule (as `drop` refuses it,
             // so the verifier meets a state it has seen).
-            None if tables.quarantined(qpn) => return (Reason::UnknownQp, false, NO_SLOT),
-            None => return unknown(roce.pkey, config),
+            None if tables.quarantined(qpn) => return (Reason::UnknownQp, false, NO_QP),
+            None => return unknown(roce.pkey(), config),
         },
     };
-    (reason, reason == Reason::Ok, NO_SLOT)
+    (reason, reason == Reason::Ok, NO_QP)
 }
 
 /// The receive checks in IBA order: transport, then P_Key, then Q_Key.
@@ -327,11 +336,11 @@ fn check(transport_ok: bool, pkey_ok: bool, qkey_ok: bool) -> Reason {
 fn unknown(frame_pkey: u16, config: &Config) -> (Reason, bool, u32) {
     match UnknownQp::from_u8(config.unknown_qp) {
         UnknownQp::DefaultPkey if pkey::matches(frame_pkey, config.default_pkey) => {
-            (Reason::UnknownQp, true, NO_SLOT)
+            (Reason::UnknownQp, true, NO_QP)
         }
-        UnknownQp::DefaultPkey => (Reason::PkeyViolation, false, NO_SLOT),
-        UnknownQp::Drop => (Reason::UnknownQp, false, NO_SLOT),
-        UnknownQp::Pass => (Reason::UnknownQp, true, NO_SLOT),
+        UnknownQp::DefaultPkey => (Reason::PkeyViolation, false, NO_QP),
+        UnknownQp::Drop => (Reason::UnknownQp, false, NO_QP),
+        UnknownQp::Pass => (Reason::UnknownQp, true, NO_QP),
     }
 }
 
@@ -346,17 +355,17 @@ pub struct Outcome {
     /// Refused, and to be passed with its ICRC broken (a switch port's
     /// `corrupt`); `pass` is then true.
     pub corrupt: bool,
-    /// Counter slot of the QP-table entry that judged the frame, or
-    /// [`NO_SLOT`]. (A number, not an `Option`: a `None` made on some paths
+    /// The QPN whose QP-table entry judged the frame (its counters count
+    /// it), or [`NO_QP`]. (A number, not an `Option`: a `None` made on some paths
     /// leaves the kernel's register undefined, which its verifier refuses
     /// to read.)
-    pub qp_slot: u32,
+    pub qp: u32,
     /// The RoCE headers, when the frame is RoCE.
     pub roce: Option<Roce>,
 }
 
-/// [`Outcome::pack`]'s fields above the QP slot (bits 0-31).
-const HAS_SLOT: u64 = 1 << 32;
+/// [`Outcome::pack`]'s fields above the QPN (bits 0-31).
+const HAS_QP: u64 = 1 << 32;
 pub const PACKED_ALLOWED: u64 = 1 << 33;
 pub const PACKED_PASS: u64 = 1 << 34;
 const CORRUPT: u64 = 1 << 35;
@@ -377,16 +386,16 @@ impl Outcome {
     /// needed, it keeps the P_Key, which a rewrite may change meanwhile.
     #[inline(always)]
     pub const fn pack(&self) -> u64 {
-        let slot = if self.qp_slot == NO_SLOT {
+        let qp = if self.qp == NO_QP {
             0
         } else {
-            self.qp_slot as u64 | HAS_SLOT
+            self.qp as u64 | HAS_QP
         };
         let pkey = match self.roce {
-            Some(roce) => roce.pkey as u64,
+            Some(roce) => roce.pkey() as u64,
             None => 0,
         };
-        slot | if self.allowed { PACKED_ALLOWED } else { 0 }
+        qp | if self.allowed { PACKED_ALLOWED } else { 0 }
             | if self.pass { PACKED_PASS } else { 0 }
             | if self.corrupt { CORRUPT } else { 0 }
             | (self.reason as u64) << REASON_SHIFT
@@ -399,10 +408,7 @@ impl Outcome {
     #[inline(always)]
     pub const fn unpack(bits: u64, roce: Option<Roce>) -> Outcome {
         let roce = match roce {
-            Some(mut roce) => {
-                roce.pkey = (bits >> PKEY_SHIFT) as u16;
-                Some(roce)
-            }
+            Some(roce) => Some(roce.with_pkey((bits >> PKEY_SHIFT) as u16)),
             None => None,
         };
         Outcome {
@@ -413,10 +419,10 @@ impl Outcome {
             allowed: bits & PACKED_ALLOWED != 0,
             pass: bits & PACKED_PASS != 0,
             corrupt: bits & CORRUPT != 0,
-            qp_slot: if bits & HAS_SLOT != 0 {
+            qp: if bits & HAS_QP != 0 {
                 bits as u32
             } else {
-                NO_SLOT
+                NO_QP
             },
             roce,
         }
@@ -440,7 +446,6 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::parse::{Addrs, Transport};
 
     proptest! {
         /// The verdict handed on in a register, the headers read again.
@@ -450,31 +455,20 @@ mod tests {
             allowed: bool,
             pass: bool,
             corrupt: bool,
-            slot in prop_oneof![Just(NO_SLOT), 0..NO_SLOT],
+            qp in prop_oneof![Just(NO_QP), 0..NO_QP],
             pkey: u16,
         ) {
-            let roce = Roce {
-                opcode: 0x04,
-                transport: Transport::Rc,
-                pkey,
-                dest_qp: 0x11,
-                qkey: 0,
-                src_qp: 0,
-                addrs: Addrs::V4At(26),
-                bth_at: 42,
-                udp: 34,
-                len: 100,
-            };
+            let roce = Roce::of(0x04, pkey, 0x11, 0, 0);
             let outcome = Outcome {
                 reason: Reason::ALL[reason],
                 allowed,
                 pass,
                 corrupt,
-                qp_slot: slot,
+                qp,
                 roce: Some(roce),
             };
             // Read again after a rewrite changed its P_Key.
-            let reread = Roce { pkey: !pkey, ..roce };
+            let reread = roce.with_pkey(!pkey);
             prop_assert_eq!(Outcome::unpack(outcome.pack(), Some(reread)), outcome);
         }
     }

@@ -32,18 +32,18 @@ pub fn reason(counters: &PerCpuArray<u64, REASON_SLOTS>, outcome: &Outcome) {
     }
 }
 
-/// Counts a frame against the QP-table entry that judged it, in this CPU's
-/// counters.
+/// Counts a frame against the QP-table entry that judged it (its QPN's
+/// counters), in this CPU's counters.
 #[inline(always)]
 pub fn qp(outcome: &Outcome) {
-    let slots = SETUP.load().stats_slots;
-    // NO_SLOT is no slot: then there is none.
-    if outcome.qp_slot >= slots {
+    let qpns = SETUP.load().qpns;
+    // NO_QP is beyond every table: then no entry judged it.
+    if outcome.qp >= qpns {
         return;
     }
     // SAFETY: no preconditions (the kernel inlines it).
     let cpu = unsafe { bpf_get_smp_processor_id() };
-    if let Some(stats) = QP_STATS.get_ptr_mut(qp_stats_index(outcome.qp_slot, cpu, slots)) {
+    if let Some(stats) = QP_STATS.get_ptr_mut(qp_stats_index(outcome.qp, cpu, qpns)) {
         // SAFETY: this CPU's counters, written only by this CPU.
         unsafe {
             if outcome.pass {
@@ -84,42 +84,32 @@ pub fn refused<F: Frame>(
     monitor: bool,
     port: Option<Direction>,
 ) {
+    if refusal(live, outcome, roce, port) {
+        report(frame, outcome, roce, monitor, port);
+    }
+}
+
+/// Counts a refused frame against its partition and spends its event on
+/// this CPU's budget: whether its event is to be sent ([`report`]). All a
+/// flood of refused frames costs, once the budget is spent.
+#[inline(always)]
+pub fn refusal(
+    live: &Generation,
+    outcome: &Outcome,
+    roce: Option<&Roce>,
+    port: Option<Direction>,
+) -> bool {
     if let Some(roce) = roce
         && let Some(key) = violation_key(
             outcome.reason,
-            roce.pkey,
-            live.port_flags(pkey::key(roce.pkey)) != 0,
+            roce.pkey(),
+            live.port_flags(pkey::key(roce.pkey())) != 0,
         )
     {
         violation(key);
     }
-    report(frame, outcome, roce, monitor, port);
-}
-
-/// Counts a violation of one partition.
-#[inline(always)]
-fn violation(key: u32) {
-    if let Some(count) = VIOLATIONS.get_ptr_mut(key) {
-        // SAFETY: a live array element, shared between CPUs.
-        unsafe { atomic_inc(count) };
-    }
-}
-
-/// Sends an event for a refused frame, within this CPU's budget.
-#[inline(always)]
-fn report<F: Frame>(
-    frame: &F,
-    outcome: &Outcome,
-    roce: Option<&Roce>,
-    monitor: bool,
-    port: Option<Direction>,
-) {
-    let kind = match port {
-        Some(_) => EventKind::SwitchPort,
-        None => EventKind::Frame,
-    };
-    let Some(budget) = EVENT_BUDGET.get_ptr_mut(kind.index()) else {
-        return;
+    let Some(budget) = EVENT_BUDGET.get_ptr_mut(event_kind(port).index()) else {
+        return false;
     };
     // SAFETY: this CPU's slot; nothing else writes it.
     let budget = unsafe { &mut *budget };
@@ -136,9 +126,37 @@ fn report<F: Frame>(
         }
     };
     // SAFETY: no preconditions.
-    if !budget.spend(unsafe { bpf_jiffies64() }, clock) {
-        return;
+    budget.spend(unsafe { bpf_jiffies64() }, clock)
+}
+
+/// The kind of event a refused frame makes.
+#[inline(always)]
+fn event_kind(port: Option<Direction>) -> EventKind {
+    match port {
+        Some(_) => EventKind::SwitchPort,
+        None => EventKind::Frame,
     }
+}
+
+/// Counts a violation of one partition.
+#[inline(always)]
+fn violation(key: u32) {
+    if let Some(count) = VIOLATIONS.get_ptr_mut(key) {
+        // SAFETY: a live array element, shared between CPUs.
+        unsafe { atomic_inc(count) };
+    }
+}
+
+/// Sends the event of a refused frame that [`refusal`] counted.
+#[inline(always)]
+pub fn report<F: Frame>(
+    frame: &F,
+    outcome: &Outcome,
+    roce: Option<&Roce>,
+    monitor: bool,
+    port: Option<Direction>,
+) {
+    let kind = event_kind(port);
     let mut event = Event {
         reason: outcome.reason as u8,
         monitor: monitor.into(),
@@ -150,18 +168,21 @@ fn report<F: Frame>(
         event.direction = direction as u8;
     }
     if let Some(roce) = roce {
-        event.src = roce.addrs.read(frame, false).unwrap_or_default();
-        event.dst = roce.addrs.read(frame, true).unwrap_or_default();
-        event.qkey = roce.qkey;
-        event.src_qp = roce.src_qp;
-        event.dest_qp = roce.dest_qp;
-        event.pkey = roce.pkey;
-        event.opcode = roce.opcode;
+        event.src = roce.addrs().read(frame, false).unwrap_or_default();
+        event.dst = roce.addrs().read(frame, true).unwrap_or_default();
+        event.qkey = roce.qkey();
+        event.src_qp = roce.src_qp();
+        event.dest_qp = roce.dest_qp();
+        event.pkey = roce.pkey();
+        event.opcode = roce.opcode();
     }
     // A full ring only loses the line (counted); the counters still have
     // the frame.
-    if EVENTS.output(&event, 0).is_err() {
-        budget.lost += 1;
+    if EVENTS.output(&event, 0).is_err()
+        && let Some(budget) = EVENT_BUDGET.get_ptr_mut(kind.index())
+    {
+        // SAFETY: this CPU's slot; nothing else writes it.
+        unsafe { (*budget).lost += 1 };
     }
 }
 

@@ -37,8 +37,8 @@ use maps::{LISTENER_FOUND, REASONS, RulesOf, SENDER, XMIT_REASONS, policy};
 use packet::{Packet, Skb, XdpBytes};
 use pkeyfw_common::{
     Direction, Frame, Outcome, Stamp,
-    abi::{Config, DEFAULT_QP_CAPACITY, KERNEL_SLOTS, QPN_MASK, Setup, role},
-    parse::{self, Located, Parsed},
+    abi::{Config, MIN_QPNS, QPN_MASK, Setup, role},
+    parse::{self, Located, Parsed, Plain},
     stamp::{self, Action, Origin, Plan},
     switch,
     tenant::Step,
@@ -52,7 +52,7 @@ pub static SETUP: Global<Setup> = Global::new(Setup {
     frags: 1,
     coarse_clock: 1,
     _pad: 0,
-    stats_slots: DEFAULT_QP_CAPACITY + KERNEL_SLOTS,
+    qpns: MIN_QPNS,
 });
 
 /// Ingress in the driver (native XDP), multi-buffer aware (`xdp.frags`),
@@ -73,7 +73,7 @@ pub fn pkeyfw_linear(ctx: XdpContext) -> u32 {
 #[inline(always)]
 fn xdp(ctx: *mut xdp_md) -> u32 {
     let frame = Packet::of(ctx);
-    let (located, outcome, port) = if SETUP.load().role == role::SWITCH {
+    let outcome = if SETUP.load().role == role::SWITCH {
         let inbound = Direction::Inbound;
         let (located, outcome) = switch_port(
             &frame,
@@ -81,26 +81,36 @@ fn xdp(ctx: *mut xdp_md) -> u32 {
             || pkeyfw_locate_xdp(ctx),
             |l| pkeyfw_port_xdp(ctx, l, inbound as u32),
         );
-        (located, outcome, inbound as u32)
+        if outcome & PACKED_ALLOWED == 0 {
+            pkeyfw_refused_xdp(ctx, located, outcome, inbound as u32);
+        }
+        outcome
     } else {
         // The host's path runs inline, with no call on a frame that passes
-        // and needs no restore: calls cost (a return thunk each, on CPUs
-        // the kernel guards against return-stack attacks).
-        let located =
-            parse::locate_plain(&frame).map_or_else(|| pkeyfw_locate_xdp(ctx), Located::pack);
-        let mut outcome = host(&frame, located);
+        // and needs no restore, nor on one it refuses: calls cost (a
+        // return thunk each, on CPUs the kernel guards against
+        // return-stack attacks). A CM request QP1 takes, which its
+        // listener decides, is judged in stages of its own.
+        let (located, parsed) = plain_or(&frame, || pkeyfw_locate_xdp(ctx));
+        let mut outcome = host(
+            &frame,
+            parsed,
+            Some(|outcome| {
+                pkeyfw_report_xdp(ctx, located, outcome);
+            }),
+        );
         if outcome & PACKED_REQUEST != 0 {
             let listening = pkeyfw_listening(pkeyfw_listener_xdp(ctx, located));
             outcome = pkeyfw_request_xdp(ctx, located, listening);
+            if outcome & PACKED_ALLOWED == 0 {
+                pkeyfw_refused_xdp(ctx, located, outcome, NO_PORT);
+            }
         }
         if outcome & PACKED_RESTORE != 0 {
             account::restored(pkeyfw_restore_xdp(ctx, located));
         }
-        (located, outcome, NO_PORT)
+        outcome
     };
-    if outcome & PACKED_ALLOWED == 0 {
-        pkeyfw_refused_xdp(ctx, located, outcome, port);
-    }
     if trace::on() {
         trace::emit(&Packet::of(ctx));
     }
@@ -132,8 +142,11 @@ pub fn pkeyfw_ingress(ctx: TcContext) -> i32 {
         // The verdict a stage of its own: the skb helpers' buffers would
         // take this frame's stack, and its calls', past the 512 bytes a
         // chain of calls may have (Linux 5.10 counts every chain).
-        let located =
-            parse::locate_plain(&frame).map_or_else(|| pkeyfw_locate_skb(skb), Located::pack);
+        let located = match parse::plain(&frame) {
+            Plain::Roce(roce) => roce.located_bits(),
+            Plain::NotRoce => Located::NotRoce.pack(),
+            Plain::Walk => pkeyfw_locate_skb(skb),
+        };
         let mut outcome = pkeyfw_host_skb(skb, located);
         if outcome & PACKED_REQUEST != 0 {
             let listening = pkeyfw_listening(pkeyfw_listener_skb(skb, located));
@@ -168,7 +181,7 @@ pub fn pkeyfw_stamp(ctx: TcContext) -> i32 {
             |l| pkeyfw_port_skb(skb, l, outbound as u32),
         );
         tc_verdict(skb, located, outcome, outbound as u32)
-    } else if stamp::stamping(&policy().1) {
+    } else if stamp::stamping(policy().1) {
         pkeyfw_stamp_skb(skb, pkeyfw_locate_skb(skb))
     } else {
         TC_ACT_UNSPEC
@@ -189,7 +202,7 @@ fn switch_port<F: Frame>(
     locate: impl FnOnce() -> u64,
     port: impl FnOnce(u64) -> u64,
 ) -> (u64, u64) {
-    if !switch::reads(frame, &policy().1, direction) {
+    if !switch::reads(frame, policy().1, direction) {
         return (Located::NotRoce.pack(), PACKED_ALLOWED | PACKED_PASS);
     }
     let located = locate();
@@ -238,7 +251,11 @@ pub extern "C" fn pkeyfw_locate_skb(ctx: *mut __sk_buff) -> u64 {
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn pkeyfw_host_skb(ctx: *mut __sk_buff, located: u64) -> u64 {
-    host(&Skb(tc(ctx)), located)
+    let skb = Skb(tc(ctx));
+    // The program counts and reports a refused frame, in a stage of its
+    // own (`pkeyfw_refused_skb`): the skb helpers' buffers would take this
+    // stage past the stack a chain of calls may have.
+    host(&skb, roce(&skb, located), None::<fn(u64)>)
 }
 
 /// Who made the listener a CM request QP1 took (`PACKED_REQUEST`) names
@@ -343,6 +360,23 @@ pub extern "C" fn pkeyfw_stamp_skb(ctx: *mut __sk_buff, located: u64) -> i32 {
     egress(tc(ctx), located)
 }
 
+/// Sends the event of a refused frame a host port judged, whose budget the
+/// verdict spent: the verdict (`Outcome::pack`). Returns 0.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn pkeyfw_report_xdp(ctx: *mut xdp_md, located: u64, outcome: u64) -> u32 {
+    let frame = Packet::of(ctx);
+    let outcome = Outcome::unpack(outcome, None);
+    // Refused and passed all the same: monitored.
+    let monitor = outcome.pass;
+    // Each case its own call: no `Option<Roce>` (see `account::refused`).
+    match roce(&frame, located).roce() {
+        Some(roce) => account::report(&frame, &outcome, Some(&roce), monitor, None),
+        None => account::report(&frame, &outcome, None, monitor, None),
+    }
+    0
+}
+
 /// Counts a refused frame against its partition and reports it: the
 /// verdict (`Outcome::pack`, with the P_Key the frame came with: a rewrite
 /// may have changed it since), and the direction a switch port refused it
@@ -381,19 +415,46 @@ fn roce<F: Frame>(frame: &F, located: u64) -> Parsed {
     Located::unpack(located).read(frame)
 }
 
-/// Judges a received frame and counts it; returns the verdict
-/// (`Outcome::pack`), with `PACKED_RESTORE` where the frame's stamped
-/// P_Key is to be restored: after the verdict, which judged the stamped
-/// P_Key, since the local rxe accepts only 0xFFFF. A CM request QP1 takes
-/// comes back `PACKED_REQUEST`, uncounted, for its listener to decide
-/// (`request`).
+/// A frame classified inline where it is plain (`parse::plain`), else
+/// located by a stage (`locate`) and its transport headers read: where its
+/// headers are (`Located::pack`), and what they say.
 #[inline(always)]
-fn host<F: Frame>(frame: &F, located: u64) -> u64 {
-    let (live, config) = policy();
-    match verdict::judge_but_requests(frame, roce(frame, located), &live, &config) {
-        (_, true) => PACKED_REQUEST,
-        (outcome, false) => counted(&outcome, &config),
+fn plain_or<F: Frame>(frame: &F, locate: impl FnOnce() -> u64) -> (u64, Parsed) {
+    match parse::plain(frame) {
+        Plain::Roce(roce) => (roce.located_bits(), Parsed::of(roce)),
+        Plain::NotRoce => (Located::NotRoce.pack(), Parsed::NOT_ROCE),
+        Plain::Walk => {
+            let located = locate();
+            (located, roce(frame, located))
+        }
     }
+}
+
+/// Judges a received frame (classified as `parsed`) and counts it; with
+/// `report`, a refused one against its partition too, and its event (if
+/// this CPU's budget allows one) is sent by `report`, given the packed
+/// verdict (without, the program counts and reports it in a stage of its
+/// own). Returns the verdict (`Outcome::pack`), with `PACKED_RESTORE`
+/// where the frame's stamped P_Key is to be restored: after the verdict,
+/// which judged the stamped P_Key, since the local rxe accepts only
+/// 0xFFFF. A CM request QP1 takes comes back `PACKED_REQUEST`, uncounted,
+/// for its listener to decide (`request`).
+#[inline(always)]
+fn host<F: Frame>(frame: &F, parsed: Parsed, report: Option<impl FnOnce(u64)>) -> u64 {
+    let (live, config) = policy();
+    let outcome = match verdict::judge_but_requests(frame, parsed, &live, config) {
+        (_, true) => return PACKED_REQUEST,
+        (outcome, false) => outcome,
+    };
+    // With the headers and the policy the verdict read: a flood of
+    // refused frames makes no call once the budget is spent.
+    if !outcome.allowed
+        && let Some(report) = report
+        && account::refusal(&live, &outcome, parsed.roce().as_ref(), None)
+    {
+        report(outcome.pack());
+    }
+    counted(&outcome, config)
 }
 
 /// Who made the listener a CM request names, left in `LISTENER_FOUND`
@@ -401,9 +462,9 @@ fn host<F: Frame>(frame: &F, located: u64) -> u64 {
 #[inline(always)]
 fn listener<F: Frame>(frame: &F, located: u64) -> u64 {
     let (live, _) = policy();
-    let found = match roce(frame, located) {
-        Parsed::Roce(roce) => verdict::listener(frame, &roce, &live),
-        _ => Err(Listening::Unreadable),
+    let found = match roce(frame, located).roce() {
+        Some(roce) => verdict::listener(frame, &roce, &live),
+        None => Err(Listening::Unreadable),
     };
     match (found, LISTENER_FOUND.get_ptr_mut(0)) {
         (Ok(creator), Some(slot)) => {
@@ -418,16 +479,16 @@ fn listener<F: Frame>(frame: &F, located: u64) -> u64 {
 }
 
 /// The verdict on a CM request QP1 took (see `pkeyfw_request_xdp`), as
-/// `host` returns one.
+/// `host` returns one; the program reports it if refused.
 #[inline(always)]
 fn request<F: Frame>(frame: &F, located: u64, listening: u64) -> u64 {
     let (live, config) = policy();
-    let outcome = match roce(frame, located) {
-        Parsed::Roce(roce) => verdict::request(&roce, Listening::unpack(listening), &live, &config),
+    let outcome = match roce(frame, located).roce() {
+        Some(roce) => verdict::request(&roce, Listening::unpack(listening), &live, config),
         // Read as RoCE a moment ago, by the same code.
-        _ => verdict::judge_parsed(frame, Parsed::Malformed, &live, &config),
+        None => verdict::judge_parsed(frame, Parsed::MALFORMED, &live, config),
     };
-    counted(&outcome, &config)
+    counted(&outcome, config)
 }
 
 /// Counts a received frame's verdict; the verdict packed, with
@@ -462,7 +523,7 @@ fn port<F: Frame>(
     };
     let (live, config) = policy();
     let parsed = roce(frame, located);
-    let Some(action) = switch::judge_parsed(frame, parsed, &live, &config, direction) else {
+    let Some(action) = switch::judge_parsed(frame, parsed, &live, config, direction) else {
         return PACKED_ALLOWED | PACKED_PASS;
     };
     let todo = action.rewrite;
@@ -498,7 +559,7 @@ fn restore<F: Frame>(
     located: u64,
     rewrite: impl Fn(&Plan) -> Result<(), Stamp>,
 ) -> Stamp {
-    let Parsed::Roce(roce) = roce(frame, located) else {
+    let Some(roce) = roce(frame, located).roce() else {
         return Stamp::NotRoce;
     };
     match stamp::plan(frame, &roce, pkeyfw_common::pkey::DEFAULT).and_then(|plan| rewrite(&plan)) {
@@ -523,12 +584,12 @@ fn refused<F: Frame>(frame: &F, located: u64, outcome: u64, port: u32) {
     // passed to be refused further on).
     let monitor = outcome.pass && !outcome.corrupt;
     // Each case its own call: no `Option<Roce>` (see `account::refused`).
-    match roce(frame, located) {
-        Parsed::Roce(mut roce) => {
-            roce.pkey = pkey;
+    match roce(frame, located).roce() {
+        Some(roce) => {
+            let roce = roce.with_pkey(pkey);
             account::refused(frame, &live, &outcome, Some(&roce), monitor, port)
         }
-        _ => account::refused(frame, &live, &outcome, None, monitor, port),
+        None => account::refused(frame, &live, &outcome, None, monitor, port),
     }
 }
 
@@ -538,7 +599,7 @@ fn egress(ctx: TcContext, located: u64) -> i32 {
     let (live, config) = policy();
     let skb = Skb(ctx);
     let parse = || roce(&skb, located);
-    let counted = match stamp::egress_parsed(&skb, parse, &live, &config, || origin(&skb.0)) {
+    let counted = match stamp::egress_parsed(&skb, parse, &live, config, || origin(&skb.0)) {
         None => return TC_ACT_UNSPEC,
         Some(Action::Leave(outcome)) => Ok(outcome),
         Some(Action::Drop(why)) => Err(why),

@@ -3,20 +3,20 @@
 
 use aya_ebpf::{
     Global,
-    bindings::BPF_F_NO_PREALLOC,
-    btf_maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, Stack},
+    bindings::{BPF_F_MMAPABLE, BPF_F_NO_PREALLOC},
+    btf_maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     macros::btf_map,
 };
 use pkeyfw_common::{
     Capture, Stamp, Tables,
     abi::{
-        BindSpec, Config, Creation, DEFAULT_QP_CAPACITY, EVENTS_BYTES, Event, EventBudget,
-        EventKind, GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, KERNEL_SLOTS,
-        KernelSlot, ListenKey, MAX_RULES, PARTITIONS, QUARANTINE_WORDS, QpEntry, QpStats,
-        REPORTS_BYTES, SWITCH_PORTS, SenderLayout, VIOLATION_SLOTS,
+        BindSpec, Config, Creation, EVENTS_BYTES, Event, EventBudget, EventKind, GENERATIONS,
+        GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, ListenKey, MAX_RULES, MIN_QPNS,
+        PARTITIONS, PROBE_ROOM, QUARANTINE_WORDS, QpEntry, QpStats, REPORTS_BYTES, SWITCH_PORTS,
+        SenderLayout, VIOLATION_SLOTS,
         cm::{CONNECTION_CAPACITY, LISTEN_CAPACITY, cm_state},
         counters::REASON_SLOTS,
-        listed_key, port_entry_flags, port_key_index, qp_key, quarantine_bit,
+        listed_key, port_entry_flags, port_key_index, qp_index, quarantine_bit,
     },
     tenant::Rules,
 };
@@ -24,6 +24,10 @@ use pkeyfw_common::{
 /// The hash maps' flags: entries are allocated as they are made, so that
 /// memory follows what is bound rather than the capacity.
 const GROWN: usize = BPF_F_NO_PREALLOC as usize;
+/// The QP table's: its memory can be mapped, so that the loader publishes
+/// an entry with one atomic store (an update through the system call
+/// copies it with `memcpy`, which a frame could read half-done).
+pub const MAPPED: usize = BPF_F_MMAPABLE as usize;
 
 /// `LAYOUT_VERSION`, written by the loader: what a later pkeyfw checks
 /// before it reads these maps through their pins.
@@ -35,10 +39,11 @@ pub static ACTIVE: Array<u32, 1> = Array::new();
 /// Per generation: default P_Key, unknown-QP rule, monitor flag.
 #[btf_map]
 pub static CONFIG: Array<Config, { GENERATIONS as usize }> = Array::new();
-/// (generation, QPN) → the receiving QP's type, P_Key, Q_Key, stats slot.
+/// `qp_index(generation, QPN)` → the receiving QP's type, P_Key, Q_Key and
+/// flags, one u64 (`QpEntry::to_bits`): an array, whose lookup the kernel
+/// inlines (no call), indexed by QPN, which rdma_rxe keeps below 2^20.
 #[btf_map]
-pub static QPS: HashMap<u32, QpEntry, { (GENERATIONS * DEFAULT_QP_CAPACITY) as usize }, GROWN> =
-    HashMap::new();
+pub static QPS: Array<u64, { (GENERATIONS * MIN_QPNS) as usize }, MAPPED> = Array::new();
 /// (generation, multicast address) → the group's P_Key and Q_Key.
 #[btf_map]
 pub static GROUPS: HashMap<GroupKey, GroupEntry, { GROUP_CAPACITY as usize }, GROWN> =
@@ -55,11 +60,9 @@ pub static PORT_KEYS: Array<u32, { (GENERATIONS * PARTITIONS) as usize }> = Arra
 pub static REASONS: PerCpuArray<u64, REASON_SLOTS> = PerCpuArray::new();
 #[btf_map]
 pub static XMIT_REASONS: PerCpuArray<u64, REASON_SLOTS> = PerCpuArray::new();
-/// Frames passed and dropped per QP-table entry, per CPU
-/// (`qp_stats_index`).
+/// Frames passed and dropped per QPN's entry, per CPU (`qp_stats_index`).
 #[btf_map]
-pub static QP_STATS: Array<QpStats, { (DEFAULT_QP_CAPACITY + KERNEL_SLOTS) as usize }> =
-    Array::new();
+pub static QP_STATS: Array<QpStats, { MIN_QPNS as usize }> = Array::new();
 
 /// Frames per stamping outcome, per CPU.
 #[btf_map]
@@ -73,24 +76,16 @@ pub static CAPTURES: PerCpuArray<u64, { Capture::COUNT }> = PerCpuArray::new();
 pub static SENDER: Global<SenderLayout> = Global::new(SenderLayout::NONE);
 
 /// The `[[bind]]` rules, per generation, that the QP-creation probe
-/// matches; the probe's stats slots (QPN → slot, the freed ones, the
-/// number ever handed out); the
-/// Q_Key each QP's program set: written by the probes and the loader,
-/// declared here so that they are pinned with the filter.
+/// matches; the Q_Key each QP's program set: written by the probes and the
+/// loader, declared here so that they are pinned with the filter.
 #[btf_map]
 pub static BIND_RULES: Array<BindSpec, { (GENERATIONS * MAX_RULES) as usize }> = Array::new();
 #[btf_map]
-pub static KSLOTS: HashMap<u32, KernelSlot, { KERNEL_SLOTS as usize }, GROWN> = HashMap::new();
-#[btf_map]
-pub static FREE_SLOTS: Stack<u32, { KERNEL_SLOTS as usize }> = Stack::new();
-#[btf_map]
-pub static NEXT_SLOT: Array<u64, 1> = Array::new();
-#[btf_map]
-pub static QKEYS: HashMap<u32, u32, { KERNEL_SLOTS as usize }, GROWN> = HashMap::new();
+pub static QKEYS: HashMap<u32, u32, { PROBE_ROOM as usize }, GROWN> = HashMap::new();
 /// Who made each QP, as the QP-creation probe saw it (read by the loader
 /// only: every later match of the rules).
 #[btf_map]
-pub static CREATIONS: HashMap<u32, Creation, { KERNEL_SLOTS as usize }, GROWN> = HashMap::new();
+pub static CREATIONS: HashMap<u32, Creation, { PROBE_ROOM as usize }, GROWN> = HashMap::new();
 /// One bit per QPN: a QP a `[[bind]]` rule would bind that the QP-creation
 /// probe had no room for. Always has room (2 MiB for every QPN); a frame
 /// to or from such a QP is refused until it is bound or destroyed.
@@ -143,17 +138,16 @@ pub static REPORTS: RingBuf<Event, { REPORTS_BYTES as usize }> = RingBuf::new();
 #[btf_map]
 pub static EVENT_BUDGET: PerCpuArray<EventBudget, { EventKind::COUNT }> = PerCpuArray::new();
 
-/// The policy in force: its generation's maps and settings.
+/// The policy in force: its generation's maps and settings. The settings
+/// where the map keeps them, each read where it is used (a copy would be
+/// read whole, and kept on the stack through the verdict).
 #[inline(always)]
-pub fn policy() -> (Generation, Config) {
+pub fn policy() -> (Generation, &'static Config) {
     let generation = match ACTIVE.get(0) {
         Some(g) => *g & 1,
         None => 0,
     };
-    let config = match CONFIG.get(generation) {
-        Some(c) => *c,
-        None => Config::default(),
-    };
+    let config = CONFIG.get(generation).unwrap_or(&NO_CONFIG);
     (
         Generation {
             generation,
@@ -163,6 +157,17 @@ pub fn policy() -> (Generation, Config) {
     )
 }
 
+/// The settings where `CONFIG` has none (it always has both generations').
+static NO_CONFIG: Config = Config {
+    default_pkey: 0,
+    unknown_qp: 0,
+    monitor: 0,
+    stamp: 0,
+    switch: 0,
+    access_pkey: 0,
+    port_serial: 0,
+};
+
 /// The maps of one policy generation: what the verdict reads.
 pub struct Generation {
     pub generation: u32,
@@ -171,10 +176,13 @@ pub struct Generation {
 }
 
 impl Tables for Generation {
+    /// One 8-byte load of the entry, wherever a writer is: the old entry
+    /// or the new one, never part of each.
     #[inline(always)]
     fn qp(&self, qpn: u32) -> Option<QpEntry> {
-        // SAFETY: the value is copied out at once.
-        unsafe { QPS.get(&qp_key(self.generation, qpn)).copied() }
+        let word = QPS.get_ptr(qp_index(self.generation, qpn))?;
+        // SAFETY: a live, 8-byte aligned array element.
+        QpEntry::from_bits(unsafe { core::ptr::read_volatile(word) })
     }
 
     #[inline(always)]

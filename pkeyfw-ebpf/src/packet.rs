@@ -5,11 +5,11 @@
 use aya_ebpf::{
     EbpfContext as _,
     bindings::{__sk_buff, BPF_F_MARK_MANGLED_0, xdp_md},
-    helpers::{bpf_xdp_get_buff_len, bpf_xdp_load_bytes, bpf_xdp_store_bytes},
+    helpers::{bpf_skb_load_bytes, bpf_xdp_get_buff_len, bpf_xdp_load_bytes, bpf_xdp_store_bytes},
     programs::TcContext,
 };
 use pkeyfw_common::{
-    Frame, Stamp,
+    Copied, Frame, InPlace, Stamp, Window,
     frame::MAX_OFFSET,
     stamp::{Plan, UDP_CHECK},
 };
@@ -47,6 +47,21 @@ impl Frame for Packet {
         }
         // SAFETY: within [data, data_end); header types are plain bytes.
         Some(unsafe { load_packet(at) })
+    }
+
+    type Bytes<const LEN: usize> = InPlace;
+
+    #[inline(always)]
+    fn window<const LEN: usize>(&self, off: usize) -> Option<Window<'_, InPlace, LEN>> {
+        if off > MAX_OFFSET {
+            return None;
+        }
+        let at = self.start + bounded(off);
+        if at + LEN > self.end {
+            return None;
+        }
+        // SAFETY: within [data, data_end), as the verifier sees.
+        Some(unsafe { Window::new(InPlace(at)) })
     }
 
     /// The linear part and any fragments (a multi-buffer frame); where
@@ -202,12 +217,36 @@ impl XdpBytes {
 pub struct Skb(pub TcContext);
 
 impl Frame for Skb {
+    /// Copied out through the helper, which also reaches the skb's pages.
+    type Bytes<const LEN: usize> = Copied<LEN>;
+
     #[inline(always)]
     fn header<T: Copy>(&self, off: usize) -> Option<T> {
         if off > MAX_OFFSET {
             return None;
         }
         self.0.load::<T>(off).ok()
+    }
+
+    /// Into a buffer set before the helper writes it: a failed copy must
+    /// leave no byte undefined on any path (the verifier refuses a value
+    /// the compiler kept from an uninitialised buffer, even unused).
+    #[inline(always)]
+    fn window<const LEN: usize>(&self, off: usize) -> Option<Window<'_, Copied<LEN>, LEN>> {
+        if off > MAX_OFFSET {
+            return None;
+        }
+        let mut bytes = Copied([0; LEN]);
+        // SAFETY: a live skb and a buffer of LEN bytes.
+        let copied = unsafe {
+            bpf_skb_load_bytes(
+                self.0.as_ptr(),
+                off as u32,
+                bytes.0.as_mut_ptr().cast(),
+                LEN as u32,
+            )
+        } == 0;
+        copied.then(|| Window::copied(bytes))
     }
 
     #[inline(always)]

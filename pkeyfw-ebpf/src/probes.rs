@@ -13,14 +13,19 @@
 //!   return probe, undoes it if the call failed.
 //! - `pkeyfw_resource_removed` (rdma_restrack_finish_del, or
 //!   rdma_restrack_del, reached once a destroy succeeded) unbinds a
-//!   destroyed QP if a rule bound it, frees its stats slot and forgets its
-//!   Q_Key.
+//!   destroyed QP if a rule bound it and forgets its Q_Key.
 //! - `pkeyfw_join` reports a QP that joins a multicast group of another
 //!   partition (ib_attach_mcast), at the verb's entry; under `foreign_join
 //!   = "kill"` it SIGKILLs the joining process of a bound QP.
 //!
 //! Every probe that decides acts at an entry: a return probe's instances
 //! are limited, and a tenant can hold them all.
+//!
+//! A QP-table entry is one u64 the XDP program reads with one load: the
+//! probes store a whole new word, or exchange one for another atomically
+//! where what they write depends on what they read ([`replace`]), so that
+//! no frame sees part of an entry and no entry another writer stored
+//! meanwhile is lost.
 #![no_std]
 #![no_main]
 #![feature(asm_experimental_arch)]
@@ -29,10 +34,12 @@ mod cm;
 mod kernel;
 mod task;
 
+use core::ptr;
+
 use aya_ebpf::{
     Global,
-    bindings::{BPF_F_NO_PREALLOC, BPF_RB_FORCE_WAKEUP},
-    btf_maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, Stack},
+    bindings::{BPF_F_MMAPABLE, BPF_F_NO_PREALLOC, BPF_RB_FORCE_WAKEUP},
+    btf_maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     helpers::{
         bpf_get_current_pid_tgid, bpf_jiffies64, bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes,
         generated,
@@ -45,10 +52,10 @@ use kernel::read;
 use pkeyfw_common::{
     Capture,
     abi::{
-        BindSpec, Config, Creation, DEFAULT_QP_CAPACITY, Event, EventBudget, EventKind,
-        GENERATIONS, GROUP_CAPACITY, GroupEntry, GroupKey, JoinAction, KERNEL_SLOTS, KernelSlot,
-        MAX_RULES, QPN_MASK, QUARANTINE_WORDS, QpEntry, QpLayout, QpStats, QpType, REPORTS_BYTES,
-        qp_flags, qp_key, qp_stats_index, quarantine_bit,
+        BindSpec, Config, Creation, Event, EventBudget, EventKind, GENERATIONS, GROUP_CAPACITY,
+        GroupEntry, GroupKey, JoinAction, MAX_RULES, MIN_QPNS, PROBE_ROOM, QPN_MASK,
+        QUARANTINE_WORDS, QpEntry, QpLayout, QpStats, QpType, REPORTS_BYTES, qp_flags, qp_index,
+        qp_stats_index, quarantine_bit,
     },
     capture, tenant,
 };
@@ -69,6 +76,8 @@ static PENDING: LruHashMap<u64, Pending, 4096> = LruHashMap::new();
 
 /// As the filter object's hash maps: allocated as entries are made.
 const GROWN: usize = BPF_F_NO_PREALLOC as usize;
+/// As the filter object's QP table: its memory mapped by the loader.
+const MAPPED: usize = BPF_F_MMAPABLE as usize;
 
 /// The filter's maps, shared through their pins (same definitions as in
 /// the filter object; the loader sets the real sizes).
@@ -79,28 +88,21 @@ static JOIN_ACTION: Array<JoinAction, { GENERATIONS as usize }> = Array::new();
 #[btf_map]
 static CONFIG: Array<Config, { GENERATIONS as usize }> = Array::new();
 #[btf_map]
-static QPS: HashMap<u32, QpEntry, { (GENERATIONS * DEFAULT_QP_CAPACITY) as usize }, GROWN> =
-    HashMap::new();
+static QPS: Array<u64, { (GENERATIONS * MIN_QPNS) as usize }, MAPPED> = Array::new();
 #[btf_map]
 static GROUPS: HashMap<GroupKey, GroupEntry, { GROUP_CAPACITY as usize }, GROWN> = HashMap::new();
 #[btf_map]
 static CAPTURES: PerCpuArray<u64, { Capture::COUNT }> = PerCpuArray::new();
 #[btf_map]
-static QP_STATS: Array<QpStats, { (DEFAULT_QP_CAPACITY + KERNEL_SLOTS) as usize }> = Array::new();
+static QP_STATS: Array<QpStats, { MIN_QPNS as usize }> = Array::new();
 #[btf_map]
 static BIND_RULES: Array<BindSpec, { (GENERATIONS * MAX_RULES) as usize }> = Array::new();
 #[btf_map]
-static KSLOTS: HashMap<u32, KernelSlot, { KERNEL_SLOTS as usize }, GROWN> = HashMap::new();
-#[btf_map]
-static FREE_SLOTS: Stack<u32, { KERNEL_SLOTS as usize }> = Stack::new();
-#[btf_map]
-static NEXT_SLOT: Array<u64, 1> = Array::new();
-#[btf_map]
-static QKEYS: HashMap<u32, u32, { KERNEL_SLOTS as usize }, GROWN> = HashMap::new();
+static QKEYS: HashMap<u32, u32, { PROBE_ROOM as usize }, GROWN> = HashMap::new();
 #[btf_map]
 static QUARANTINE: Array<u64, { QUARANTINE_WORDS as usize }> = Array::new();
 #[btf_map]
-static CREATIONS: HashMap<u32, Creation, { KERNEL_SLOTS as usize }, GROWN> = HashMap::new();
+static CREATIONS: HashMap<u32, Creation, { PROBE_ROOM as usize }, GROWN> = HashMap::new();
 /// The probes' own ring: no flood of refused frames (`EVENTS`) leaves a
 /// report no room.
 #[btf_map]
@@ -182,13 +184,7 @@ pub fn pkeyfw_modified(ctx: RetProbeContext) -> u32 {
 fn qkey_unset(qpn: u32) {
     let _ = QKEYS.remove(&qpn);
     for g in 0..GENERATIONS {
-        let key = qp_key(g, qpn);
-        // SAFETY: the value is copied out at once.
-        if let Some(entry) = unsafe { QPS.get(&key) }.copied()
-            && let Some(new) = tenant::qkey_unset(entry)
-        {
-            let _ = QPS.insert(&key, &new, 0);
-        }
+        update(g, qpn, |e| tenant::qkey_unset(e).map(Some));
     }
 }
 
@@ -206,17 +202,16 @@ fn set_qkey(qpn: u32, qkey: u32, tell: bool) {
     let _ = QKEYS.insert(&qpn, &qkey, 0);
     let live = Live::now().generation;
     for g in [live, 1 - live] {
-        let key = qp_key(g, qpn);
-        // SAFETY: the value is copied out at once.
-        let Some(entry) = (unsafe { QPS.get(&key) }).copied() else {
+        let Some(entry) = entry(g, qpn) else {
             continue;
         };
         let Some((new, outcome)) = tenant::qkey_set(entry, qkey) else {
             continue;
         };
-        // A whole new value: a frame sees the old entry or the new one.
-        if let Some(new) = new {
-            let _ = QPS.insert(&key, &new, 0);
+        if new.is_some() {
+            update(g, qpn, |e| {
+                tenant::qkey_set(e, qkey).and_then(|(new, _)| new).map(Some)
+            });
         }
         if g == live && tell {
             count(outcome);
@@ -237,9 +232,10 @@ fn set_qkey(qpn: u32, qkey: u32, tell: bool) {
 /// rdma_restrack_finish_del(res) (or rdma_restrack_del on kernels without
 /// the two-step delete): a resource leaves the RDMA core's table; for a QP,
 /// after its driver destroyed it. An entry probe, so none is missed.
-/// The QP's bindings go only if the probe's slot for its QPN is still this
-/// QP's: rxe may hand the number to a new QP before the old one's
-/// destruction gets here, and the new QP's binding must stay.
+/// The QP's bindings go only if the record of its QPN is still this QP's
+/// (or there is none: bound by userspace, if at all): rxe may hand the
+/// number to a new QP before the old one's destruction gets here, and the
+/// new QP's binding must stay.
 #[kprobe]
 pub fn pkeyfw_resource_removed(ctx: ProbeContext) -> u32 {
     let layout = LAYOUT.load();
@@ -250,41 +246,32 @@ pub fn pkeyfw_resource_removed(ctx: ProbeContext) -> u32 {
         return 0;
     };
     // SAFETY: the value is copied out at once.
-    if unsafe { CREATIONS.get(&qpn) }.is_some_and(|c| c.qp == qp as u64) {
-        let _ = CREATIONS.remove(&qpn);
-    }
-    // SAFETY: the value is copied out at once.
-    let slot = match unsafe { KSLOTS.get(&qpn) }.copied() {
-        Some(k) if k.qp == qp as u64 => Some(k.slot),
+    match unsafe { CREATIONS.get(&qpn) }.map(|c| c.qp) {
+        Some(made) if made == qp as u64 => {
+            let _ = CREATIONS.remove(&qpn);
+        }
         // Another QP's now: its bindings stay.
         Some(_) => return 0,
-        // Bound by userspace, if at all.
-        None => None,
-    };
-    unbind(qpn, slot);
+        None => {}
+    }
+    unbind(qpn);
     0
 }
 
 /// A destroyed QP's rule bindings go (a `[[qp]]` entry names a QPN, not a
-/// QP, and stays), with its Q_Key, and the probe's stats slot it held is
-/// free again.
-fn unbind(qpn: u32, slot: Option<u32>) {
-    for g in 0..GENERATIONS {
-        let key = qp_key(g, qpn);
-        // SAFETY: the value is copied out at once.
-        if let Some(e) = unsafe { QPS.get(&key) }.copied()
-            && e.flags & qp_flags::RULE != 0
-        {
-            let _ = QPS.remove(&key);
-        }
-    }
+/// QP, and stays), with its Q_Key and its quarantine.
+fn unbind(qpn: u32) {
+    unbind_rules(qpn);
     let _ = QKEYS.remove(&qpn);
     quarantine(qpn, false);
-    // Whoever removes the entry frees the slot, once.
-    if let Some(slot) = slot
-        && KSLOTS.remove(&qpn).is_ok()
-    {
-        let _ = FREE_SLOTS.push(&slot, 0);
+}
+
+/// Removes QPN `qpn`'s rule bindings from both generations (a `[[qp]]`
+/// entry stays): each a stored zero, where the entry is still the one read.
+#[inline(always)]
+fn unbind_rules(qpn: u32) {
+    for g in 0..GENERATIONS {
+        update(g, qpn, |e| (e.flags & qp_flags::RULE != 0).then_some(None));
     }
 }
 
@@ -423,13 +410,8 @@ impl Live {
     /// payload, copied out, is what the verifier refuses.)
     #[inline(always)]
     pub(crate) fn binding(&self, qpn: u32) -> Option<QpEntry> {
-        // SAFETY: the values are copied out at once.
-        unsafe { QPS.get(&qp_key(self.generation, qpn)) }
-            .or_else(|| {
-                unsafe { QPS.get(&qp_key(self.generation ^ 1, qpn)) }
-                    .filter(|e| e.flags & qp_flags::PROBE != 0)
-            })
-            .copied()
+        entry(self.generation, qpn)
+            .or_else(|| entry(self.generation ^ 1, qpn).filter(|e| e.flags & qp_flags::PROBE != 0))
     }
 
     /// Local QP `qpn` joining group `addr`: the P_Key of its binding (0
@@ -570,7 +552,7 @@ fn created(layout: &QpLayout, qp: *const u8, kernel: [u64; 2], ports: [u16; 2]) 
                     // number left (its destruction unseen) is its.
                     let _ = QKEYS.remove(&qpn);
                     if CREATIONS.insert(&qpn, &m.creator, 0).is_ok() {
-                        bind(qp, transport, m);
+                        bind(transport, m);
                     } else {
                         unrecorded(qpn);
                     }
@@ -595,13 +577,7 @@ fn created(layout: &QpLayout, qp: *const u8, kernel: [u64; 2], ports: [u16; 2]) 
 #[inline(never)]
 fn unrecorded(qpn: u32) {
     // No earlier QP's rule binding of the number is this one's.
-    for g in 0..GENERATIONS {
-        let key = qp_key(g, qpn);
-        // SAFETY: the value is copied out at once.
-        if unsafe { QPS.get(&key) }.is_some_and(|e| e.flags & qp_flags::RULE != 0) {
-            let _ = QPS.remove(&key);
-        }
-    }
+    unbind_rules(qpn);
     quarantine(qpn, true);
     count(Capture::Quarantined);
     report(Event {
@@ -623,12 +599,8 @@ fn unrecorded(qpn: u32) {
 /// QP with this number (its destruction unseen) goes. (A reload writes the
 /// idle generation from RDMA netlink and binds what it missed once live.)
 #[inline(always)]
-fn bind(qp: *const u8, transport: QpType, m: &mut Matching) {
+fn bind(transport: QpType, m: &mut Matching) {
     let (qpn, g) = (m.qpn, Live::now().generation);
-    let key = qp_key(g, qpn);
-    // SAFETY: the value is copied out at once.
-    let old = unsafe { QPS.get(&key) }.copied();
-    let entry = old.is_some_and(|e| e.flags & qp_flags::RULE == 0);
     let i = first_match(g, m);
     // The rule where the map keeps it, not a copy: this frame, the rule
     // match's and its loop body's stack together must stay within 512
@@ -640,50 +612,147 @@ fn bind(qp: *const u8, transport: QpType, m: &mut Matching) {
     };
     let owned = BIND_RULES.get(g * MAX_RULES).is_some_and(BindSpec::owned);
     if tenant::foreign(rule, owned) {
-        refuse_foreign(qpn, key, rule.map_or(0, |r| r.pkey), m.creator.pid);
+        refuse_foreign(g, qpn, rule.map_or(0, |r| r.pkey), m.creator.pid);
         return;
     }
+    let Some(word) = word(g, qpn) else {
+        // Beyond the table: no entry can hold it.
+        if let Some(rule) = rule {
+            refuse(qpn, rule.pkey);
+        }
+        return;
+    };
+    // SAFETY: a live, 8-byte aligned array element.
+    let old = QpEntry::from_bits(unsafe { ptr::read_volatile(word) });
+    let entry = old.is_some_and(|e| e.flags & qp_flags::RULE == 0);
     let Some(rule) = rule.filter(|r| !entry || r.beats_entries()) else {
         if old.is_some() && !entry {
-            let _ = QPS.remove(&key);
+            unbind_rules(qpn);
         }
         return;
     };
     // SAFETY: the value is copied out at once.
     let qkey = unsafe { QKEYS.get(&qpn) }.copied();
-    let bound = stats_slot(qpn, qp).is_some_and(|slot| {
-        QPS.insert(&key, &rule.entry(transport, slot, qkey), 0)
-            .is_ok()
+    // A new QP's counters start from zero, before a frame can find it.
+    zero_stats(qpn);
+    // One store of the whole word: the binding the creator earns stands
+    // whatever was there.
+    // SAFETY: a live, 8-byte aligned array element.
+    unsafe { ptr::write_volatile(word, rule.entry(transport, qkey).to_bits()) };
+    quarantine(qpn, false);
+    count(Capture::Bound);
+}
+
+/// A QP a rule would bind that has no room in the QP table (its QPN beyond
+/// it): quarantined, its frames refused until it is bound or destroyed.
+#[inline(never)]
+fn refuse(qpn: u32, pkey: u16) {
+    quarantine(qpn, true);
+    count(Capture::Quarantined);
+    report(Event {
+        dest_qp: qpn,
+        pkey,
+        kind: EventKind::Quarantined as u8,
+        ..Event::default()
     });
-    quarantine(qpn, !bound);
-    if bound {
-        count(Capture::Bound);
-    } else {
-        // No earlier QP's binding is this one's; and no frame may take
-        // this QP for one no rule binds.
-        let _ = QPS.remove(&key);
-        count(Capture::Quarantined);
-        report(Event {
-            dest_qp: qpn,
-            pkey: rule.pkey,
-            kind: EventKind::Quarantined as u8,
-            ..Event::default()
-        });
-        warn!(
-            &(),
-            "QP {}: no room to bind it at creation (QP table or stats slots full): quarantined, its frames refused until it is bound or destroyed",
-            qpn
-        );
+    warn!(
+        &(),
+        "QP {}: its number is beyond the QP table (its device hands out more QPNs than the attachment sized the table for): quarantined, its frames refused until it is destroyed",
+        qpn
+    );
+}
+
+/// QPN `qpn`'s entry word in generation `g`; none beyond the table.
+#[inline(always)]
+fn word(g: u32, qpn: u32) -> Option<*mut u64> {
+    QPS.get_ptr_mut(qp_index(g, qpn))
+}
+
+/// QPN `qpn`'s entry in generation `g`, if any.
+#[inline(always)]
+fn entry(g: u32, qpn: u32) -> Option<QpEntry> {
+    // SAFETY: a live, 8-byte aligned array element.
+    QpEntry::from_bits(unsafe { ptr::read_volatile(word(g, qpn)?) })
+}
+
+/// Rewrites QPN `qpn`'s entry in generation `g` as `change` says (the
+/// entry to store, `Some(None)` to store none; `None` leaves it): one
+/// atomic exchange of the word read for the new one. Another writer's
+/// word stored in between (the loader's, another CPU's probe's) is never
+/// overwritten on the strength of what was read before it: the change is
+/// made again on that word, a few times at most.
+#[inline(always)]
+fn update(g: u32, qpn: u32, change: impl Fn(QpEntry) -> Option<Option<QpEntry>>) {
+    let Some(word) = word(g, qpn) else {
+        return;
+    };
+    for _ in 0..UPDATE_TRIES {
+        // SAFETY: a live, 8-byte aligned array element.
+        let old = unsafe { ptr::read_volatile(word) };
+        let Some(new) = QpEntry::from_bits(old).and_then(&change) else {
+            return;
+        };
+        // SAFETY: as above.
+        if unsafe { replace(word, old, QpEntry::bits(new)) } {
+            return;
+        }
     }
+}
+
+/// How often [`update`] tries to change an entry other writers keep
+/// changing.
+const UPDATE_TRIES: u32 = 3;
+
+/// `*word = new` if `*word` is still `old`, as one atomic compare and
+/// exchange (BPF_CMPXCHG); whether it was.
+///
+/// # Safety
+/// `word` must point to a live, 8-byte aligned u64 in map memory.
+#[inline(always)]
+unsafe fn replace(word: *mut u64, old: u64, new: u64) -> bool {
+    let found: u64;
+    unsafe {
+        core::arch::asm!(
+            "r0 = cmpxchg_64({word} + 0, r0, {new})",
+            word = in(reg) word,
+            new = in(reg) new,
+            inout("r0") old => found,
+            options(nostack),
+        )
+    };
+    found == old
+}
+
+/// `*counter += 1` as one BPF atomic; the old value. (core's atomics have
+/// no read-modify-write on the BPF target, though the instruction set has.)
+///
+/// # Safety
+/// `counter` must point to a live, 8-byte aligned u64 in map memory.
+#[inline(always)]
+unsafe fn fetch_add(counter: *mut u64) -> u64 {
+    let mut value: u64 = 1;
+    unsafe {
+        core::arch::asm!(
+            "{value} = atomic_fetch_add((u64 *)({counter} + 0), {value})",
+            counter = in(reg) counter,
+            value = inout(reg) value,
+            options(nostack),
+        )
+    };
+    value
 }
 
 /// QP `qpn`, made on this tenant's device by another creator (its rule
 /// giving `pkey`, 0 if none; process `pid`, 0 for a kernel user): no
-/// earlier QP's binding of the number is its, and it is quarantined,
+/// earlier QP's binding of the number in the live generation `g` is its
+/// (one store of the whole word, as [`bind`]'s), and it is quarantined,
 /// counted and reported.
 #[inline(never)]
-fn refuse_foreign(qpn: u32, key: u32, pkey: u16, pid: u32) {
-    let _ = QPS.remove(&key);
+fn refuse_foreign(g: u32, qpn: u32, pkey: u16, pid: u32) {
+    if let Some(word) = word(g, qpn) {
+        // SAFETY: a live, 8-byte aligned array element.
+        unsafe { ptr::write_volatile(word, QpEntry::bits(None)) };
+    }
     quarantine(qpn, true);
     count(Capture::ForeignDevice);
     // Reported, not logged: a tenant can make such QPs at will, and its
@@ -795,90 +864,35 @@ extern "C" fn match_rule(i: u64, ctx: *mut core::ffi::c_void) -> i64 {
     }
 }
 
-/// A zeroed `QP_STATS` slot for QP `qp` numbered `qpn`: the one its QPN
-/// holds (an earlier QP's destruction unseen), or a free one: one a
-/// destroyed QP gave back, else the next never used. O(1) either way.
-#[inline(always)]
-fn stats_slot(qpn: u32, qp: *const u8) -> Option<u32> {
-    // SAFETY: the value is copied out at once.
-    let slot = match unsafe { KSLOTS.get(&qpn) }.copied() {
-        Some(k) => k.slot,
-        None => match FREE_SLOTS.pop().ok().flatten() {
-            Some(slot) => slot,
-            None => {
-                let next = NEXT_SLOT.get_ptr_mut(0)?;
-                // SAFETY: the map's only element, 8-byte aligned.
-                let n = unsafe { fetch_add(next) };
-                let layout = LAYOUT.load();
-                if n >= u64::from(layout.probe_slots) {
-                    return None;
-                }
-                layout.first_slot + n as u32
-            }
-        },
-    };
-    let owned = KernelSlot {
-        slot,
-        _pad: 0,
-        qp: qp as u64,
-    };
-    if KSLOTS.insert(&qpn, &owned, 0).is_err() {
-        let _ = FREE_SLOTS.push(&slot, 0);
-        return None;
-    }
-    zero_stats(slot);
-    Some(slot)
-}
-
-/// Zeroes stats slot `slot`'s counters on every CPU: a new QP's counts
-/// start at zero wherever its slot's last QP had frames counted. A loop the
+/// Zeroes QPN `qpn`'s counters on every CPU: a new QP's counts start at
+/// zero wherever its number's last QP had frames counted. A loop the
 /// kernel runs (`bpf_loop`), whose body the verifier checks once.
 #[inline(always)]
-fn zero_stats(slot: u32) {
-    let mut slot = slot;
+fn zero_stats(qpn: u32) {
+    let mut qpn = qpn;
     // SAFETY: the callback takes the u32 this passes, for the call's length.
     unsafe {
         generated::bpf_loop(
             LAYOUT.load().cpus,
             zero_on_cpu as *mut core::ffi::c_void,
-            (&raw mut slot).cast(),
+            (&raw mut qpn).cast(),
             0,
         );
     }
 }
 
-/// `bpf_loop`'s body: zeroes CPU `cpu`'s counters of the slot `ctx` names.
+/// `bpf_loop`'s body: zeroes CPU `cpu`'s counters of the QPN `ctx` names.
 #[inline(never)]
 extern "C" fn zero_on_cpu(cpu: u64, ctx: *mut core::ffi::c_void) -> i64 {
-    // SAFETY: `ctx` is the slot `zero_stats` passes.
-    let slot = unsafe { *ctx.cast::<u32>() };
-    let layout = LAYOUT.load();
-    let slots = layout.first_slot + layout.probe_slots;
-    if let Some(stats) = QP_STATS.get_ptr_mut(qp_stats_index(slot, cpu as u32, slots)) {
+    // SAFETY: `ctx` is the QPN `zero_stats` passes.
+    let qpn = unsafe { *ctx.cast::<u32>() };
+    let qpns = LAYOUT.load().qpns;
+    if let Some(stats) = QP_STATS.get_ptr_mut(qp_stats_index(qpn, cpu as u32, qpns)) {
         // SAFETY: a live array element; that CPU's counters, which only a
-        // new binding of the slot resets.
+        // new binding of the QPN resets.
         unsafe { *stats = QpStats::default() };
     }
     0
-}
-
-/// `*counter += 1` as one BPF atomic; the old value. (core's atomics have
-/// no read-modify-write on the BPF target, though the instruction set has.)
-///
-/// # Safety
-/// `counter` must point to a live, 8-byte aligned u64 in map memory.
-#[inline(always)]
-unsafe fn fetch_add(counter: *mut u64) -> u64 {
-    let mut value: u64 = 1;
-    unsafe {
-        core::arch::asm!(
-            "{value} = atomic_fetch_add((u64 *)({counter} + 0), {value})",
-            counter = in(reg) counter,
-            value = inout(reg) value,
-            options(nostack),
-        )
-    };
-    value
 }
 
 /// Records in `c` who made QP `qp` (of `enum ib_qp_type` `ib_qp_type`, on

@@ -101,13 +101,13 @@ pub fn emit<F: Frame>(frame: &F) {
             t.at,
             verdict,
             t.outcome,
-            roce.pkey,
-            roce.qkey,
-            roce.src_qp,
-            roce.dest_qp,
-            roce.opcode,
-            roce.addrs.read(frame, false).unwrap_or_default(),
-            roce.addrs.read(frame, true).unwrap_or_default()
+            roce.pkey(),
+            roce.qkey(),
+            roce.src_qp(),
+            roce.dest_qp(),
+            roce.opcode(),
+            roce.addrs().read(frame, false).unwrap_or_default(),
+            roce.addrs().read(frame, true).unwrap_or_default()
         ),
         (FRAME, None) if t.outcome != Reason::NotRoce as u8 => {
             trace!(&(), "frame {} {} {}", t.at, verdict, t.outcome)

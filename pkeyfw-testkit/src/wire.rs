@@ -6,7 +6,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use pkeyfw_common::{
     icrc,
-    parse::{self, Bth, Deth, Parsed, ROCE_V2_PORT, ethertype, opcode, proto},
+    parse::{self, Bth, Deth, ROCE_V2_PORT, ethertype, opcode, proto},
 };
 
 /// An IPv6 extension header in front of the UDP header.
@@ -306,9 +306,7 @@ pub fn icrc_of(f: &[u8], l3: usize, udp: usize, bth: usize) -> u32 {
 /// Whether a captured RoCE v2 frame's ICRC is right (recomputed over the
 /// whole frame); `None` for a frame that is not RoCE v2 or was cut short.
 pub fn icrc_holds(f: &[u8]) -> Option<bool> {
-    let Parsed::Roce(r) = parse::classify(f) else {
-        return None;
-    };
+    let r = parse::classify(f).roce()?;
     let udp = r.udp_at()?;
     let l3 = if f.get(12..14)? == [0x81, 0x00] {
         18
@@ -318,5 +316,5 @@ pub fn icrc_holds(f: &[u8]) -> Option<bool> {
     let end = udp + usize::from(u16::from_be_bytes([*f.get(udp + 4)?, *f.get(udp + 5)?]));
     let f = f.get(..end)?;
     let stored = u32::from_le_bytes(f.get(end.checked_sub(4)?..)?.try_into().ok()?);
-    Some(icrc_of(&f[..end - 4], l3, udp, r.bth_at) == stored)
+    Some(icrc_of(&f[..end - 4], l3, udp, r.bth_at()) == stored)
 }

@@ -36,7 +36,7 @@ fn events_streams_traps_from_a_pinned_attachment() {
         .iter()
         .map(|f| {
             let roce = judge(&f[..], &policy, &policy.config()).roce.unwrap();
-            (roce.pkey, roce.qkey)
+            (roce.pkey(), roce.qkey())
         })
         .collect();
 

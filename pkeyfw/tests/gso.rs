@@ -275,7 +275,7 @@ fn gso_super_packet_tc_ingress_tcx_and_clsact() {
         let pair = pair_with_addresses(1500);
         let policy = common::policy(common::cases::BASE);
         let got = in_netns(&pair.ns_b, || {
-            let mut filter = Filter::load(policy.qps.len() as u32).unwrap();
+            let mut filter = Filter::load(policy.qpns()).unwrap();
             filter.apply(&policy).unwrap();
             filter.attach_ingress(&pair.b, how).unwrap();
             let got = send_and_receive(&pair);

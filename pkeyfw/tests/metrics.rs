@@ -139,12 +139,12 @@ fn prometheus_scrapes_what_the_kernel_counted() {
             .or_default() += 1;
         if let Some(roce) = o.roce
             && !o.allowed
-            && violation_key(o.reason, roce.pkey, true).is_some()
+            && violation_key(o.reason, roce.pkey(), true).is_some()
         {
             // Keys the port's table does not hold count as one "other".
-            let in_table = pkeyfw_common::Tables::port_flags(&policy, pkey::key(roce.pkey)) != 0;
+            let in_table = pkeyfw_common::Tables::port_flags(&policy, pkey::key(roce.pkey())) != 0;
             let partition = match in_table {
-                true => format!("{:#06x}", pkey::key(roce.pkey)),
+                true => format!("{:#06x}", pkey::key(roce.pkey())),
                 false => "other".to_string(),
             };
             *want_partitions.entry((o.reason, partition)).or_default() += 1;

@@ -349,39 +349,22 @@ const QUARANTINED_QP: u32 = 0x78;
 /// pinned under `dir` (the host has no RDMA devices to make them).
 fn probe_state(dir: &std::path::Path) {
     use aya::maps::{Array, HashMap, Map, MapData};
-    use pkeyfw_common::abi::{
-        GENERATIONS, KernelSlot, QpEntry, QpType, name, qp_flags, qp_key, quarantine_bit,
-    };
+    use pkeyfw_common::abi::{QpEntry, QpType, name, qp_flags, qp_index, quarantine_bit};
     let open = |n: &str| MapData::from_pin(dir.join(n)).unwrap();
     let maps = pkeyfw::loading::maps::Maps::from_pins(dir).unwrap();
     let live = maps.active_generation().unwrap();
-    // The probe's first slot: its slots follow the loader's.
-    let slots = open(name::QPS).info().unwrap().max_entries() / GENERATIONS;
-    let probed = open(name::KSLOTS).info().unwrap().max_entries();
-    let slot = slots - probed;
     let mut qkeys: HashMap<_, u32, u32> =
         HashMap::try_from(Map::HashMap(open(name::QKEYS))).unwrap();
     qkeys.insert(&PROBED_QP, &PROBED_QKEY, 0).unwrap();
-    let mut kslots: HashMap<_, u32, KernelSlot> =
-        HashMap::try_from(Map::HashMap(open(name::KSLOTS))).unwrap();
-    let owned = KernelSlot {
-        slot,
-        _pad: 0,
-        qp: 0xffff_8880_0000_1000,
-    };
-    kslots.insert(&PROBED_QP, &owned, 0).unwrap();
-    let mut qps: HashMap<_, u32, QpEntry> =
-        HashMap::try_from(Map::HashMap(open(name::QPS))).unwrap();
+    let mut qps: Array<_, u64> = Array::try_from(Map::Array(open(name::QPS))).unwrap();
     let entry = QpEntry {
         qkey: PROBED_QKEY,
-        slot,
         pkey: 0x8001,
         qp_type: QpType::Ud as u8,
         flags: qp_flags::RULE | qp_flags::PROBE | qp_flags::OWN_QKEY,
     };
-    qps.insert(&qp_key(live, PROBED_QP), &entry, 0).unwrap();
-    let mut next: Array<_, u64> = Array::try_from(Map::Array(open(name::NEXT_SLOT))).unwrap();
-    next.set(0, &1, 0).unwrap();
+    qps.set(qp_index(live, PROBED_QP), &entry.to_bits(), 0)
+        .unwrap();
     let mut quarantine: Array<_, u64> =
         Array::try_from(Map::Array(open(name::QUARANTINE))).unwrap();
     let (word, bit) = quarantine_bit(QUARANTINED_QP);

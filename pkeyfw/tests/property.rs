@@ -233,10 +233,11 @@ fn kernel_verdicts_equal_host_verdicts() {
 
 /// The kernel's inline parse of plain frames (at most one VLAN tag, IPv6
 /// without extension headers) answers as the full walk does wherever it
-/// answers, and answers for every plain frame.
+/// answers (RoCE, with the same headers, or not RoCE), and answers for
+/// every plain frame the walk does not find malformed.
 #[test]
 fn the_plain_parse_agrees_with_the_full_walk() {
-    use pkeyfw_common::parse::{locate, locate_plain};
+    use pkeyfw_common::parse::{Class, Parsed, Plain, classify, plain};
     let mut runner = TestRunner::new(Config {
         cases: 4096,
         failure_persistence: None,
@@ -246,19 +247,24 @@ fn the_plain_parse_agrees_with_the_full_walk() {
     runner
         .run(&(packet(), frame()), |(p, mutated)| {
             for f in [p.bytes(), mutated] {
-                if let Some(l) = locate_plain(&f[..]) {
-                    prop_assert_eq!(l, locate(&f[..]), "frame {:02x?}", f);
-                    answered.set(answered.get() + 1);
-                }
+                let full = classify(&f[..]);
+                let inline = match plain(&f[..]) {
+                    Plain::Roce(roce) => Parsed::of(roce),
+                    Plain::NotRoce => Parsed::NOT_ROCE,
+                    Plain::Walk => continue,
+                };
+                prop_assert_eq!(inline, full, "frame {:02x?}", f);
+                answered.set(answered.get() + 1);
             }
             // (An upper protocol with an extension header's number is
             // one too.)
             let extension = |proto: u8| matches!(proto, 0 | 43 | 44 | 51 | 60);
-            let plain = p.vlans.len() <= 1
+            let shape = p.vlans.len() <= 1
                 && p.vlans.first().is_none_or(|&t| t == 0x8100)
                 && !matches!(&p.net, Net::V6 { ext, .. } if !ext.is_empty() || extension(p.ip_proto));
+            let f = p.bytes();
             prop_assert!(
-                !plain || locate_plain(&p.bytes()[..]).is_some(),
+                !shape || classify(&f[..]).class == Class::Malformed || plain(&f[..]) != Plain::Walk,
                 "a plain frame the inline parse leaves to the walk: {:?}",
                 p
             );

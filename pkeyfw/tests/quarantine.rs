@@ -32,7 +32,7 @@ fn passing_policy() -> Policy {
 fn a_quarantined_qp_takes_no_frame() {
     common::require_root();
     let policy = passing_policy();
-    let mut filter = Filter::load(policy.qps.len() as u32).unwrap();
+    let mut filter = Filter::load(policy.qpns()).unwrap();
     filter.apply(&policy).unwrap();
     let to_new = Packet::rc(0x8001, NEW_QP).bytes();
     let to_bound = Packet::rc(0x8001, QPA).bytes();

@@ -258,21 +258,18 @@ fn watch_follows_a_configmap_swap_and_refuses_a_bad_file_once() {
 }
 
 /// QPs bound and released one by one (as the foreground attach follows
-/// them) each get a stats slot of their own, from the host's list of free
-/// slots: a released QP's slot goes to the next QP, zeroed; a QP past the
-/// filter's room is refused and leaves nothing; after a reload the list is
-/// the new generation's.
+/// them) each count their own frames, their QPN's: a QPN bound afresh
+/// starts from zero, another QP's counts stay; a QP beyond the QP table is
+/// refused and leaves nothing; and so after a reload.
 #[test]
-fn live_binds_take_free_slots_and_never_share_one() {
+fn live_binds_count_by_qpn_from_zero() {
     use pkeyfw::{loading::filter::Filter, policy::QpRule};
-    use pkeyfw_common::abi::{DEFAULT_QP_CAPACITY, QpType, qp_flags};
+    use pkeyfw_common::abi::{QpType, qp_flags};
     use pkeyfw_testkit::wire::Packet;
 
     common::require_root();
     let policy = common::policy(common::cases::BASE);
-    // The least room a filter has: the policy's QPs and these.
-    let mut filter = Filter::load(DEFAULT_QP_CAPACITY).unwrap();
-    let fillers = 0x10000..0x10000 + DEFAULT_QP_CAPACITY - policy.qps.len() as u32 - 2;
+    let mut filter = Filter::load(policy.qpns()).unwrap();
     filter.apply(&policy).unwrap();
     let rule = QpRule {
         qp_type: QpType::Rc,
@@ -280,7 +277,8 @@ fn live_binds_take_free_slots_and_never_share_one() {
         qkey: None,
         flags: qp_flags::RULE,
     };
-    let (a, b, c) = (0x100, 0x101, 0x102);
+    let (a, b) = (0x100, 0x101);
+    let beyond = filter.maps().qpns();
     let frames_to = |filter: &Filter, qpn: u32, n: usize| {
         for _ in 0..n {
             assert!(filter.run(&Packet::rc(0x8001, qpn).bytes()).unwrap());
@@ -301,24 +299,19 @@ fn live_binds_take_free_slots_and_never_share_one() {
         frames_to(&filter, a, 3);
         frames_to(&filter, b, 5);
         assert_eq!((passed(&filter, a), passed(&filter, b)), (Some(3), Some(5)));
-        for q in fillers.clone() {
-            filter.maps_mut().bind_live(q, &rule).unwrap();
-        }
-        // No room for another.
-        let e = filter.maps_mut().bind_live(c, &rule).unwrap_err();
-        assert!(format!("{e:#}").contains("no free QP stats slot"), "{e:#}");
-        assert_eq!(passed(&filter, c), None);
-        // A's slot goes to C, zeroed; B keeps its own.
+        let e = filter.maps_mut().bind_live(beyond, &rule).unwrap_err();
+        assert!(format!("{e:#}").contains("beyond the QP table"), "{e:#}");
+        assert_eq!(passed(&filter, beyond), None);
+        // A released and bound again counts from zero; B keeps its own.
         filter.maps_mut().unbind_live(a).unwrap();
-        filter.maps_mut().bind_live(c, &rule).unwrap();
-        frames_to(&filter, c, 1);
-        assert_eq!((passed(&filter, c), passed(&filter, b)), (Some(1), Some(5)));
         assert_eq!(passed(&filter, a), None);
-        for q in fillers.clone().chain([b, c]) {
+        filter.maps_mut().bind_live(a, &rule).unwrap();
+        frames_to(&filter, a, 1);
+        assert_eq!((passed(&filter, a), passed(&filter, b)), (Some(1), Some(5)));
+        for q in [a, b] {
             filter.maps_mut().unbind_live(q).unwrap();
         }
         if round == 0 {
-            // A reload: the next round's slots are the new generation's.
             filter.apply(&policy).unwrap();
         }
     }

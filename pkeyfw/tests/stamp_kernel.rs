@@ -569,9 +569,10 @@ fn addressed_pair(prefix: &str) -> VethPair {
 fn roce_keys(frames: &[Vec<u8>]) -> Vec<(u32, u16)> {
     frames
         .iter()
-        .filter_map(|f| match pkeyfw_common::parse::classify(&f[..]) {
-            pkeyfw_common::parse::Parsed::Roce(r) => Some((r.dest_qp, r.pkey)),
-            _ => None,
+        .filter_map(|f| {
+            pkeyfw_common::parse::classify(&f[..])
+                .roce()
+                .map(|r| (r.dest_qp(), r.pkey()))
         })
         .collect()
 }

@@ -110,9 +110,11 @@ impl Bridge {
             })
             .unwrap();
         sent.unwrap();
-        got.iter().any(
-            |f| matches!(parse::classify(&f[..]), parse::Parsed::Roce(r) if r.dest_qp == 0x100),
-        )
+        got.iter().any(|f| {
+            parse::classify(&f[..])
+                .roce()
+                .is_some_and(|r| r.dest_qp() == 0x100)
+        })
     }
 
     /// `pkeyfw stats --json`, by interface.

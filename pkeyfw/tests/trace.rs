@@ -82,7 +82,10 @@ fn attach_trace_prints_a_line_per_judged_frame() {
         want.push(match o.roce {
             Some(r) => format!(
                 "{head}: P_Key 0x{:x} Q_Key 0x{:x} QP {} -> {}",
-                r.pkey, r.qkey, r.src_qp, r.dest_qp
+                r.pkey(),
+                r.qkey(),
+                r.src_qp(),
+                r.dest_qp()
             ),
             None => head,
         });

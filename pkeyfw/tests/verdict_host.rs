@@ -71,12 +71,16 @@ fn truncated_frames_are_malformed_on_the_host() {
 /// first segment; monitor mode passes it; one not to 4791 is not touched.
 #[test]
 fn a_super_packet_is_refused_whole() {
-    use pkeyfw_common::Frame;
+    use pkeyfw_common::{Frame, InPlace, Window};
     use pkeyfw_testkit::wire::Packet;
     struct Gso<'a>(&'a [u8]);
     impl Frame for Gso<'_> {
+        type Bytes<const LEN: usize> = InPlace;
         fn header<T: Copy>(&self, off: usize) -> Option<T> {
             self.0.header(off)
+        }
+        fn window<const LEN: usize>(&self, off: usize) -> Option<Window<'_, InPlace, LEN>> {
+            self.0.window(off)
         }
         fn wire_len(&self) -> usize {
             self.0.len()
@@ -107,12 +111,16 @@ fn a_super_packet_is_refused_whole() {
 #[test]
 fn what_entered_through_an_unlisted_port_leaves_through_none() {
     use pkeyfw::policy::SwitchRole;
-    use pkeyfw_common::{Direction, Frame, switch};
+    use pkeyfw_common::{Direction, Frame, InPlace, Window, switch};
     use pkeyfw_testkit::wire::Packet;
     struct Entered<'a>(&'a [u8], u32);
     impl Frame for Entered<'_> {
+        type Bytes<const LEN: usize> = InPlace;
         fn header<T: Copy>(&self, off: usize) -> Option<T> {
             self.0.header(off)
+        }
+        fn window<const LEN: usize>(&self, off: usize) -> Option<Window<'_, InPlace, LEN>> {
+            self.0.window(off)
         }
         fn wire_len(&self) -> usize {
             self.0.len()

@@ -52,6 +52,31 @@ fn every_case_through_the_tc_ingress_program() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// A refused frame counts once against its partition, through either
+/// program: the TC ingress program counts it in the stage that reports it,
+/// not in its verdict's stage too.
+#[test]
+fn a_violation_counts_once_through_either_program() {
+    use common::cases::QPB;
+    use pkeyfw_testkit::wire::Packet;
+    let policy = common::policy(common::cases::BASE);
+    let filter = common::filter(&policy);
+    // Limited to limited: a P_Key violation of partition 1.
+    let frame = Packet::rc(0x0001, QPB).bytes();
+    assert!(!filter.run(&frame).unwrap());
+    assert_eq!(
+        filter.maps().violations().unwrap(),
+        [(Reason::PkeyViolation, 1, 1)],
+        "XDP"
+    );
+    assert!(!filter.run_ingress(&frame).unwrap().0);
+    assert_eq!(
+        filter.maps().violations().unwrap(),
+        [(Reason::PkeyViolation, 1, 2)],
+        "then TC ingress"
+    );
+}
+
 #[test]
 fn truncated_frames_in_the_kernel() {
     let policy = common::policy(common::cases::BASE);

@@ -152,9 +152,9 @@ crate::named_enum! {
     /// What the probes made of a verb. The value indexes the per-outcome
     /// counters (`CAPTURES`), so the order is part of the ABI.
     pub enum Capture: u32 as counter {
-        /// No stats slot or QP-table room left for a QP a rule binds at
-        /// its creation: quarantined (every frame to it or from it refused)
-        /// until something binds it or it is destroyed.
+        /// No room, at its creation, to record who made a QP a rule binds,
+        /// or its QPN beyond the QP table: quarantined (every frame to it
+        /// or from it refused) until something binds it or it is destroyed.
         Quarantined = 0 => "quarantined",
         /// A QP joined a multicast group of its own partition, or one the
         /// policy does not list.

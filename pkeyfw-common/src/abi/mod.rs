@@ -33,10 +33,7 @@ pub mod name {
     pub const CAPTURES: &str = "CAPTURES";
     pub const VIOLATIONS: &str = "VIOLATIONS";
     pub const BIND_RULES: &str = "BIND_RULES";
-    pub const KSLOTS: &str = "KSLOTS";
-    pub const FREE_SLOTS: &str = "FREE_SLOTS";
     pub const QKEYS: &str = "QKEYS";
-    pub const NEXT_SLOT: &str = "NEXT_SLOT";
     pub const QUARANTINE: &str = "QUARANTINE";
     pub const LISTED: &str = "LISTED";
     pub const JOIN_ACTION: &str = "JOIN_ACTION";
@@ -56,7 +53,7 @@ pub mod name {
 pub const LAYOUT_VERSION: u32 =
     LAYOUT << 24 | (REASON_SLOTS as u32) << 16 | (Stamp::COUNT as u32) << 8 | Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 21;
+const LAYOUT: u32 = 22;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -66,7 +63,6 @@ pub enum MapKind {
     LruHashMap,
     PerCpuArray,
     RingBuf,
-    Stack,
 }
 
 /// How many entries a map has.
@@ -74,14 +70,13 @@ pub enum MapKind {
 pub enum MapSize {
     /// As declared in the program.
     Fixed,
-    /// This many entries per stats slot: one per QP the loader may bind
-    /// (the policy's), plus one per QP the QP-creation probe may bind.
-    PerSlot(u32),
-    /// One per QP the QP-creation probe may bind: what the attached
+    /// This many entries per QPN the QP table covers ([`Capacity::qpns`]).
+    PerQpn(u32),
+    /// One per QP the QP-creation probe may record: what the attached
     /// interface's RDMA devices can hold at once (`max_qp`).
     Probed,
-    /// One per stats slot per possible CPU ([`qp_stats_index`]).
-    PerSlotPerCpu,
+    /// One per QPN per possible CPU ([`qp_stats_index`]).
+    PerQpnPerCpu,
     /// The probes' report ring: bytes for what every possible CPU's
     /// budgets let through in a window ([`REPORT_BYTES_PER_CPU`]).
     ReportRing,
@@ -90,10 +85,13 @@ pub enum MapSize {
 /// What a filter is loaded for: the maps' sizes.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Capacity {
-    /// QPs the loader may bind (a policy's `[[qp]]` entries and the QPs
-    /// its rules bind from userspace).
-    pub qps: u32,
-    /// QPs the QP-creation probe may bind, above those.
+    /// QPNs the QP table covers, 0 to `qpns - 1`: every QPN the
+    /// interface's RDMA devices hand out ([`RXE_QPNS`] for rdma_rxe) and
+    /// every one a `[[qp]]` entry names. A frame to a higher QPN finds no
+    /// entry; a QP a rule would bind there is quarantined.
+    pub qpns: u32,
+    /// QPs the QP-creation probe may record at once (who made each, the
+    /// Q_Key each set).
     pub probed: u32,
     /// The system's possible CPUs, each with its own counters (the loader
     /// counts them).
@@ -101,28 +99,23 @@ pub struct Capacity {
 }
 
 impl Capacity {
-    /// Room for `qps` QPs from the loader, and the probe's tables as on an
-    /// interface without RDMA devices.
-    pub const fn of(qps: u32) -> Capacity {
+    /// A table of `qpns` QPNs, and the probe's tables as on an interface
+    /// without RDMA devices.
+    pub const fn of(qpns: u32) -> Capacity {
         Capacity {
-            qps,
-            probed: KERNEL_SLOTS,
+            qpns,
+            probed: PROBE_ROOM,
             cpus: 1,
         }
-    }
-
-    /// Stats slots: one per QP the loader or the probe may bind.
-    pub const fn slots(self) -> u32 {
-        self.qps + self.probed
     }
 
     /// The entries of a map sized by the loader; None for a fixed size.
     pub const fn entries(self, size: MapSize) -> Option<u32> {
         match size {
             MapSize::Fixed => None,
-            MapSize::PerSlot(n) => Some((self.qps + self.probed) * n),
+            MapSize::PerQpn(n) => Some(self.qpns * n),
             MapSize::Probed => Some(self.probed),
-            MapSize::PerSlotPerCpu => Some(self.slots() * self.cpus),
+            MapSize::PerQpnPerCpu => Some(self.qpns * self.cpus),
             MapSize::ReportRing => Some((self.cpus * REPORT_BYTES_PER_CPU).next_power_of_two()),
         }
     }
@@ -138,7 +131,7 @@ pub struct MapSpec {
 
 /// Every map of the filter object: the loader takes, pins, opens and sizes
 /// the maps from this table, and refuses an object with a map it lacks.
-pub const MAPS: [MapSpec; 28] = {
+pub const MAPS: [MapSpec; 25] = {
     use MapKind::*;
     use MapSize::*;
     const fn spec(name: &'static str, kind: MapKind, size: MapSize) -> MapSpec {
@@ -148,22 +141,19 @@ pub const MAPS: [MapSpec; 28] = {
         spec(name::ABI, Array, Fixed),
         spec(name::ACTIVE, Array, Fixed),
         spec(name::CONFIG, Array, Fixed),
-        spec(name::QPS, HashMap, PerSlot(GENERATIONS)),
+        spec(name::QPS, Array, PerQpn(GENERATIONS)),
         spec(name::GROUPS, HashMap, Fixed),
         spec(name::PORT_KEYS, Array, Fixed),
         spec(name::REASONS, PerCpuArray, Fixed),
         spec(name::XMIT_REASONS, PerCpuArray, Fixed),
-        spec(name::QP_STATS, Array, PerSlotPerCpu),
+        spec(name::QP_STATS, Array, PerQpnPerCpu),
         spec(name::EVENTS, RingBuf, Fixed),
         spec(name::EVENT_BUDGET, PerCpuArray, Fixed),
         spec(name::STAMPS, PerCpuArray, Fixed),
         spec(name::CAPTURES, PerCpuArray, Fixed),
         spec(name::VIOLATIONS, Array, Fixed),
         spec(name::BIND_RULES, Array, Fixed),
-        spec(name::KSLOTS, HashMap, Probed),
-        spec(name::FREE_SLOTS, Stack, Probed),
         spec(name::QKEYS, HashMap, Probed),
-        spec(name::NEXT_SLOT, Array, Fixed),
         spec(name::QUARANTINE, Array, Fixed),
         spec(name::LISTED, HashMap, Fixed),
         spec(name::JOIN_ACTION, Array, Fixed),
@@ -180,24 +170,37 @@ pub const MAPS: [MapSpec; 28] = {
 pub const GENERATIONS: u32 = 2;
 /// Partitions per generation in `PORT_KEYS` (15-bit key portions).
 pub const PARTITIONS: u32 = 1 << 15;
-/// Default capacity of the QP table (per generation) and of `QP_STATS`; the
-/// loader raises it to fit larger policies.
-pub const DEFAULT_QP_CAPACITY: u32 = 1 << 16;
-/// `QP_STATS` slots the QP-creation probe hands out, above those of the
-/// loader, when the interface has no RDMA device to size them from (the
-/// maps' declared size; the loader sets the real one, see [`Capacity`]).
-pub const KERNEL_SLOTS: u32 = 1 << 16;
+/// QPNs a host port's QP table covers at least (the maps' declared size;
+/// the loader sets the real one, see [`Capacity`]): what hand-written
+/// `[[qp]]` entries name, with room to spare for a reload's.
+pub const MIN_QPNS: u32 = 1 << 16;
+/// QPNs rdma_rxe hands out, 0 to 2^20: its QPN is the QP's index in the
+/// device's pool, allocated cyclically (so numbers sweep the whole range)
+/// from 16 to 2^20 inclusive on Linux 6.x and 7.x (to 2^17 on 5.10).
+pub const RXE_QPNS: u32 = (1 << 20) + 1;
+/// QPs the QP-creation probe records at once when the interface has no
+/// RDMA device to size its tables from (see [`Capacity`]).
+pub const PROBE_ROOM: u32 = 1 << 16;
 /// QPNs the quarantine covers: all of them (24 bits).
 pub const QUARANTINE_WORDS: u32 = (QPN_MASK + 1) / 64;
 
-/// `QP_STATS` index of stats slot `slot`'s counters on CPU `cpu`, of
-/// `slots` slots: each CPU's counters are a run of their own, so that no two
-/// CPUs write one cache line (a per-CPU array would do the same, but the
-/// kernel allocates one of those an element at a time: 150 ms for 131,072
-/// slots, over a second for an rdma_rxe device's million).
+/// `QPS` index of QPN `qpn`'s entry in generation `generation`: the two
+/// generations of a QPN side by side, so that one lookup, whose bound the
+/// kernel checks inline, finds either, and a QPN beyond the table finds
+/// none.
 #[inline(always)]
-pub const fn qp_stats_index(slot: u32, cpu: u32, slots: u32) -> u32 {
-    cpu * slots + slot
+pub const fn qp_index(generation: u32, qpn: u32) -> u32 {
+    (qpn & QPN_MASK) << 1 | generation & 1
+}
+
+/// `QP_STATS` index of QPN `qpn`'s counters on CPU `cpu`, of a table of
+/// `qpns` QPNs: each CPU's counters are a run of their own, so that no two
+/// CPUs write one cache line (a per-CPU array would do the same, but the
+/// kernel allocates one of those an element at a time: seconds for an
+/// rdma_rxe device's million QPNs).
+#[inline(always)]
+pub const fn qp_stats_index(qpn: u32, cpu: u32, qpns: u32) -> u32 {
+    cpu * qpns + qpn
 }
 
 /// `QUARANTINE`: the word and the bit of QPN `qpn`.
@@ -211,12 +214,6 @@ pub const GROUP_CAPACITY: u32 = 1 << 12;
 
 /// Largest valid destination QPN; 0xFFFFFF is the multicast QPN.
 pub const QPN_MASK: u32 = 0x00ff_ffff;
-
-/// `QPS` key: a QPN (24 bits) in a generation (bit 24).
-#[inline(always)]
-pub const fn qp_key(generation: u32, qpn: u32) -> u32 {
-    (generation << 24) | (qpn & QPN_MASK)
-}
 
 /// Ports a switch policy may name: the `LISTED` entries of a generation.
 pub const SWITCH_PORTS: u32 = 1 << 12;
@@ -407,8 +404,9 @@ pub struct Setup {
     /// or later) times the event budget; else the precise one.
     pub coarse_clock: u8,
     pub _pad: u8,
-    /// `QP_STATS` slots per CPU ([`Capacity::slots`]).
-    pub stats_slots: u32,
+    /// QPNs the QP table covers ([`Capacity::qpns`]): `QP_STATS` has a run
+    /// of that many counters per CPU.
+    pub qpns: u32,
 }
 
 /// [`Setup::role`] values.
@@ -419,19 +417,59 @@ pub mod role {
     pub const SWITCH: u8 = 1;
 }
 
-/// `QPS` value: the receiving QP as the policy binds it.
-#[repr(C)]
+/// A `QPS` entry: the receiving QP as the policy binds it, one u64 (see
+/// [`QpEntry::to_bits`]). The program reads it with one 8-byte load and
+/// every writer (the loader through the map's memory, the probes) writes
+/// it with one 8-byte store or atomic exchange, so that no frame is judged
+/// by half of one entry and half of another; no entry is a stored zero.
+/// Its counters are its QPN's (`QP_STATS`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub struct QpEntry {
     /// Required Q_Key (UD only).
     pub qkey: u32,
-    /// Index into `QP_STATS`; stable for a QPN across reloads.
-    pub slot: u32,
     pub pkey: u16,
     /// A [`QpType`] as u8.
     pub qp_type: u8,
     /// [`qp_flags`] bits.
     pub flags: u8,
+}
+
+impl QpEntry {
+    /// The entry as stored: the Q_Key in bits 0-31, the P_Key in 32-47,
+    /// the type in 48-55 and the flags, [`qp_flags::VALID`] among them, in
+    /// 56-63.
+    #[inline(always)]
+    pub const fn to_bits(self) -> u64 {
+        self.qkey as u64
+            | (self.pkey as u64) << 32
+            | (self.qp_type as u64) << 48
+            | ((self.flags | qp_flags::VALID) as u64) << 56
+    }
+
+    /// The entry `bits` holds; none for a word without
+    /// [`qp_flags::VALID`] (a removed entry is a stored zero).
+    #[inline(always)]
+    pub const fn from_bits(bits: u64) -> Option<QpEntry> {
+        let flags = (bits >> 56) as u8;
+        if flags & qp_flags::VALID == 0 {
+            return None;
+        }
+        Some(QpEntry {
+            qkey: bits as u32,
+            pkey: (bits >> 32) as u16,
+            qp_type: (bits >> 48) as u8,
+            flags: flags & !qp_flags::VALID,
+        })
+    }
+
+    /// What a stored word (the table's, or none) holds.
+    #[inline(always)]
+    pub const fn bits(entry: Option<QpEntry>) -> u64 {
+        match entry {
+            Some(e) => e.to_bits(),
+            None => 0,
+        }
+    }
 }
 
 /// [`QpEntry::flags`] bits.
@@ -448,6 +486,9 @@ pub mod qp_flags {
     /// Bound by the QP-creation probe, which saw the creator: userspace
     /// leaves it as it is while the rules stay.
     pub const PROBE: u8 = 1 << 3;
+    /// Set in every stored entry (and only there: [`super::QpEntry`]'s
+    /// own flags never carry it), so that a zero word is no entry.
+    pub const VALID: u8 = 1 << 7;
 }
 
 /// `GROUPS` key: a multicast destination (IPv4 as v4-mapped IPv6) in a generation.
@@ -497,12 +538,10 @@ pub struct QpLayout {
     pub cred_egid: u32,
     pub nsproxy_net: u32,
     pub net_cookie: u32,
-    /// The first of the probe's `QP_STATS` slots (the filter's QP
-    /// capacity), and how many it has (`Capacity::probed`).
-    pub first_slot: u32,
-    pub probe_slots: u32,
-    /// The system's possible CPUs: each has its copy of a per-CPU map's
-    /// values (`QP_STATS`), all of which a new QP's slot starts from zero.
+    /// QPNs the QP table covers (`Capacity::qpns`).
+    pub qpns: u32,
+    /// The system's possible CPUs: each has its run of `QP_STATS`, in all
+    /// of which a new QP's counters start from zero.
     pub cpus: u32,
     /// `struct rdma_cm_id`: `route.addr.src_addr`, `route.addr.dst_addr`
     /// (rdma_cm's BTF); 0 where unknown: no rdma_cm port is read.
@@ -529,8 +568,7 @@ impl QpLayout {
         cred_egid: 0,
         nsproxy_net: 0,
         net_cookie: 0,
-        first_slot: 0,
-        probe_slots: 0,
+        qpns: 0,
         cpus: 0,
         cm_src: 0,
         cm_dst: 0,
@@ -604,22 +642,12 @@ pub struct GroupEntry {
     pub _pad: u16,
 }
 
-/// `KSLOTS` value: the stats slot the QP-creation probe gave a QPN, and
-/// the QP (its `struct ib_qp`'s address) it gave it to, so that only that
-/// QP's destruction frees it.
-#[repr(C)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
-pub struct KernelSlot {
-    pub slot: u32,
-    pub _pad: u32,
-    pub qp: u64,
-}
-
 /// `CREATIONS[qpn]`: who made the QP numbered `qpn`, as the QP-creation
-/// probe saw it at creation (the task in the verb, or the kernel user);
-/// `LISTENERS[key]`: who made an rdma_cm listener, as the listen probe saw
-/// it (its `qp` the listener's `struct rdma_cm_id`, its `ib_qp_type` the
-/// listener's).
+/// probe saw it at creation (the task in the verb, or the kernel user),
+/// and which QP that is: only that QP's destruction removes what the
+/// probes bound for the number; `LISTENERS[key]`: who made an rdma_cm
+/// listener, as the listen probe saw it (its `qp` the listener's
+/// `struct rdma_cm_id`, its `ib_qp_type` the listener's).
 /// Every later match of the rules (a reload, a replacing attach, a release
 /// from quarantine) reads this, never `/proc`, which a tenant can make
 /// unreadable (a name that is not UTF-8, a thread that exited) or steer (a
@@ -804,10 +832,10 @@ pub const fn comm_padded(raw: [u8; 16]) -> [u8; 16] {
     ]
 }
 
-/// `QP_STATS[qp_stats_index(slot, cpu, slots)]`: frames judged by one
-/// QP-table entry on one CPU, so that CPUs receiving frames for the same
-/// QPs (a multi-queue NIC's) never contend for a counter: a slot costs 16
-/// bytes per CPU.
+/// `QP_STATS[qp_stats_index(qpn, cpu, qpns)]`: frames judged by QPN
+/// `qpn`'s entry on one CPU, so that CPUs receiving frames for the same QPs
+/// (a multi-queue NIC's) never contend for a counter: a QPN costs 16 bytes
+/// per CPU.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub struct QpStats {
@@ -941,15 +969,13 @@ const _: () = {
     use core::mem::size_of;
     assert!(size_of::<Config>() == 12);
     assert!(size_of::<Setup>() == 8);
-    assert!(size_of::<QpEntry>() == 12);
     assert!(size_of::<GroupKey>() == 20);
     assert!(size_of::<GroupEntry>() == 8);
     assert!(size_of::<QpStats>() == 16);
-    assert!(size_of::<KernelSlot>() == 16);
     assert!(size_of::<Creation>() == 56 + 8 * CGROUP_LEVELS);
     assert!(size_of::<Event>() == 52);
     assert!(size_of::<EventBudget>() == 40);
-    assert!(size_of::<QpLayout>() == 80 + 4 * DEVICES);
+    assert!(size_of::<QpLayout>() == 76 + 4 * DEVICES);
     assert!(size_of::<SenderLayout>() == 32 + 4 * DEVICES);
     assert!(size_of::<BindSpec>() == 80);
     assert!(size_of::<ListenKey>() == 32);
@@ -963,13 +989,11 @@ mod pod {
     // construction (explicit `_pad` fields), valid for any bit pattern.
     unsafe impl aya::Pod for super::Config {}
     unsafe impl aya::Pod for super::Setup {}
-    unsafe impl aya::Pod for super::QpEntry {}
     unsafe impl aya::Pod for super::GroupKey {}
     unsafe impl aya::Pod for super::QpLayout {}
     unsafe impl aya::Pod for super::SenderLayout {}
     unsafe impl aya::Pod for super::GroupEntry {}
     unsafe impl aya::Pod for super::QpStats {}
-    unsafe impl aya::Pod for super::KernelSlot {}
     unsafe impl aya::Pod for super::Creation {}
     unsafe impl aya::Pod for super::EventBudget {}
     unsafe impl aya::Pod for super::BindSpec {}
@@ -980,6 +1004,45 @@ mod pod {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An entry is one word and back; a zero word (a removed entry) is
+    /// none, whatever an entry's own fields are.
+    #[test]
+    fn an_entry_is_one_word() {
+        let e = QpEntry {
+            qkey: 0x8765_4321,
+            pkey: 0x8001,
+            qp_type: QpType::Xrc as u8,
+            flags: qp_flags::RULE | qp_flags::OWN_QKEY | qp_flags::PROBE | qp_flags::UNSET_QKEY,
+        };
+        assert_eq!(QpEntry::from_bits(e.to_bits()), Some(e));
+        assert_eq!(QpEntry::from_bits(0), None);
+        assert_eq!(
+            QpEntry::from_bits(QpEntry::default().to_bits()),
+            Some(QpEntry::default())
+        );
+        assert_eq!(QpEntry::bits(None), 0);
+        // The valid bit alone decides: the rest of a word may be anything.
+        assert_eq!(
+            QpEntry::from_bits(!(u64::from(qp_flags::VALID) << 56)),
+            None
+        );
+    }
+
+    /// Both generations of a QPN sit side by side, and a QPN's index is
+    /// below the table's size exactly when the QPN is below its QPNs.
+    #[test]
+    fn qp_indices_interleave_the_generations() {
+        assert_eq!(qp_index(0, 5), 10);
+        assert_eq!(qp_index(1, 5), 11);
+        assert_eq!(qp_index(1, QPN_MASK), (QPN_MASK << 1) | 1);
+        let qpns = 100;
+        for qpn in [0, 99, 100, 0xff_ffff] {
+            for g in 0..GENERATIONS {
+                assert_eq!(qp_index(g, qpn) < qpns * GENERATIONS, qpn < qpns);
+            }
+        }
+    }
 
     #[test]
     fn port_entries_of_an_older_serial_are_empty() {

@@ -26,7 +26,10 @@ use pkeyfw::{
 };
 use pkeyfw_common::{
     Direction, Reason, Stamp, Verdict,
-    abi::{Capacity, Creation, KERNEL_SLOTS, QpType, UnknownQp, cm::cm_state, family, v4_mapped},
+    abi::{
+        Capacity, Creation, MIN_QPNS, PROBE_ROOM, QpType, RXE_QPNS, UnknownQp, cm::cm_state,
+        family, v4_mapped,
+    },
     cm::{listen_key, service_id},
 };
 use pkeyfw_testkit::{
@@ -59,12 +62,16 @@ const OTHER_PKEY: u16 = 0x8002;
 const QKEY: u32 = 0x1111_1111;
 /// The QP the known-QP paths address; the policy gives it their type.
 const TARGET_QPN: u32 = 2;
-/// Above the QPNs of the largest policy.
-const UNKNOWN_QPN: u32 = 0x00fe_0000;
+/// In the QP table of every filter the bench loads, and in no policy: its
+/// entry is a stored zero.
+const UNKNOWN_QPN: u32 = 0x10;
 /// In quarantine in every filter the bench loads, as a QP the creation
 /// probe had no room to bind is (its bit is read only where the QP table
 /// has no entry: the paths to bound QPs never read it).
 const QUARANTINED_QPN: u32 = UNKNOWN_QPN + 1;
+/// The first QPN of a policy's QPs after [`TARGET_QPN`]'s, above the
+/// unknown and quarantined ones.
+const FIRST_QPN: u32 = 0x20;
 
 fn main() -> Result<()> {
     let baseline = Baseline::empty(BASELINE)?;
@@ -310,10 +317,11 @@ fn listening(filter: &mut Filter) -> Result<()> {
 /// `enum ib_qp_type`'s IB_QPT_RC.
 const IB_QPT_RC: u8 = 2;
 
-/// A policy binding `qps` QPs, QPNs 2 to qps+1, all in [`PKEY`], the case
-/// table's multicast group and the CM paths' listener. QP 2, which the known-QP paths address, has
-/// `target`'s type (so that even a one-QP table serves them); the others
-/// cycle through all four types.
+/// A policy binding `qps` QPs, QPN 2 and from [`FIRST_QPN`] on, all in
+/// [`PKEY`], the case table's multicast group and the CM paths' listener.
+/// QP 2, which the known-QP paths address, has `target`'s type (so that
+/// even a one-QP table serves them); the others cycle through all four
+/// types.
 fn policy(qps: u32, target: QpType) -> Policy {
     let rule = |qp_type| QpRule {
         qp_type,
@@ -321,7 +329,8 @@ fn policy(qps: u32, target: QpType) -> Policy {
         qkey: (qp_type == QpType::Ud).then_some(QKEY),
         flags: 0,
     };
-    let qps = (TARGET_QPN..TARGET_QPN + qps)
+    let qps = std::iter::once(TARGET_QPN)
+        .chain(FIRST_QPN..FIRST_QPN + qps - 1)
         .map(|qpn| {
             let qp_type = if qpn == TARGET_QPN {
                 target
@@ -370,10 +379,11 @@ fn binding() -> Result<Value> {
     };
     let mut rows = Vec::new();
     for bound in BOUND {
-        let mut filter = Filter::load(bound + CHURN)?;
         let policy = policy(bound, QpType::Rc);
+        let first = policy.qpns();
+        let mut filter = Filter::load(first + CHURN)?;
         filter.apply(&policy)?;
-        let churned = UNKNOWN_QPN..UNKNOWN_QPN + CHURN;
+        let churned = first..first + CHURN;
         let (mut binds, mut releases) = (Duration::ZERO, Duration::ZERO);
         let mut reload = Duration::ZERO;
         for half in [0, 1] {
@@ -456,7 +466,7 @@ fn bench_at(
     baseline: &Baseline,
     minimal: Option<&Baseline>,
 ) -> Result<Run> {
-    let (filter, load) = timed(|| Filter::load(qps));
+    let (filter, load) = timed(|| Filter::load(policy(qps, QpType::Rc).qpns()));
     let mut filter = filter?;
     filter.maps_mut().quarantine(QUARANTINED_QPN)?;
     listening(&mut filter)?;
@@ -632,28 +642,33 @@ fn memory(runs: &[Run]) -> Value {
 /// rxe device.
 const RXE_MAX_QP: u32 = (1 << 20) - 16;
 
-/// Every map's kernel memory with one QP in the policy and the probe's
-/// tables sized for [`KERNEL_SLOTS`] QPs (with no RDMA device to size them
-/// from), for a tenant's own device ([`TENANT_QPS`]: what each tenant's
-/// port weighs) and for an rxe device's `max_qp`: what room for every QP a
-/// device can hold costs before any exists (each QP bound then adds its
-/// entries, as in the memory table).
+/// Every map's kernel memory with one QP in the policy, the QP table and
+/// the probe's tables sized as on an interface with no RDMA device (the
+/// least QP table, the probe's [`PROBE_ROOM`]), on a tenant's own rxe
+/// device (every QPN it hands out; [`TENANT_QPS`]: what each tenant's port
+/// weighs) and with an rxe device (every QPN it hands out, its `max_qp`):
+/// what room for every QP a device can hold costs before any exists (each
+/// QP the probe records then adds its entries).
 fn probe_memory() -> Result<Value> {
-    [KERNEL_SLOTS, TENANT_QPS, RXE_MAX_QP]
-        .into_iter()
-        .map(|probed| {
-            let filter = Filter::load_with(&Load {
-                capacity: Capacity {
-                    qps: 1,
-                    probed,
-                    ..Capacity::of(0)
-                },
-                ..Load::host(1)
-            })?;
-            let memory = filter.maps().memory()?;
-            Ok(json!({ "probed": probed, "bytes": by_map(&memory) }))
-        })
-        .collect()
+    [
+        (MIN_QPNS, PROBE_ROOM),
+        (RXE_QPNS, TENANT_QPS),
+        (RXE_QPNS, RXE_MAX_QP),
+    ]
+    .into_iter()
+    .map(|(qpns, probed)| {
+        let filter = Filter::load_with(&Load {
+            capacity: Capacity {
+                qpns,
+                probed,
+                ..Capacity::of(0)
+            },
+            ..Load::host(0)
+        })?;
+        let memory = filter.maps().memory()?;
+        Ok(json!({ "probed": probed, "bytes": by_map(&memory) }))
+    })
+    .collect()
 }
 
 /// Bytes by map name, as the document keeps them.

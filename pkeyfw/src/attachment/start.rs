@@ -108,10 +108,11 @@ pub(super) fn attach(
         eprintln!("pkeyfw: warning: {w}");
     }
     let sender = sender(devices.as_deref(), &policy);
+    let room = probe_capacity(devices.as_deref().unwrap_or_default(), &policy);
     // (The loader counts the CPUs.)
     let capacity = Capacity {
-        qps: policy.qps.len() as u32,
-        probed: probe_capacity(devices.as_deref().unwrap_or_default(), &policy),
+        qpns: room.qpns.max(policy.qpns()),
+        probed: room.qps,
         ..Capacity::of(0)
     };
     let mut filter = Filter::load_with(&Load {
@@ -238,13 +239,13 @@ pub(super) fn replaced(
 }
 
 /// QPs the QP-creation probe may bind at once: what the interface's RDMA
-/// devices hold (lowered by the policy); with what bounds each tenant's
-/// share, said.
-fn probe_capacity(devices: &[rdma::Device], policy: &Policy) -> u32 {
+/// devices hold (lowered by the policy), and the QPNs they give them; with
+/// what bounds each tenant's share, said.
+fn probe_capacity(devices: &[rdma::Device], policy: &Policy) -> limits::ProbeCapacity {
     let capacity = limits::probe_capacity(devices, policy);
     let names: Vec<String> = devices.iter().map(|d| d.name.clone()).collect();
     if policy.binds.is_empty() || names.is_empty() {
-        return capacity.qps;
+        return capacity;
     }
     if policy.owner.is_some() {
         println!(
@@ -253,7 +254,7 @@ fn probe_capacity(devices: &[rdma::Device], policy: &Policy) -> u32 {
             names.join(", "),
             capacity.from
         );
-        return capacity.qps;
+        return capacity;
     }
     let (lines, warnings) = limits::tenant_bounds(policy, &names, Some(capacity.qps));
     println!(
@@ -266,7 +267,7 @@ fn probe_capacity(devices: &[rdma::Device], policy: &Policy) -> u32 {
     for w in capacity.notes.iter().chain(&warnings) {
         eprintln!("pkeyfw: warning: {w}");
     }
-    capacity.qps
+    capacity
 }
 
 /// Where the egress program learns which rdma_rxe QP sent a frame; where

@@ -42,6 +42,10 @@ pub struct Binder {
     /// QPs no rule can be matched against (see
     /// [`Binding::Unidentified`](crate::policy::Binding)), as last planned.
     unidentified: Vec<u32>,
+    /// QPs a rule binds whose QPN the filter's QP table does not cover (a
+    /// device numbering its QPs beyond what the table was sized for), as
+    /// last planned.
+    beyond: Vec<u32>,
     /// QPs made on a tenant's own device by anyone else (see
     /// [`Binding::Foreign`](crate::policy::Binding)), as last planned, with
     /// who made them.
@@ -68,6 +72,7 @@ impl Binder {
             seen: None,
             before_probes: None,
             unidentified: Vec::new(),
+            beyond: Vec::new(),
             foreign: Vec::new(),
             applied: None,
             bound: BTreeMap::new(),
@@ -105,7 +110,8 @@ impl Binder {
     /// [`Binder::unidentified`]).
     pub fn effective(&mut self, records: &Records) -> Result<(Policy, Vec<String>)> {
         let qps = self.qps()?;
-        let (effective, bound) = self.plan(&qps, records);
+        // The table is made for what this policy binds.
+        let (effective, bound) = self.plan(&qps, records, u32::MAX);
         let lines = self.commit(qps, effective.clone(), bound);
         Ok((effective, lines))
     }
@@ -130,15 +136,10 @@ impl Binder {
         &self.unidentified
     }
 
-    /// The QPs last planned into quarantine.
-    fn quarantined(&self) -> Vec<u32> {
-        let foreign = self.foreign.iter().map(|(qpn, _)| *qpn);
-        self.unidentified.iter().copied().chain(foreign).collect()
-    }
-
     /// What the base policy makes of a snapshot (its QPs told apart by
-    /// `records`); notes the QPs no rule can be matched against.
-    fn plan(&mut self, qps: &[Qp], records: &Records) -> (Policy, BTreeMap<u32, Bound>) {
+    /// `records`) for a QP table of `qpns` QPNs; notes the QPs no rule can
+    /// be matched against, and those a rule binds beyond the table.
+    fn plan(&mut self, qps: &[Qp], records: &Records, qpns: u32) -> (Policy, BTreeMap<u32, Bound>) {
         let mut qps = qps.to_vec();
         rdma::identify(&mut qps, records);
         if let Some(before) = &self.before_probes {
@@ -151,7 +152,7 @@ impl Binder {
                 }
             }
         }
-        let (effective, bindings) = self.base.with_discovered(&qps);
+        let (mut effective, bindings) = self.base.with_discovered(&qps);
         self.unidentified = qps
             .iter()
             .zip(&bindings)
@@ -176,11 +177,15 @@ impl Binder {
                 _ => None,
             })
             .collect();
-        (effective, bound(&qps, &bindings))
+        self.beyond = effective.qps.split_off(&qpns).into_keys().collect();
+        let mut bound = bound(&qps, &bindings);
+        bound.retain(|qpn, _| *qpn < qpns);
+        (effective, bound)
     }
 
-    /// Quarantines the QPs no rule can be matched against, and those made
-    /// on a tenant's own device by anyone else, with a line for each not
+    /// Quarantines the QPs no rule can be matched against, those made on a
+    /// tenant's own device by anyone else, and those a rule binds beyond
+    /// the QP table, with a line for each not
     /// quarantined before.
     pub fn quarantine(&self, maps: &mut Maps, before: &[u32]) -> Result<Vec<String>> {
         let mut lines = Vec::new();
@@ -200,7 +205,27 @@ impl Binder {
                 ));
             }
         }
+        for &qpn in &self.beyond {
+            maps.quarantine(qpn)?;
+            if !before.contains(&qpn) {
+                lines.push(format!(
+                    "pkeyfw: quarantined QP {qpn:#08x}: a rule binds it, but its number is beyond the QP table (QPNs up to {:#x}, what the interface's RDMA devices hand out); its frames are refused until it is destroyed",
+                    maps.qpns() - 1
+                ));
+            }
+        }
         Ok(lines)
+    }
+
+    /// The QPs last planned that are quarantined (see [`Binder::quarantine`]).
+    fn quarantined(&self) -> Vec<u32> {
+        let foreign = self.foreign.iter().map(|(qpn, _)| qpn);
+        self.unidentified
+            .iter()
+            .chain(foreign)
+            .chain(&self.beyond)
+            .copied()
+            .collect()
     }
 
     /// Records a snapshot as applied; the lines saying what changed.
@@ -226,7 +251,7 @@ impl Binder {
             return Ok(Vec::new());
         }
         let before = self.quarantined();
-        let (effective, bound) = self.plan(&qps, &maps.creations()?);
+        let (effective, bound) = self.plan(&qps, &maps.creations()?, maps.qpns());
         match &self.applied {
             Some(old) if same_but_qps(old, &effective) => {
                 for (qpn, rule) in &effective.qps {
@@ -254,7 +279,7 @@ impl Binder {
         let old = std::mem::replace(&mut self.base, base);
         let before = self.quarantined();
         let applied = self.qps().and_then(|qps| {
-            let (effective, bound) = self.plan(&qps, &maps.creations()?);
+            let (effective, bound) = self.plan(&qps, &maps.creations()?, maps.qpns());
             maps.apply(&effective)?;
             let lines = self.quarantine(maps, &before)?;
             Ok((qps, effective, bound, lines))

@@ -1,16 +1,17 @@
 //! What bounds the QP-creation probe's tables: how many QPs the attached
-//! interface's RDMA devices hold at once (`max_qp`, the tables' size), and
-//! how many each tenant may create (the rdma cgroup controller's
+//! interface's RDMA devices hold at once (`max_qp`, the tables' size) and
+//! which numbers they give them (the QPNs the QP table covers), and how
+//! many each tenant may create (the rdma cgroup controller's
 //! `rdma.max`, which charges every QP a process creates through uverbs as
 //! an `hca_object`). A table a tenant fills quarantines the QPs it has no
 //! room for; a tenant bounded by `rdma.max` cannot fill it for others.
 
 use std::collections::BTreeMap;
 
-use pkeyfw_common::abi::{KERNEL_SLOTS, QPN_MASK};
+use pkeyfw_common::abi::{PROBE_ROOM, QPN_MASK, RXE_QPNS};
 
 use crate::{
-    control::rdma::{self, Device},
+    control::rdma::{self, Device, Driver},
     policy::{
         Policy,
         identity::{self, Cgroup},
@@ -30,6 +31,8 @@ pub const TENANT_QPS: u32 = 1 << 14;
 /// How many QPs the probe may bind at once on an interface, and why.
 pub struct ProbeCapacity {
     pub qps: u32,
+    /// QPNs the devices give their QPs: 0 to `qpns - 1` (0 with no device).
+    pub qpns: u32,
     /// Where the number comes from ("rxe0 max_qp 1048560", …).
     pub from: String,
     /// What could not be read, said.
@@ -41,25 +44,30 @@ pub struct ProbeCapacity {
 pub fn probe_capacity(devices: &[Device], policy: &Policy) -> ProbeCapacity {
     let mut notes = Vec::new();
     let mut from = Vec::new();
+    let mut qpns = 0;
     let held: u64 = if devices.is_empty() {
         from.push("no RDMA device".to_string());
-        KERNEL_SLOTS.into()
+        PROBE_ROOM.into()
     } else {
         devices
             .iter()
-            .map(|d| match rdma::verbs::max_qp(&d.name) {
-                Ok(n) => {
-                    from.push(format!("{} max_qp {n}", d.name));
-                    u64::from(n)
-                }
-                Err(e) => {
-                    notes.push(format!(
-                        "cannot read {}'s max_qp ({e:#}): the QP-creation probe's tables are sized for {ASSUMED_MAX_QP} of its QPs, and QPs beyond are quarantined",
-                        d.name
-                    ));
-                    from.push(format!("{} assumed {ASSUMED_MAX_QP}", d.name));
-                    ASSUMED_MAX_QP.into()
-                }
+            .map(|d| {
+                let max_qp = match rdma::verbs::max_qp(&d.name) {
+                    Ok(n) => {
+                        from.push(format!("{} max_qp {n}", d.name));
+                        n
+                    }
+                    Err(e) => {
+                        notes.push(format!(
+                            "cannot read {}'s max_qp ({e:#}): the QP-creation probe's tables are sized for {ASSUMED_MAX_QP} of its QPs, and QPs beyond are quarantined",
+                            d.name
+                        ));
+                        from.push(format!("{} assumed {ASSUMED_MAX_QP}", d.name));
+                        ASSUMED_MAX_QP
+                    }
+                };
+                qpns = qpns.max(device_qpns(&d.driver, max_qp));
+                u64::from(max_qp)
             })
             .sum()
     };
@@ -82,8 +90,21 @@ pub fn probe_capacity(devices: &[Device], policy: &Policy) -> ProbeCapacity {
     };
     ProbeCapacity {
         qps,
+        qpns,
         from: from.join(", "),
         notes,
+    }
+}
+
+/// QPNs a device of `driver` holding `max_qp` QPs gives them, 0 to the
+/// result - 1: rdma_rxe numbers a QP by its pool index ([`RXE_QPNS`]); a
+/// hardware device by its QP context's index, below `max_qp` rounded up to
+/// a power of two (a QP numbered beyond is quarantined by the probe, and
+/// a hardware device's frames never reach XDP).
+fn device_qpns(driver: &Driver, max_qp: u32) -> u32 {
+    match driver {
+        Driver::Rxe => RXE_QPNS,
+        _ => max_qp.min(QPN_MASK).next_power_of_two(),
     }
 }
 

@@ -211,12 +211,9 @@ fn object(pins: &Path, layout: Option<&mut QpLayout>, cm: Option<&CmLayout>) -> 
     // Unknown: no device of the attachment's, so no QP is read.
     let mut unknown = QpLayout::NONE;
     let layout = layout.unwrap_or(&mut unknown);
-    // The probe's stats slots follow the loader's; each CPU has a run of
-    // every slot's counters.
-    let slots = sizes[name::QPS] / GENERATIONS;
-    layout.probe_slots = sizes[name::KSLOTS];
-    layout.first_slot = slots - layout.probe_slots;
-    layout.cpus = sizes[name::QP_STATS] / slots;
+    // Each CPU has a run of every QPN's counters.
+    layout.qpns = sizes[name::QPS] / GENERATIONS;
+    layout.cpus = sizes[name::QP_STATS] / layout.qpns;
     loader
         .override_global("LAYOUT", &*layout, true)
         .override_global("CM_LAYOUT", cm.unwrap_or(&CmLayout::default()), true)
@@ -248,8 +245,7 @@ pub fn costs(pins: &Path) -> Result<Vec<Cost>> {
             cred_egid: 8,
             nsproxy_net: 8,
             net_cookie: 8,
-            first_slot: 0,
-            probe_slots: 0,
+            qpns: 0,
             cpus: 0,
             cm_src: 8,
             cm_dst: 8,

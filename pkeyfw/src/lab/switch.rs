@@ -380,17 +380,17 @@ fn observe(fabric: &Fabric, cases: &[Case]) -> Result<Vec<Seen>> {
         )?;
         sent?;
         for frame in got {
-            let parse::Parsed::Roce(roce) = parse::classify(&frame[..]) else {
+            let Some(roce) = parse::classify(&frame[..]).roce() else {
                 continue;
             };
             let Some(&i) = mine
                 .iter()
-                .find(|&&i| cases[i].packet.dest_qp == roce.dest_qp)
+                .find(|&&i| cases[i].packet.dest_qp == roce.dest_qp())
             else {
                 continue;
             };
             seen[i] = match icrc_holds(&frame) {
-                Some(true) => Seen::Good(roce.pkey),
+                Some(true) => Seen::Good(roce.pkey()),
                 _ => Seen::BadIcrc,
             };
         }

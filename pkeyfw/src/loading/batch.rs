@@ -36,20 +36,11 @@ struct BatchAttr {
     flags: u64,
 }
 
-/// A batch write that stopped: the entry it stopped at, if the kernel got
-/// as far as the entries, and why.
-#[derive(Debug)]
-pub struct Failed {
-    pub index: Option<usize>,
-    pub error: std::io::Error,
-}
-
 /// Writes `entries` into `map` in order (`BPF_ANY`), a chunk per call. On
-/// failure the entries before `index` are written, the rest not (with no
-/// index, an unknown number of them).
-pub fn update<K: Pod, V: Pod>(map: &MapData, entries: &[(K, V)]) -> Result<(), Failed> {
+/// failure some of them are written.
+pub fn update<K: Pod, V: Pod>(map: &MapData, entries: &[(K, V)]) -> std::io::Result<()> {
     let fd = map.fd().as_fd().as_raw_fd() as u32;
-    for (n, chunk) in entries.chunks(CHUNK).enumerate() {
+    for chunk in entries.chunks(CHUNK) {
         let (keys, values): (Vec<K>, Vec<V>) = chunk.iter().copied().unzip();
         // SAFETY: `keys` and `values` hold `len` plain keys and values of
         // the map's sizes (aya checked them when it typed the map).
@@ -62,19 +53,14 @@ pub fn update<K: Pod, V: Pod>(map: &MapData, entries: &[(K, V)]) -> Result<(), F
                 size_of::<V>(),
                 chunk.len(),
             )
-        }
-        .map_err(|(written, error)| Failed {
-            index: written.map(|w| n * CHUNK + w),
-            error,
-        })?;
+        }?;
     }
     Ok(())
 }
 
 /// Writes `count` entries, keys of `key_size` bytes at `keys` and values of
 /// `value_size` at `values`: one batch call, or one call per entry where
-/// the kernel has no batch command for the map. On failure, how many were
-/// written, where that is known.
+/// the kernel has no batch command for the map.
 ///
 /// # Safety
 /// `keys` and `values` must hold `count` keys and values of those sizes,
@@ -86,7 +72,7 @@ unsafe fn write(
     values: *const u8,
     value_size: usize,
     count: usize,
-) -> Result<(), (Option<usize>, std::io::Error)> {
+) -> std::io::Result<()> {
     let mut attr = BatchAttr {
         keys: keys as u64,
         values: values as u64,
@@ -109,16 +95,11 @@ unsafe fn write(
                     ..ElemAttr::default()
                 };
                 // SAFETY: one key and one value of the map's sizes.
-                unsafe { call(BPF_MAP_UPDATE_ELEM, &mut one) }.map_err(|e| (Some(i), e))?;
+                unsafe { call(BPF_MAP_UPDATE_ELEM, &mut one) }?;
             }
             Ok(())
         }
-        // The kernel reports how many it wrote, unless it refused the
-        // call before the first (then `count` is left as it was).
-        Err(e) => {
-            let written = attr.count as usize;
-            Err(((written < count).then_some(written), e))
-        }
+        Err(e) => Err(e),
     }
 }
 

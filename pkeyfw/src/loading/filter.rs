@@ -21,7 +21,7 @@ use aya::{
 use aya_log::EbpfLogger;
 use pkeyfw_common::{
     Reason, Verdict,
-    abi::{Capacity, DEFAULT_QP_CAPACITY, MAPS, SenderLayout, Setup, role},
+    abi::{Capacity, MAPS, MIN_QPNS, SenderLayout, Setup, role},
 };
 
 use crate::{
@@ -113,8 +113,8 @@ impl Replaced {
 /// How a filter is loaded (see [`Filter::load_with`]).
 #[derive(Clone, Debug)]
 pub struct Load<'a> {
-    /// Room in the maps: the policy's QPs are rounded up to a power of
-    /// two, at least [`DEFAULT_QP_CAPACITY`].
+    /// Room in the maps: a host port's QP table covers at least
+    /// [`MIN_QPNS`] QPNs; a switch port's holds none (it reads no QP).
     pub capacity: Capacity,
     /// A switch's port, not a host's: fixed for the filter's life (a
     /// reload cannot change it), so that the verifier removes the other
@@ -132,11 +132,11 @@ pub struct Load<'a> {
 }
 
 impl Load<'_> {
-    /// A host's port with room for `qps` QPs, unpinned, untraced, that takes
-    /// no outgoing frame for a QP's.
-    pub fn host(qps: u32) -> Load<'static> {
+    /// A host's port whose QP table covers QPNs below `qpns`, unpinned,
+    /// untraced, that takes no outgoing frame for a QP's.
+    pub fn host(qpns: u32) -> Load<'static> {
         Load {
-            capacity: Capacity::of(qps),
+            capacity: Capacity::of(qpns),
             switch: false,
             pin: None,
             trace: false,
@@ -148,17 +148,17 @@ impl Load<'_> {
     pub fn of(policy: &Policy) -> Load<'static> {
         Load {
             switch: policy.switch.is_some(),
-            ..Load::host(policy.qps.len() as u32)
+            ..Load::host(policy.qpns())
         }
     }
 }
 
 impl Filter {
-    /// Loads a host port's programs into the kernel with room for
-    /// `qp_capacity` QPs per policy. Nothing is attached; the policy is
-    /// empty until [`apply`](Self::apply).
-    pub fn load(qp_capacity: u32) -> Result<Filter> {
-        Filter::load_with(&Load::host(qp_capacity))
+    /// Loads a host port's programs into the kernel with a QP table for
+    /// QPNs below `qpns` (at least [`MIN_QPNS`]). Nothing is attached; the
+    /// policy is empty until [`apply`](Self::apply).
+    pub fn load(qpns: u32) -> Result<Filter> {
+        Filter::load_with(&Load::host(qpns))
     }
 
     /// Loads the programs for `policy`'s role, with room for its QPs; the
@@ -169,10 +169,10 @@ impl Filter {
 
     /// [`load`](Self::load), pinning the program and its maps under `dir`
     /// so that other pkeyfw processes reach them.
-    pub fn load_pinned(qp_capacity: u32, dir: &Path) -> Result<Filter> {
+    pub fn load_pinned(qpns: u32, dir: &Path) -> Result<Filter> {
         Filter::load_with(&Load {
             pin: Some(dir),
-            ..Load::host(qp_capacity)
+            ..Load::host(qpns)
         })
     }
 
@@ -180,11 +180,11 @@ impl Filter {
     /// takes (see [`Features`]).
     pub fn load_with(how: &Load) -> Result<Filter> {
         let capacity = Capacity {
-            qps: how
-                .capacity
-                .qps
-                .max(DEFAULT_QP_CAPACITY)
-                .next_power_of_two(),
+            qpns: if how.switch {
+                1
+            } else {
+                how.capacity.qpns.max(MIN_QPNS)
+            },
             probed: how.capacity.probed.max(1),
             cpus: aya::util::nr_cpus()
                 .map_err(|(_, e)| e)
@@ -198,7 +198,7 @@ impl Filter {
             frags: features.xdp_frags.into(),
             coarse_clock: features.coarse_clock.into(),
             _pad: 0,
-            stats_slots: capacity.slots(),
+            qpns: capacity.qpns,
         };
         // Without multi-buffer XDP the same program is loaded without
         // `xdp.frags`, which such a kernel refuses.

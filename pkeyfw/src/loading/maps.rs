@@ -3,39 +3,40 @@
 //! one, and reading the counters.
 //!
 //! Everything a later process needs is in the maps themselves (which QPs each
-//! generation binds, which stats slot each uses), so `pkeyfw reload` in
+//! generation binds; a QP's counters are its QPN's), so `pkeyfw reload` in
 //! another process switches a pinned filter exactly as the process that
-//! attached it would.
+//! attached it would. The QP table is written through its mapped memory,
+//! an entry in one store ([`QpTable`]).
 
 use std::{
     collections::{BTreeMap, HashMap as StdHashMap, HashSet},
     os::fd::{AsFd as _, AsRawFd as _},
     path::Path,
+    sync::atomic::{Ordering, fence},
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, anyhow, bail};
+use anyhow::{Context as _, Result, anyhow, bail, ensure};
 use aya::{
     Ebpf, Pod,
     maps::{
         Array, HashMap, IterableMap as _, Map, MapData, MapError, MapInfo, PerCpuArray, RingBuf,
-        Stack,
     },
 };
 use pkeyfw_common::{
     Capture, Reason, Stamp, Verdict,
     abi::{
         BindSpec, Config, Creation, EventBudget, EventKind, GENERATIONS, GROUP_CAPACITY,
-        GroupEntry, GroupKey, JoinAction, KernelSlot, LAYOUT_VERSION, ListenKey, MAPS, MAX_RULES,
-        MapKind, OTHER_PARTITION, PARTITIONS, PORT_SERIAL_BITS, QPN_MASK, QpEntry, QpStats,
+        GroupEntry, GroupKey, JoinAction, LAYOUT_VERSION, ListenKey, MAPS, MAX_RULES, MapKind,
+        OTHER_PARTITION, PARTITIONS, PORT_SERIAL_BITS, QpEntry, QpStats,
         cm::cm_state,
         counters::{REASON_SLOTS, reason_slot},
-        listed_key, matcher, name, port_entry, port_key_index, qp_flags, qp_key, qp_stats_index,
+        listed_key, matcher, name, port_entry, port_key_index, qp_flags, qp_stats_index,
         quarantine_bit, violation_key,
     },
 };
 
-use super::batch;
+use super::{batch, qp_table::QpTable};
 use crate::{
     control::netlink,
     policy::{Policy, QpRule},
@@ -103,25 +104,16 @@ pub type SuppressedCounts = [u64; EventKind::COUNT];
 pub struct Maps {
     /// (name, kernel id) of every map, for memory accounting.
     ids: Vec<(&'static str, u32)>,
-    /// QPs a policy may bind: the loader's slots of `QP_STATS` (the
-    /// QP-creation probe's, one per `KSLOTS` entry, follow them).
-    capacity: u32,
-    /// The QP-creation probe's stats slots (`KSLOTS` entries).
-    probed: u32,
     /// When this process last retired a generation (None: not known here).
     retired: Option<Instant>,
-    /// The loader's stats slots the live generation leaves free, as this
-    /// process keeps them between binds (None: read again at the next).
-    free: Option<Vec<u32>>,
     active: Array<MapData, u32>,
     config: Array<MapData, Config>,
-    qps: HashMap<MapData, u32, QpEntry>,
+    qps: QpTable,
     groups: HashMap<MapData, GroupKey, GroupEntry>,
     port_keys: Array<MapData, u32>,
     reasons: PerCpuArray<MapData, u64>,
     xmit_reasons: PerCpuArray<MapData, u64>,
-    /// Every stats slot's counters, a run of them per CPU
-    /// (`qp_stats_index`).
+    /// Every QPN's counters, a run of them per CPU (`qp_stats_index`).
     qp_stats: Array<MapData, QpStats>,
     /// The possible CPUs `qp_stats` has a run for.
     cpus: u32,
@@ -133,10 +125,7 @@ pub struct Maps {
     violations: Array<MapData, u64>,
     bind_rules: Array<MapData, BindSpec>,
     qkeys: HashMap<MapData, u32, u32>,
-    kslots: HashMap<MapData, u32, KernelSlot>,
     creations: HashMap<MapData, u32, Creation>,
-    free_slots: Stack<MapData, u32>,
-    next_slot: Array<MapData, u64>,
     quarantine: Array<MapData, u64>,
     listed: HashMap<MapData, u64, u8>,
     join_action: Array<MapData, JoinAction>,
@@ -149,7 +138,8 @@ pub struct Maps {
 
 /// What a generation holds, as read back from the maps.
 struct Held {
-    qps: Vec<(u32, QpEntry)>,
+    /// The QPNs it has an entry for.
+    qps: Vec<u32>,
     groups: Vec<GroupKey>,
     /// `LISTED` keys.
     listed: Vec<u64>,
@@ -240,7 +230,6 @@ impl Maps {
                     MapKind::LruHashMap => Map::LruHashMap(data),
                     MapKind::PerCpuArray => Map::PerCpuArray(data),
                     MapKind::RingBuf => Map::RingBuf(data),
-                    MapKind::Stack => Map::Stack(data),
                 },
             );
         }
@@ -252,20 +241,18 @@ impl Maps {
             .iter()
             .map(|spec| Ok((spec.name, data(&maps[spec.name])?.info()?.id())))
             .collect::<Result<_>>()?;
-        let probed = data(&maps[name::KSLOTS])?.info()?.max_entries();
-        let slots = data(&maps[name::QPS])?.info()?.max_entries() / GENERATIONS;
-        let capacity = slots - probed;
-        let cpus = data(&maps[name::QP_STATS])?.info()?.max_entries() / slots;
+        let qps = match maps.remove(name::QPS) {
+            Some(Map::Array(data)) => QpTable::map(data)?,
+            _ => bail!("no array map {}", name::QPS),
+        };
+        let cpus = data(&maps[name::QP_STATS])?.info()?.max_entries() / qps.qpns();
         let mut take = |name| maps.remove(name);
         Ok(Maps {
             ids,
-            capacity,
-            probed,
             retired: None,
-            free: None,
             active: typed(take(name::ACTIVE), name::ACTIVE)?,
             config: typed(take(name::CONFIG), name::CONFIG)?,
-            qps: typed(take(name::QPS), name::QPS)?,
+            qps,
             groups: typed(take(name::GROUPS), name::GROUPS)?,
             port_keys: typed(take(name::PORT_KEYS), name::PORT_KEYS)?,
             reasons: typed(take(name::REASONS), name::REASONS)?,
@@ -280,10 +267,7 @@ impl Maps {
             violations: typed(take(name::VIOLATIONS), name::VIOLATIONS)?,
             bind_rules: typed(take(name::BIND_RULES), name::BIND_RULES)?,
             qkeys: typed(take(name::QKEYS), name::QKEYS)?,
-            kslots: typed(take(name::KSLOTS), name::KSLOTS)?,
             creations: typed(take(name::CREATIONS), name::CREATIONS)?,
-            free_slots: typed(take(name::FREE_SLOTS), name::FREE_SLOTS)?,
-            next_slot: typed(take(name::NEXT_SLOT), name::NEXT_SLOT)?,
             quarantine: typed(take(name::QUARANTINE), name::QUARANTINE)?,
             listed: typed(take(name::LISTED), name::LISTED)?,
             join_action: typed(take(name::JOIN_ACTION), name::JOIN_ACTION)?,
@@ -425,22 +409,24 @@ impl Maps {
             .context("reading CONFIG")
     }
 
-    /// Passed and dropped frames of every QP of the active policy, by QPN.
-    pub fn qp_counters(&self) -> Result<Vec<(u32, QpStats)>> {
-        let held = self.held(self.active_generation()?)?;
-        let mut out = held
-            .qps
-            .into_iter()
-            .map(|(qpn, entry)| Ok((qpn, self.qp_stats_of(entry.slot)?)))
-            .collect::<Result<Vec<_>>>()?;
-        out.sort_unstable_by_key(|&(qpn, _)| qpn);
-        Ok(out)
+    /// QPNs the QP table covers: 0 to `qpns() - 1`.
+    pub fn qpns(&self) -> u32 {
+        self.qps.qpns()
     }
 
-    /// The frames counted against stats slot `slot`, summed over CPUs.
-    fn qp_stats_of(&self, slot: u32) -> Result<QpStats> {
+    /// Passed and dropped frames of every QP of the active policy, by QPN.
+    pub fn qp_counters(&self) -> Result<Vec<(u32, QpStats)>> {
+        let live = self.active_generation()?;
+        self.qps
+            .entries(live)
+            .map(|(qpn, _)| Ok((qpn, self.qp_stats_of(qpn)?)))
+            .collect()
+    }
+
+    /// The frames counted against QPN `qpn`'s entries, summed over CPUs.
+    fn qp_stats_of(&self, qpn: u32) -> Result<QpStats> {
         let mut sum = QpStats::default();
-        for index in self.stats_indices(slot) {
+        for index in self.stats_indices(qpn) {
             let s = self.qp_stats.get(&index, 0).context("reading QP_STATS")?;
             sum.passed += s.passed;
             sum.dropped += s.dropped;
@@ -448,21 +434,20 @@ impl Maps {
         Ok(sum)
     }
 
-    /// Where stats slot `slot`'s counters are, one place per CPU.
-    fn stats_indices(&self, slot: u32) -> impl Iterator<Item = u32> + use<> {
-        let slots = self.capacity + self.probed;
-        (0..self.cpus).map(move |cpu| qp_stats_index(slot, cpu, slots))
+    /// Where QPN `qpn`'s counters are, one place per CPU.
+    fn stats_indices(&self, qpn: u32) -> impl Iterator<Item = u32> + use<> {
+        let qpns = self.qps.qpns();
+        (0..self.cpus).map(move |cpu| qp_stats_index(qpn, cpu, qpns))
     }
 
-    /// Zeroes stats slots `slots`' counters on every CPU.
-    fn zero_stats(&mut self, slots: &[u32]) -> Result<()> {
-        let zeroed: Vec<(u32, QpStats)> = slots
+    /// Zeroes QPNs `qpns`' counters on every CPU.
+    fn zero_stats(&mut self, qpns: &[u32]) -> Result<()> {
+        let zeroed: Vec<(u32, QpStats)> = qpns
             .iter()
-            .flat_map(|&s| self.stats_indices(s))
+            .flat_map(|&q| self.stats_indices(q))
             .map(|i| (i, QpStats::default()))
             .collect();
-        batch::update(self.qp_stats.map(), &zeroed)
-            .map_err(|f| anyhow!(f.error).context("resetting QP_STATS"))
+        batch::update(self.qp_stats.map(), &zeroed).context("resetting QP_STATS")
     }
 
     /// QPs the QP-creation probe had no room to bind, quarantined now (a
@@ -520,7 +505,7 @@ impl Maps {
     /// QP-creation probe ("probe").
     pub fn bound_by(&self) -> Result<[(&'static str, u64); 3]> {
         let mut by = [("entry", 0), ("rule", 0), ("probe", 0)];
-        for (_, e) in self.held(self.active_generation()?)?.qps {
+        for (_, e) in self.qps.entries(self.active_generation()?) {
             let i = match (e.flags & qp_flags::RULE, e.flags & qp_flags::PROBE) {
                 (0, _) => 0,
                 (_, 0) => 1,
@@ -554,14 +539,13 @@ impl Maps {
     /// Takes over what the QP-creation and modify probes of the attachment
     /// this one replaces (`old`) knew, before anything is applied: the
     /// Q_Key each QP set, the probe's bindings of the live generation with
-    /// their rules (kept by [`apply`](Self::apply) while the rules stay),
-    /// its stats slots and their counts, and the quarantine. A binding whose
-    /// slot this filter has no room for is quarantined, not lost.
+    /// their rules (kept by [`apply`](Self::apply) while the rules stay)
+    /// and their counts, and the quarantine. A binding whose QPN this
+    /// filter's table does not cover is quarantined, not lost.
     pub fn inherit(&mut self, old: &Maps) -> Result<()> {
         let creations: Vec<(u32, Creation)> =
             batch::entries(old.creations.map()).context("reading the old CREATIONS")?;
-        batch::update(self.creations.map(), &creations)
-            .map_err(|f| anyhow!(f.error).context("writing CREATIONS"))?;
+        batch::update(self.creations.map(), &creations).context("writing CREATIONS")?;
         for item in old.qkeys.iter() {
             let (qpn, qkey) = item.context("reading the old QKEYS")?;
             self.qkeys.insert(&qpn, &qkey, 0).context("writing QKEYS")?;
@@ -571,48 +555,26 @@ impl Maps {
         self.write_rules(to, &rules)?;
         let mut quarantine: Vec<u64> =
             batch::array_values(old.quarantine.map()).context("reading the old QUARANTINE")?;
-        let mut used = HashSet::new();
-        for item in old.kslots.iter() {
-            let (qpn, k) = item.context("reading the old KSLOTS")?;
-            let n = k.slot - old.capacity;
-            let entry = old.qps.get(&qp_key(from, qpn), 0).ok();
-            if n >= self.probed {
-                if entry.is_some_and(|e| e.flags & qp_flags::PROBE != 0) {
-                    let (word, bit) = quarantine_bit(qpn);
-                    quarantine[word as usize] |= bit;
-                }
+        for (qpn, e) in old.qps.entries(from) {
+            if e.flags & qp_flags::PROBE == 0 {
                 continue;
             }
-            let slot = self.capacity + n;
-            used.insert(n);
-            self.kslots
-                .insert(&qpn, &KernelSlot { slot, ..k }, 0)
-                .context("writing KSLOTS")?;
+            if qpn >= self.qpns() {
+                let (word, bit) = quarantine_bit(qpn);
+                quarantine[word as usize] |= bit;
+                continue;
+            }
             // Each CPU's counts, to the same CPU's.
-            for (from, to) in old.stats_indices(k.slot).zip(self.stats_indices(slot)) {
+            for (from, to) in old.stats_indices(qpn).zip(self.stats_indices(qpn)) {
                 let stats = old.qp_stats.get(&from, 0).context("reading QP_STATS")?;
                 self.qp_stats
                     .set(to, &stats, 0)
                     .context("writing QP_STATS")?;
             }
-            if let Some(e) = entry.filter(|e| e.flags & qp_flags::PROBE != 0) {
-                self.put(to, &[(qpn, QpEntry { slot, ..e })])?;
-            }
-        }
-        // The slots handed out stay so; those of them no QP holds are free.
-        let next = old.next_slot.get(&0, 0).context("reading NEXT_SLOT")?;
-        let next = next.min(u64::from(self.probed)) as u32;
-        self.next_slot
-            .set(0, &u64::from(next), 0)
-            .context("writing NEXT_SLOT")?;
-        for n in (0..next).filter(|n| !used.contains(n)) {
-            self.free_slots
-                .push(&(self.capacity + n), 0)
-                .context("writing FREE_SLOTS")?;
+            self.qps.set(to, qpn, Some(e))?;
         }
         let words: Vec<(u32, u64)> = (0..).zip(quarantine).filter(|&(_, w)| w != 0).collect();
-        batch::update(self.quarantine.map(), &words)
-            .map_err(|f| anyhow!(f.error).context("writing QUARANTINE"))?;
+        batch::update(self.quarantine.map(), &words).context("writing QUARANTINE")?;
         self.inherit_connection_setup(old)
     }
 
@@ -620,12 +582,10 @@ impl Maps {
     /// its listeners (and how many found no room), its connections.
     fn inherit_connection_setup(&mut self, old: &Maps) -> Result<()> {
         let listeners = old.listeners()?;
-        batch::update(self.listeners.map(), &listeners)
-            .map_err(|f| anyhow!(f.error).context("writing LISTENERS"))?;
+        batch::update(self.listeners.map(), &listeners).context("writing LISTENERS")?;
         let connections: Vec<(u64, u16)> =
             batch::entries(old.connections.map()).context("reading the old CONNECTIONS")?;
-        batch::update(self.connections.map(), &connections)
-            .map_err(|f| anyhow!(f.error).context("writing CONNECTIONS"))?;
+        batch::update(self.connections.map(), &connections).context("writing CONNECTIONS")?;
         let unrecorded = old.unrecorded_listeners()?;
         self.cm_state
             .set(cm_state::UNRECORDED, &unrecorded, 0)
@@ -644,8 +604,7 @@ impl Maps {
         follow(&mut self.listeners, then, &now, name::LISTENERS)?;
         let connections: Vec<(u64, u16)> =
             batch::entries(old.connections.map()).context("reading the old CONNECTIONS")?;
-        batch::update(self.connections.map(), &connections)
-            .map_err(|f| anyhow!(f.error).context("writing CONNECTIONS"))?;
+        batch::update(self.connections.map(), &connections).context("writing CONNECTIONS")?;
         let unrecorded = old.unrecorded_listeners()?;
         if unrecorded > self.unrecorded_listeners()? {
             self.cm_state
@@ -720,7 +679,7 @@ impl Maps {
         let now = old.creations()?;
         let changed = follow(&mut self.creations, &then, &now, name::CREATIONS)?;
         for &qpn in &changed {
-            self.forget_probed(qpn)?;
+            self.forget_probed(qpn);
         }
         let keys: Vec<(u32, u32)> = old
             .qkeys
@@ -739,25 +698,17 @@ impl Maps {
     }
 
     /// Drops what the probes bound for QPN `qpn` (its entries in both
-    /// generations, its stats slot): a QP gone, or another's now.
-    fn forget_probed(&mut self, qpn: u32) -> Result<()> {
+    /// generations): a QP gone, or another's now.
+    fn forget_probed(&mut self, qpn: u32) {
         for g in 0..GENERATIONS {
-            let key = qp_key(g, qpn);
-            if self
+            if let Some(e) = self
                 .qps
-                .get(&key, 0)
-                .is_ok_and(|e| e.flags & qp_flags::PROBE != 0)
+                .get(g, qpn)
+                .filter(|e| e.flags & qp_flags::PROBE != 0)
             {
-                ignore_missing(self.qps.remove(&key)).context("writing QPS")?;
+                self.qps.replace(g, qpn, Some(e), None);
             }
         }
-        if let Ok(k) = self.kslots.get(&qpn, 0) {
-            ignore_missing(self.kslots.remove(&qpn)).context("writing KSLOTS")?;
-            self.free_slots
-                .push(&k.slot, 0)
-                .context("writing FREE_SLOTS")?;
-        }
-        Ok(())
     }
 
     /// Forgets every record of who made the QPs and the listeners: no
@@ -800,11 +751,10 @@ impl Maps {
     /// switch's ports) can all take a policy before any switches to it. On
     /// error the idle generation is left empty.
     pub fn stage(&mut self, policy: &Policy) -> Result<Staged> {
-        if policy.qps.len() > self.capacity as usize {
+        if let Some(qpn) = policy.qps.keys().find(|&&q| q >= self.qpns()) {
             bail!(
-                "the policy binds {} QPs; this filter was loaded for at most {}",
-                policy.qps.len(),
-                self.capacity
+                "the policy binds a QP the filter has no room for: {}; `pkeyfw detach` and attach again to make a table for it",
+                self.qps.beyond(*qpn)
             );
         }
         if policy.groups.len() > (GROUP_CAPACITY / GENERATIONS) as usize {
@@ -822,14 +772,14 @@ impl Maps {
         // setuid exec since).
         let keep = self.rules(active)? == rules;
         self.clear(idle)?;
-        let held = self.held(active)?.qps;
-        let slots = held.iter().map(|(q, e)| (*q, e.slot)).collect();
+        let held: Vec<(u32, QpEntry)> = self.qps.entries(active).collect();
+        let live = held.iter().map(|(q, _)| *q).collect();
         let carried = held
             .into_iter()
             .filter(|(q, e)| keep && e.flags & qp_flags::PROBE != 0 && !is_entry(policy, *q))
             .collect::<Vec<_>>();
         let written = self
-            .write(idle, policy, &rules, slots)
+            .write(idle, policy, &rules, &live)
             .and_then(|()| self.put(idle, &carried));
         if let Err(e) = written {
             let _ = self.clear(idle);
@@ -842,21 +792,20 @@ impl Maps {
         })
     }
 
-    /// Makes a staged policy live: one write to `ACTIVE`.
+    /// Makes a staged policy live: one write to `ACTIVE`, after every entry
+    /// of it (stored through the table's memory) is visible to every CPU.
     pub fn flip(&mut self, staged: &Staged) -> Result<()> {
+        fence(Ordering::SeqCst);
         self.active
             .set(0, &staged.idle, 0)
             .context("switching ACTIVE")?;
         self.retired = Some(Instant::now());
-        // The free slots were the retired generation's.
-        self.free = None;
         Ok(())
     }
 
     /// Makes the policy a [`flip`](Self::flip) retired live again (its
     /// generation is untouched until the next [`stage`](Self::stage)).
     pub fn unflip(&mut self, staged: &Staged) -> Result<()> {
-        self.free = None;
         self.active
             .set(0, &(1 - staged.idle), 0)
             .context("switching ACTIVE back")
@@ -887,9 +836,9 @@ impl Maps {
     /// kept current while `new` was written. What was carried over and not
     /// touched since follows `old` (a QP destroyed meanwhile goes, one
     /// created anew with the number is rebound); a QP the probe bound only
-    /// in `old` meanwhile is added (its QPN holds one of the probe's slots:
-    /// few, where the table may hold millions). An entry the probe wrote
-    /// into `new` since the switch is left alone.
+    /// in `old` meanwhile is added. An entry the probe wrote into `new`
+    /// since the switch is left alone: each change is an exchange of the
+    /// entry read for the new one.
     fn settle_probed(
         &mut self,
         old: u32,
@@ -897,40 +846,32 @@ impl Maps {
         carried: &[(u32, QpEntry)],
         entry: &impl Fn(&u32) -> bool,
     ) -> Result<()> {
-        let probe_bound = |qps: &HashMap<MapData, u32, QpEntry>, g: u32, qpn: u32| {
-            qps.get(&qp_key(g, qpn), 0)
-                .ok()
-                .filter(|e| e.flags & qp_flags::PROBE != 0)
+        let probe_bound = |qps: &QpTable, g: u32, qpn: u32| {
+            qps.get(g, qpn).filter(|e| e.flags & qp_flags::PROBE != 0)
         };
         for &(qpn, put) in carried {
-            if self.qps.get(&qp_key(new, qpn), 0).ok() != Some(put) {
-                continue;
-            }
             match probe_bound(&self.qps, old, qpn) {
                 Some(e) if e == put => {}
-                Some(e) => self.put(new, &[(qpn, e)])?,
-                None => ignore_missing(self.qps.remove(&qp_key(new, qpn)))?,
+                now => {
+                    self.qps.replace(new, qpn, Some(put), now);
+                }
             }
         }
-        let mut late = Vec::new();
-        for qpn in self.kslots.keys() {
-            let qpn = qpn.context("reading KSLOTS")?;
-            if let Some(e) = probe_bound(&self.qps, old, qpn)
-                && !entry(&qpn)
-                && self.qps.get(&qp_key(new, qpn), 0).is_err()
-            {
-                late.push((qpn, e));
-            }
+        let late: Vec<(u32, QpEntry)> = self
+            .qps
+            .entries(old)
+            .filter(|(qpn, e)| e.flags & qp_flags::PROBE != 0 && !entry(qpn))
+            .collect();
+        for (qpn, e) in late {
+            self.qps.replace(new, qpn, None, Some(e));
         }
-        self.put(new, &late)
+        Ok(())
     }
 
     /// Writes QP-table entries into generation `g` as they are.
     fn put(&mut self, g: u32, entries: &[(u32, QpEntry)]) -> Result<()> {
-        for (qpn, e) in entries {
-            self.qps
-                .insert(&qp_key(g, *qpn), e, 0)
-                .with_context(|| format!("writing QPS entry {qpn:#x}"))?;
+        for &(qpn, e) in entries {
+            self.qps.set(g, qpn, Some(e))?;
         }
         Ok(())
     }
@@ -952,82 +893,41 @@ impl Maps {
         Ok(rules)
     }
 
-    /// Binds (or rebinds) one QP in the live generation, in place: one map
-    /// entry, which a frame sees whole or not at all, and nothing else of the
-    /// policy changes. A new QP gets a zeroed stats slot. A rule binding the
-    /// QP-creation probe made stays: it saw the QP's creator, and may hold
-    /// the Q_Key the QP set since.
+    /// Binds (or rebinds) one QP in the live generation, in place: one
+    /// entry, stored whole, and nothing else of the policy changes. A new
+    /// QP's counters start from zero. A rule binding the QP-creation probe
+    /// made stays: it saw the QP's creator, and may hold the Q_Key the QP
+    /// set since (the entry is exchanged only for the one read, so one the
+    /// probe stores meanwhile stands too).
     pub fn bind_live(&mut self, qpn: u32, rule: &QpRule) -> Result<()> {
         let g = self.active_generation()?;
-        let key = qp_key(g, qpn);
-        let existing = self.qp_entry(key)?;
+        ensure!(qpn < self.qpns(), "{}", self.qps.beyond(qpn));
+        let existing = self.qps.get(g, qpn);
         if existing.is_some_and(|e| e.flags & qp_flags::PROBE != 0) {
             return Ok(());
         }
         let rule = &self.with_qkey(qpn, rule);
-        let slot = match existing {
-            Some(e) => e.slot,
-            None => {
-                let slot = self.free_slots(g)?.pop().context("no free QP stats slot")?;
-                self.zero_stats(&[slot])?;
-                slot
-            }
-        };
-        let written = self
-            .qps
-            .insert(&key, &Policy::qp_entry(rule, slot), 0)
-            .with_context(|| format!("writing QPS entry {qpn:#x}"));
-        if written.is_err() && existing.is_none() {
-            self.release(slot);
+        if existing.is_none() {
+            self.zero_stats(&[qpn])?;
         }
-        written
-    }
-
-    /// Removes one QP from the live generation, in place.
-    /// The probe's bindings stay: it removes them when their QP is
-    /// destroyed.
-    pub fn unbind_live(&mut self, qpn: u32) -> Result<()> {
-        let key = qp_key(self.active_generation()?, qpn);
-        let Some(entry) = self.qp_entry(key)? else {
-            return Ok(());
-        };
-        if entry.flags & qp_flags::PROBE != 0 {
-            return Ok(());
-        }
-        ignore_missing(self.qps.remove(&key))?;
-        self.release(entry.slot);
+        self.qps
+            .replace(g, qpn, existing, Some(Policy::qp_entry(rule)));
         Ok(())
     }
 
-    /// The QPS entry under `key`, if any.
-    fn qp_entry(&self, key: u32) -> Result<Option<QpEntry>> {
-        match self.qps.get(&key, 0) {
-            Ok(e) => Ok(Some(e)),
-            Err(MapError::KeyNotFound) => Ok(None),
-            Err(e) => Err(e).context("reading QPS"),
-        }
-    }
-
-    /// The loader's slots generation `g` (the live one) leaves free: read
-    /// from the maps once after each policy switch, then kept here, so that
-    /// a bind costs the same however many QPs are bound.
-    fn free_slots(&mut self, g: u32) -> Result<&mut Vec<u32>> {
-        if self.free.is_none() {
-            let used: HashSet<u32> = self.held(g)?.qps.iter().map(|(_, e)| e.slot).collect();
-            // Popped lowest first.
-            let free = (0..self.capacity).rev().filter(|s| !used.contains(s));
-            self.free = Some(free.collect());
-        }
-        Ok(self.free.get_or_insert_default())
-    }
-
-    /// Gives a loader's slot back (the probe's, above them, are its own).
-    fn release(&mut self, slot: u32) {
-        if let Some(free) = &mut self.free
-            && slot < self.capacity
+    /// Removes one QP from the live generation, in place (a stored zero).
+    /// The probe's bindings stay: it removes them when their QP is
+    /// destroyed.
+    pub fn unbind_live(&mut self, qpn: u32) -> Result<()> {
+        let g = self.active_generation()?;
+        if let Some(e) = self
+            .qps
+            .get(g, qpn)
+            .filter(|e| e.flags & qp_flags::PROBE == 0)
         {
-            free.push(slot);
+            self.qps.replace(g, qpn, Some(e), None);
         }
+        Ok(())
     }
 
     /// A rule that binds a UD QP with its own Q_Key, with the one it set if
@@ -1053,13 +953,14 @@ impl Maps {
     }
 
     /// Writes `policy` into generation `g`, which no frame reads. QPs the
-    /// active policy binds keep their stats slot; new ones get a zeroed one.
+    /// active policy binds (`live`) keep their counters; new ones start
+    /// from zero.
     fn write(
         &mut self,
         g: u32,
         policy: &Policy,
         rules: &[BindSpec],
-        mut slots: StdHashMap<u32, u32>,
+        live: &HashSet<u32>,
     ) -> Result<()> {
         self.write_rules(g, rules)?;
         // A new serial first: it empties the generation's port table, and
@@ -1078,30 +979,17 @@ impl Maps {
                 .set(port_key_index(g, key), &port_entry(serial, flags), 0)
                 .context("writing PORT_KEYS")?;
         }
-        let used: HashSet<u32> = slots.values().copied().collect();
-        let mut free = (0..self.capacity).filter(|s| !used.contains(s));
-        let mut zeroed = Vec::new();
-        let mut qps = Vec::with_capacity(policy.qps.len());
-        for (&qpn, rule) in &policy.qps {
-            let slot = match slots.get(&qpn) {
-                Some(&slot) => slot,
-                None => {
-                    let slot = free.next().context("no free QP stats slot")?;
-                    zeroed.push(slot);
-                    slots.insert(qpn, slot);
-                    slot
-                }
-            };
-            let rule = self.with_qkey(qpn, rule);
-            qps.push((qp_key(g, qpn), Policy::qp_entry(&rule, slot)));
-        }
+        let zeroed: Vec<u32> = policy
+            .qps
+            .keys()
+            .copied()
+            .filter(|q| !live.contains(q))
+            .collect();
         self.zero_stats(&zeroed)?;
-        batch::update(self.qps.map(), &qps).map_err(|f| {
-            anyhow!(f.error).context(match f.index.and_then(|i| qps.get(i)) {
-                Some((key, _)) => format!("writing QPS entry {:#x}", key & QPN_MASK),
-                None => "writing QPS".to_string(),
-            })
-        })?;
+        for (&qpn, rule) in &policy.qps {
+            let rule = self.with_qkey(qpn, rule);
+            self.qps.set(g, qpn, Some(Policy::qp_entry(&rule)))?;
+        }
         for (addr, group) in &policy.groups {
             let key = GroupKey {
                 generation: g,
@@ -1141,20 +1029,13 @@ impl Maps {
         let zeroed: Vec<(u32, u32)> = (0..PARTITIONS)
             .map(|p| (port_key_index(g, p as u16), 0))
             .collect();
-        batch::update(self.port_keys.map(), &zeroed)
-            .map_err(|f| anyhow!(f.error).context("clearing PORT_KEYS"))?;
+        batch::update(self.port_keys.map(), &zeroed).context("clearing PORT_KEYS")?;
         Ok(1)
     }
 
     /// What generation `g` holds, read from the maps (its port table is
     /// emptied by a new serial, so not listed).
     fn held(&self, g: u32) -> Result<Held> {
-        let qps = batch::entries::<u32, QpEntry>(self.qps.map())
-            .context("reading QPS")?
-            .into_iter()
-            .filter(|(key, _)| key >> 24 == g)
-            .map(|(key, entry)| (key & QPN_MASK, entry))
-            .collect();
         let groups = self
             .groups
             .keys()
@@ -1162,7 +1043,7 @@ impl Maps {
             .collect::<Result<_, _>>()
             .context("reading GROUPS")?;
         Ok(Held {
-            qps,
+            qps: self.qps.entries(g).map(|(qpn, _)| qpn).collect(),
             groups,
             listed: self.listed_keys(g)?,
         })
@@ -1189,8 +1070,8 @@ impl Maps {
         }
         let since = self.retired.map_or(Duration::ZERO, |r| r.elapsed());
         std::thread::sleep(GRACE.saturating_sub(since));
-        for (qpn, _) in held.qps {
-            ignore_missing(self.qps.remove(&qp_key(g, qpn)))?;
+        for qpn in held.qps {
+            self.qps.set(g, qpn, None)?;
         }
         for key in held.groups {
             ignore_missing(self.groups.remove(&key))?;
@@ -1235,8 +1116,7 @@ fn data(map: &Map) -> Result<&MapData> {
         | Map::HashMap(d)
         | Map::LruHashMap(d)
         | Map::PerCpuArray(d)
-        | Map::RingBuf(d)
-        | Map::Stack(d) => Ok(d),
+        | Map::RingBuf(d) => Ok(d),
         _ => bail!("unexpected map kind"),
     }
 }

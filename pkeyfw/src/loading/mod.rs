@@ -1,6 +1,7 @@
 //! The programs and maps in the kernel: loading and attaching them
 //! ([`filter`], the object's [`programs`]), their typed maps ([`maps`],
-//! written in batches: `batch`), where they are pinned ([`pins`]), the
+//! written in batches: `batch`; the QP table through its memory:
+//! [`qp_table`]), where they are pinned ([`pins`]), the
 //! kernel structure layouts the probes read ([`btf`]), what the kernel
 //! offers ([`features`]) and what loading costs it ([`cost`]); the
 //! priority of whoever holds the maps ([`priority`]); bpf(2)
@@ -15,4 +16,5 @@ pub mod maps;
 pub mod pins;
 pub mod priority;
 pub mod programs;
+pub mod qp_table;
 pub mod syscall;

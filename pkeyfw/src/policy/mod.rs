@@ -275,12 +275,17 @@ impl Policy {
         flags
     }
 
-    /// The QP-table entry for a rule, with its counter slot.
-    pub fn qp_entry(rule: &QpRule, slot: u32) -> QpEntry {
+    /// QPNs a QP table must cover for this policy's QPs: its highest's
+    /// and those below.
+    pub fn qpns(&self) -> u32 {
+        self.qps.last_key_value().map_or(0, |(&qpn, _)| qpn + 1)
+    }
+
+    /// The QP-table entry for a rule.
+    pub fn qp_entry(rule: &QpRule) -> QpEntry {
         let unset = rule.qp_type == QpType::Ud && rule.qkey.is_none();
         QpEntry {
             qkey: rule.qkey.unwrap_or(0),
-            slot,
             pkey: rule.pkey,
             qp_type: rule.qp_type as u8,
             flags: rule.flags | if unset { qp_flags::UNSET_QKEY } else { 0 },
@@ -329,10 +334,10 @@ impl Group {
 }
 
 /// The policy as in-memory tables: what the host-side verdict reads, to check
-/// the kernel's verdicts against. QP slots are the QPNs.
+/// the kernel's verdicts against.
 impl Tables for Policy {
     fn qp(&self, qpn: u32) -> Option<QpEntry> {
-        self.qps.get(&qpn).map(|r| Policy::qp_entry(r, qpn))
+        self.qps.get(&qpn).map(Policy::qp_entry)
     }
 
     fn group(&self, addr: &[u8; 16]) -> Option<GroupEntry> {

@@ -4,7 +4,7 @@
 use pkeyfw_common::{
     Reason, Verdict,
     abi::QpType,
-    parse::{self, Parsed, Transport},
+    parse::{self, Class, Parsed, Transport},
     pkey,
 };
 use serde_json::{Map, Value, json};
@@ -127,10 +127,16 @@ pub fn bind_rule(b: &BindRule) -> String {
 /// `RoCE UD SEND_ONLY → QP 0x000011, P_Key 0x8001, Q_Key 0x11111111`.
 pub fn frame(data: &[u8]) -> String {
     match parse::classify(data) {
-        Parsed::NotRoce => "not RoCE".to_string(),
-        Parsed::Malformed => "malformed or cut short".to_string(),
-        Parsed::Roce(r) => {
-            let transport = match r.transport {
+        Parsed {
+            class: Class::NotRoce,
+            ..
+        } => "not RoCE".to_string(),
+        Parsed {
+            class: Class::Malformed,
+            ..
+        } => "malformed or cut short".to_string(),
+        Parsed { roce: r, .. } => {
+            let transport = match r.transport() {
                 Transport::Rc => "RC",
                 Transport::Uc => "UC",
                 Transport::Ud => "UD",
@@ -139,10 +145,11 @@ pub fn frame(data: &[u8]) -> String {
             };
             let mut s = format!(
                 "RoCE {transport} → QP {:#08x}, P_Key {:#06x}",
-                r.dest_qp, r.pkey
+                r.dest_qp(),
+                r.pkey()
             );
-            if r.transport == Transport::Ud {
-                s += &format!(", Q_Key {:#010x}", r.qkey);
+            if r.transport() == Transport::Ud {
+                s += &format!(", Q_Key {:#010x}", r.qkey());
             }
             s
         }

@@ -10,7 +10,7 @@ use crate::table::{Table, thousands};
 /// The maps the memory table shows one by one; the others are summed.
 const BIG_MAPS: &[&str] = &["QPS", "QP_STATS"];
 /// Those the probe's room table shows one by one: the ones sized by it.
-const PROBE_MAPS: &[&str] = &["QPS", "QP_STATS", "KSLOTS", "QKEYS", "FREE_SLOTS"];
+const PROBE_MAPS: &[&str] = &["QPS", "QP_STATS", "QKEYS", "CREATIONS"];
 
 /// The line that says where and how the figures were measured.
 pub fn header(doc: &Value) -> Result<String> {
@@ -43,10 +43,11 @@ pub fn tables(doc: &Value) -> Result<Vec<Table>> {
             &doc["probe_memory"],
             ("probe's room", "probed"),
             PROBE_MAPS,
-            "Kernel memory of the maps by the QP-creation probe's room (65,536: \
-             no RDMA device; 16,384: a tenant's own device, each tenant's port; \
-             1,048,560: an rdma_rxe device's max_qp), one QP in the policy, \
-             none bound, MiB (fdinfo memlock)",
+            "Kernel memory of the maps as an attachment sizes them, one QP in the policy, \
+             none bound, MiB (fdinfo memlock): no RDMA device (the least QP table, 65,536 \
+             QPNs; the probe's room, 65,536 QPs), a tenant's own rdma_rxe device (every QPN \
+             it hands out, 2^20 + 1; 16,384 QPs, each tenant's port) and an rdma_rxe device \
+             (every QPN it hands out; its max_qp, 1,048,560 QPs)",
         )?,
         verifier(&doc["verifier"])?,
         attach(&doc["attach"])?,
@@ -403,9 +404,9 @@ fn live(v: &Value, cpus: &str) -> Result<Table> {
     })
 }
 
-/// The goals of issue 26, and whether this run reached them: pkeyfw's
+/// The goals of issue 45, and whether this run reached them: pkeyfw's
 /// added cost against the minimal check's on the goal's paths, and the
-/// live rates with the receiver on a CPU of its own.
+/// live rates against nftables' with the receiver on a CPU of its own.
 fn goals(doc: &Value) -> Result<Table> {
     let row = |goal: String, measured: String, reached: bool| {
         vec![
@@ -422,11 +423,11 @@ fn goals(doc: &Value) -> Result<Table> {
         let (above, minimal) = added_costs(p)?;
         rows.push(row(
             format!(
-                "{}: pkeyfw's added cost ≤ 1.5× the minimal check's",
+                "{}: pkeyfw's added cost ≤ 5× the minimal check's",
                 text(p, "path")?
             ),
             format!("{above:.1} / {minimal:.1} ns = {:.1}×", above / minimal),
-            above <= 1.5 * minimal,
+            above <= 5.0 * minimal,
         ));
     }
     let live = &doc["live"];
@@ -445,14 +446,14 @@ fn goals(doc: &Value) -> Result<Table> {
         drop >= 3.0 * nft,
     ));
     let (pass, pass_limit) = rate("pkeyfw: pass (ok RC)")?;
-    let (empty, empty_limit) = rate("empty program")?;
+    let (nft_pass, nft_pass_limit) = rate("nftables: pass")?;
     rows.push(row(
-        "own CPU: pkeyfw's pass rate within 10% of the empty program's".to_string(),
+        "own CPU: pkeyfw's pass rate > nftables'".to_string(),
         format!(
-            "{:+.1}% (limited by: {pass_limit}; empty: {empty_limit})",
-            (pass / empty - 1.0) * 100.0
+            "{pass:.2} / {nft_pass:.2} Mpps = {:.2}× (limited by: {pass_limit}; nftables: {nft_pass_limit})",
+            pass / nft_pass
         ),
-        pass >= 0.9 * empty,
+        pass > nft_pass,
     ));
     Ok(Table {
         title: "Goals".to_string(),

@@ -4,8 +4,9 @@
 //! verifier's budget where the kernel says what it processed), the
 //! README's lab (`pkeyfw lab`), and the soft-RoCE scenarios that define
 //! the product ([`CORE`]); the primary kernel runs every scenario besides,
-//! in `rxe_lab`. What each kernel offered and cost is kept as JSON, from
-//! which docs/kernels.md's tables are rendered.
+//! in `rxe_lab`, and the QP table's tear test (`pkeyfw/tests/tear.rs`, the
+//! test binary itself) instead. What each kernel offered and cost is kept
+//! as JSON, from which docs/kernels.md's tables are rendered.
 
 use std::{
     fs,
@@ -17,6 +18,7 @@ use anyhow::{Context as _, Result, bail};
 use serde_json::{Value, json};
 
 use crate::{
+    cmd,
     guest::{
         Guest, Init, KERNELS, Kernel, PRIMARY,
         pool::{self, Boot, Plan},
@@ -79,10 +81,14 @@ const TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// What a guest's script runs: the kernel's features and the programs'
 /// costs, the README's lab, and (but on the primary kernel, which runs
-/// them all elsewhere) the core scenarios.
+/// them all elsewhere, and the tear test instead) the core scenarios.
 fn script(kernel: Kernel) -> String {
     let run = if kernel == PRIMARY {
-        String::new()
+        format!(
+            "./{TEAR} --test-threads 1 --nocapture > tear.txt 2>&1\n\
+             echo $? > tear.status\n\
+             tail -4 tear.txt\n"
+        )
     } else {
         format!(
             "./pkeyfw lab rxe --captures captures --json results.json --only {} 2>&1 | tee rxe.txt\n\
@@ -121,9 +127,14 @@ pub fn plan(kernels: &[Kernel], json: Option<PathBuf>) -> Result<Plan> {
         .iter()
         .map(|&k| {
             let label = format!("kernel-{}", k.name);
+            let share = rxe_lab::share_in(&label, &script(k))?;
+            if k == PRIMARY {
+                fs::copy(tear_test()?, share.join(TEAR))
+                    .context("copying the tear test into the guest's share")?;
+            }
             Ok(Boot {
                 guest: Guest::ensure(k)?,
-                share: rxe_lab::share_in(&label, &script(k))?,
+                share,
                 label,
                 init: Init::Shell,
                 timeout: TIMEOUT,
@@ -189,7 +200,9 @@ fn check(kernel: Kernel, share: &Path, code: i32, prefix: &str) -> Result<(Outco
         failed: 0,
     };
     let mut scenarios = Vec::new();
-    if kernel != PRIMARY {
+    if kernel == PRIMARY {
+        checks.push(("tear", tear(share)));
+    } else {
         let results = rxe_lab::results(share)?;
         outcome = rxe_lab::judge(&results, prefix);
         scenarios = results
@@ -235,6 +248,52 @@ fn read_report(share: &Path) -> Result<Value> {
     Ok(serde_json::from_str(&text)?)
 }
 
+/// The tear test's binary, as the guest runs it.
+const TEAR: &str = "tear";
+
+/// Builds `pkeyfw/tests/tear.rs` and says where its binary is.
+fn tear_test() -> Result<PathBuf> {
+    let mut cmd = cmd::cargo_cmd(&[
+        "test",
+        "--release",
+        "--package",
+        "pkeyfw",
+        "--test",
+        TEAR,
+        "--no-run",
+        "--message-format=json",
+    ])?;
+    let out = cmd
+        .current_dir(cmd::root())
+        .output()
+        .context("building the tear test")?;
+    if !out.status.success() {
+        bail!(
+            "building the tear test failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|m| m["target"]["name"] == TEAR)
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .context("cargo named no executable for the tear test")
+}
+
+/// The QP table's tear test passed in the guest: every verdict of ten
+/// million frames one of the two states' while a writer flipped the entry,
+/// and a writer in halves caught.
+fn tear(share: &Path) -> Result<()> {
+    succeeded(
+        share,
+        "tear",
+        "test result: ok. 2 passed",
+        20,
+        "the tear test",
+    )
+}
+
 /// Every program the kernel verified within the budget, where it says.
 fn within_budget(report: &Value) -> Result<()> {
     let programs = report["programs"]
@@ -273,16 +332,28 @@ fn says(report: &Value, share: &Path) -> Result<()> {
 
 /// The README's lab went as the partition rules say.
 fn lab(share: &Path) -> Result<()> {
-    let text = fs::read_to_string(share.join("lab.txt")).unwrap_or_default();
-    let status = fs::read_to_string(share.join("lab.status")).unwrap_or_default();
-    if status.trim() == "0" && text.contains("cases as the partition rules say") {
+    succeeded(
+        share,
+        "lab",
+        "cases as the partition rules say",
+        12,
+        "pkeyfw lab",
+    )
+}
+
+/// A command the guest ran into `name.txt`, its exit status in
+/// `name.status`: exited 0 and said `done`; else its last `tail` lines.
+fn succeeded(share: &Path, name: &str, done: &str, tail: usize, what: &str) -> Result<()> {
+    let text = fs::read_to_string(share.join(format!("{name}.txt"))).unwrap_or_default();
+    let status = fs::read_to_string(share.join(format!("{name}.status"))).unwrap_or_default();
+    if status.trim() == "0" && text.contains(done) {
         return Ok(());
     }
-    let tail: Vec<&str> = text.lines().rev().take(12).collect();
+    let last: Vec<&str> = text.lines().rev().take(tail).collect();
     bail!(
-        "pkeyfw lab exited {}: {}",
+        "{what} exited {}: {}",
         status.trim(),
-        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        last.into_iter().rev().collect::<Vec<_>>().join("\n")
     )
 }
 

@@ -640,7 +640,7 @@ fn scenario(host: &Host, sc: &Scenario, dir: &Path) -> Result<Observed> {
     let (frames, bad_icrc) = run::icrc_check(&captures)?;
     let mut wire_pkeys = BTreeSet::new();
     for path in &captures {
-        wire_pkeys.extend(run::roce_frames(path)?.iter().map(|r| r.pkey));
+        wire_pkeys.extend(run::roce_frames(path)?.iter().map(|r| r.pkey()));
     }
     let ports = [0, 1, 2, 3].map(|i| ports_after[i].since(ports_before[i]));
     if sc.beside == Beside::ForeignQp && ports[sc.server].foreign != 1 {

@@ -998,13 +998,9 @@ pub fn tail(dir: &Path, name: &str, role: &str) -> String {
 
 /// A capture's RoCE frames.
 pub fn roce_frames(capture: &Path) -> Result<Vec<pkeyfw_common::parse::Roce>> {
-    use pkeyfw_common::parse::{self, Parsed};
     Ok(capture::read(capture)?
         .iter()
-        .filter_map(|f| match parse::classify(&f.data[..]) {
-            Parsed::Roce(r) => Some(r),
-            _ => None,
-        })
+        .filter_map(|f| pkeyfw_common::parse::classify(&f.data[..]).roce())
         .collect())
 }
 

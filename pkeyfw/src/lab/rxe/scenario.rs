@@ -997,7 +997,7 @@ pub fn all() -> Vec<Scenario> {
             rules: "[enforcement]\nprobe_capacity = 8\n\
                     [[bind]]\nuid = 65534\npkey = 0x8002\nqkey = 0x11111111\n\
                     [[bind]]\nuid = 1001\npkey = 0xffff\nqkey = 0x11111111\n",
-            binding: "quarantined: uid 65534 holds the 8 slots",
+            binding: "quarantined: uid 65534 holds the 8 records",
             completes: false,
             reason: Reason::UnknownQp,
             wire_pkeys: &[0xffff],

@@ -504,12 +504,12 @@ fn pkeys<'a>(frames: impl IntoIterator<Item = &'a parse::Roce>) -> BTreeSet<u16>
     frames
         .into_iter()
         .filter(|r| !is_forged(r))
-        .map(|r| r.pkey)
+        .map(|r| r.pkey())
         .collect()
 }
 
 fn is_forged(r: &parse::Roce) -> bool {
-    r.src_qp == FORGED_SRC_QP
+    r.src_qp() == FORGED_SRC_QP
 }
 
 /// Whether a scenario went as the rules say: the programs completed or

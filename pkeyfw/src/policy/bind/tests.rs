@@ -435,7 +435,7 @@ fn a_ud_qp_without_a_qkey_in_its_rule_keeps_its_own() {
         }
     );
     // Until the loader knows the Q_Key it set, every UD frame is refused.
-    let entry = Policy::qp_entry(&effective.qps[&0x40], 0);
+    let entry = Policy::qp_entry(&effective.qps[&0x40]);
     assert_ne!(entry.flags & qp_flags::UNSET_QKEY, 0);
     assert_eq!(effective.qps[&0x41], by_rule(QpType::Rc, 0x8001, None));
 }
