@@ -260,8 +260,6 @@ pub(super) async fn foreground(
             .map_err(|e| e.into_parts().1)
     });
     let (ready, reports_ready) = (ready?, reports_ready?);
-    // From here on it reads and writes the maps as tenants make QPs.
-    crate::loading::priority::ahead_of_tenants();
     let mut second = tokio::time::interval(Duration::from_secs(1));
     let mut limiter = events::Limiter::new(opts.log_rate);
     let mut poll = tokio::time::interval(binder::POLL);

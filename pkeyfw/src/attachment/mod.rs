@@ -169,6 +169,9 @@ pub fn run(opts: &Options) -> Result<()> {
         let _entered = runtime.enter();
         start_probes(&binder, &pins, &kernel_log)
     };
+    // Every program is loaded; from here on the maps are read and written
+    // as tenants make QPs.
+    crate::loading::priority::ahead_of_tenants();
     start::replaced(&mut filter, &mut binder, old.as_ref(), probes.is_some())?;
     // The filter judges connection setup by what the probes record, from
     // the moment they record it, with the listeners they did not see start.

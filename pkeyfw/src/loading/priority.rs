@@ -10,9 +10,9 @@
 //! leave with the default key, refused) or its destruction unseen (its
 //! binding is left for the next QP with its number). A real-time task is
 //! not preempted by ordinary ones: pkeyfw runs at the lowest real-time
-//! priority while it reads and writes maps as tenants run (a foreground
-//! attachment's loop, the readers of pinned maps; not the loading of
-//! programs, whose verification may take seconds), and what it starts
+//! priority while it reads and writes maps as tenants run (an attachment
+//! once its programs are loaded, the readers of pinned maps; not the
+//! loading of programs, whose verification may take seconds), and what it starts
 //! runs as usual (`SCHED_RESET_ON_FORK`).
 
 use std::cell::Cell;
