@@ -27,6 +27,13 @@ pub fn ahead_of_tenants() {
         return;
     }
     {
+        // A service manager may have set it already (the packaged unit's
+        // CPUSchedulingPolicy=fifo), and forbid changing it.
+        // SAFETY: reads this thread's policy.
+        let now = unsafe { libc::sched_getscheduler(0) } & !libc::SCHED_RESET_ON_FORK;
+        if now == libc::SCHED_FIFO || now == libc::SCHED_RR {
+            return;
+        }
         let param = libc::sched_param { sched_priority: 1 };
         // SAFETY: a plain syscall on this thread, with a valid parameter.
         let rc = unsafe {

@@ -36,6 +36,7 @@ const CHECKS: &[&str] = &[
     "bad-reload-refused",
     "exposure",
     "hardening-denies-nothing",
+    "runs-ahead-of-tenants",
     "unit-makes-tenant-devices",
     "device-allow-and-the-guard",
     "own-devices-complete",

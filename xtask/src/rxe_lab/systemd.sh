@@ -264,6 +264,12 @@ if journalctl -u 'pkeyfw@*' -o cat --no-pager | grep -qi "permission denied\|ope
 else
     ok hardening-denies-nothing
 fi
+# The unit's real-time priority, which no tenant's task preempts.
+policy=$(chrt -p "$(systemctl show -p MainPID --value pkeyfw@pkfw1)" 2>&1 | head -1)
+case "$policy" in
+    *SCHED_FIFO*) ok runs-ahead-of-tenants ;;
+    *) bad runs-ahead-of-tenants "pkeyfw@pkfw1: $policy" ;;
+esac
 
 # --- tenants with devices of their own, and DeviceAllow= ------------------------
 # The same two slices, each given a device of its own on an uplink by the
