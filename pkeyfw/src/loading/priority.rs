@@ -12,8 +12,8 @@
 //! not preempted by ordinary ones: pkeyfw runs at the lowest real-time
 //! priority while it reads and writes maps as tenants run (an attachment
 //! once its programs are loaded, the readers of pinned maps; not the
-//! loading of programs, whose verification may take seconds), and what it starts
-//! runs as usual (`SCHED_RESET_ON_FORK`).
+//! loading of programs, whose verification may take seconds), and what it
+//! starts runs as usual (`SCHED_RESET_ON_FORK`).
 
 use std::cell::Cell;
 
@@ -26,24 +26,22 @@ pub fn ahead_of_tenants() {
     if RAISED.replace(true) {
         return;
     }
-    {
-        // A service manager may have set it already (the packaged unit's
-        // CPUSchedulingPolicy=fifo), and forbid changing it.
-        // SAFETY: reads this thread's policy.
-        let now = unsafe { libc::sched_getscheduler(0) } & !libc::SCHED_RESET_ON_FORK;
-        if now == libc::SCHED_FIFO || now == libc::SCHED_RR {
-            return;
-        }
-        let param = libc::sched_param { sched_priority: 1 };
-        // SAFETY: a plain syscall on this thread, with a valid parameter.
-        let rc = unsafe {
-            libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param)
-        };
-        if rc != 0 {
-            eprintln!(
-                "pkeyfw: runs at its usual priority ({}): on a kernel that preempts map syscalls (7.x), a QP created or destroyed while pkeyfw reads its maps may go unseen by the probes",
-                std::io::Error::last_os_error()
-            );
-        }
+    // A service manager may have set it already (the packaged unit's
+    // CPUSchedulingPolicy=fifo), and forbid changing it.
+    // SAFETY: reads this thread's policy.
+    let now = unsafe { libc::sched_getscheduler(0) } & !libc::SCHED_RESET_ON_FORK;
+    if now == libc::SCHED_FIFO || now == libc::SCHED_RR {
+        return;
+    }
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: a plain syscall on this thread, with a valid parameter.
+    let rc = unsafe {
+        libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param)
+    };
+    if rc != 0 {
+        eprintln!(
+            "pkeyfw: runs at its usual priority ({}): on a kernel that preempts map syscalls (7.x), a QP created or destroyed while pkeyfw reads its maps may go unseen by the probes",
+            std::io::Error::last_os_error()
+        );
     }
 }
