@@ -200,7 +200,6 @@ impl Maps {
     /// Opens the maps a pinned or foreground attachment pinned under `dir`,
     /// refusing those of another layout.
     pub fn from_pins(dir: &Path) -> Result<Maps> {
-        super::priority::ahead_of_tenants();
         let open = |name: &str| {
             let path = dir.join(name);
             MapData::from_pin(&path)

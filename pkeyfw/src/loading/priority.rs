@@ -10,10 +10,12 @@
 //! leave with the default key, refused) or its destruction unseen (its
 //! binding is left for the next QP with its number). A real-time task is
 //! not preempted by ordinary ones: pkeyfw runs at the lowest real-time
-//! priority while it reads and writes maps as tenants run (an attachment
-//! once its programs are loaded, the readers of pinned maps; not the
-//! loading of programs, whose verification may take seconds), and what it
-//! starts runs as usual (`SCHED_RESET_ON_FORK`).
+//! priority while it keeps the maps in step with the QPs as tenants run
+//! (an attachment once its programs are loaded: the binder's reads and
+//! writes), and what it starts runs as usual (`SCHED_RESET_ON_FORK`). Not
+//! the loading of programs, whose verification may take seconds, nor the
+//! readers of pinned maps (`stats`, `metrics`): a read of every QPN's
+//! counters at real-time priority would hold tenants' tasks off its CPU.
 
 use std::cell::Cell;
 
