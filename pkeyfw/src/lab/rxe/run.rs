@@ -12,7 +12,10 @@ use std::{
     os::unix::ffi::OsStrExt as _,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -614,10 +617,18 @@ fn attack(
                 .arg(foreign.to_string())
                 .args(["--hold-ms", "600000"]);
             // Joined under a flood of junk on the joining CPU: the refused
-            // frames spend their own budget, not the join's.
-            junk_flood(client, server)?;
+            // frames spend their own budget, not the join's. The flood
+            // lasts until the join is counted (however long the attacker
+            // takes to start under emulation), and 3 s at least.
+            let flood = JunkFlood::start(client, server)?;
             on_cpu_0(&mut cmd);
-            500
+            let child = cmd
+                .stdout(Stdio::null())
+                .spawn()
+                .context("starting the attacker as nobody")?;
+            joined(server, JOINED);
+            flood.stop_after(Duration::from_secs(3));
+            return Ok(Some(Proc(child)));
         }
         Attack::Squat => {
             cmd.args(["--device", &client.device, "--gid-index"])
@@ -677,23 +688,67 @@ fn starving(end: &End) -> Result<Command> {
     Ok(cmd)
 }
 
-/// Sends malformed frames to port 4791 of `to` from `from`, 3,000 a second
-/// for 3 s, from CPU 0, where XDP judges them (veth runs its XDP on the
-/// sender's CPU): far past the refused frames' event budget.
-fn junk_flood(from: &End, to: &End) -> Result<()> {
-    let socket = std::net::UdpSocket::bind((from.addr, 0))?;
-    let to = std::net::SocketAddr::from((to.addr, 4791));
-    std::thread::spawn(move || {
-        pin_to_cpu_0();
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(3) {
-            for _ in 0..30 {
-                let _ = socket.send_to(&[0; 4], to);
+/// Malformed frames sent to port 4791 of `to` from `from`, 3,000 a second,
+/// from CPU 0, where XDP judges them (veth runs its XDP on the sender's
+/// CPU): far past the refused frames' event budget. They stop when this is
+/// stopped or dropped.
+struct JunkFlood {
+    started: Instant,
+    stop: Arc<AtomicBool>,
+}
+
+impl JunkFlood {
+    fn start(from: &End, to: &End) -> Result<Self> {
+        let socket = std::net::UdpSocket::bind((from.addr, 0))?;
+        let to = std::net::SocketAddr::from((to.addr, 4791));
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        std::thread::spawn(move || {
+            pin_to_cpu_0();
+            while !stopped.load(Ordering::Relaxed) {
+                for _ in 0..30 {
+                    let _ = socket.send_to(&[0; 4], to);
+                }
+                std::thread::sleep(Duration::from_millis(10));
             }
-            std::thread::sleep(Duration::from_millis(10));
+        });
+        Ok(Self {
+            started: Instant::now(),
+            stop,
+        })
+    }
+
+    /// Stops it once it has lasted `at_least`.
+    fn stop_after(self, at_least: Duration) {
+        std::thread::sleep(at_least.saturating_sub(self.started.elapsed()));
+    }
+}
+
+impl Drop for JunkFlood {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// How long an attacker may take to join its groups under emulation.
+const JOINED: Duration = Duration::from_secs(30);
+
+/// Waits until `end`'s join probe has counted a join to the joiner's own
+/// group and one to a foreign group, or `within` has passed (the scenario
+/// then fails on the counts, which it prints).
+fn joined(end: &End, within: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        let counted = Maps::from_pins(&Pins::of(&end.iface).dir).and_then(|m| m.captures());
+        if counted.is_ok_and(|c| {
+            [Capture::Joined, Capture::ForeignJoin]
+                .iter()
+                .all(|x| c[x.index() as usize] > 0)
+        }) {
+            return;
         }
-    });
-    Ok(())
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Runs `cmd` on CPU 0.
