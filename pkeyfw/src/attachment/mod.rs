@@ -25,11 +25,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, bail};
 
 use crate::{
-    control::{
-        binder::Binder,
-        listeners,
-        netlink::{self, XdpMode},
-    },
+    control::{binder::Binder, listeners},
+    host::netlink::{self, XdpMode},
     loading::{
         filter::Filter,
         maps::Maps,
@@ -94,7 +91,7 @@ pub fn run(opts: &Options) -> Result<()> {
     // this process.
     pins::host_bpffs("attach")?;
     let index = netlink::if_index(&opts.iface)?;
-    let guid = crate::policy::iface_guid(&opts.iface)?;
+    let guid = crate::host::iface::guid(&opts.iface)?;
     let policy = Policy::load_port(&opts.policy, &opts.iface, Some(guid))?;
     for w in policy.warnings.iter().chain(&blind_spots(&opts.iface)) {
         eprintln!("pkeyfw: warning: {w}");

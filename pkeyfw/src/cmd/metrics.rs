@@ -31,8 +31,7 @@ use pkeyfw_common::{Capture, Reason, Stamp, Verdict, abi::EventKind};
 
 use crate::{
     cmd::{cni, stats},
-    control::tenancy::record as tenants,
-    loading::pins,
+    loading::pins::{self, record as tenants},
     reporting::describe,
 };
 

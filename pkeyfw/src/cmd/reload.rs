@@ -16,9 +16,8 @@ use super::NetnsArg;
 use crate::reporting::describe::cli_iface;
 use crate::{
     attachment::{self, tenants},
-    control::tenancy::record,
     loading::maps::Maps,
-    loading::pins::{self, Holder, Pins, PolicyEvent, State},
+    loading::pins::{self, Holder, Pins, PolicyEvent, State, record},
     policy::Policy,
 };
 
@@ -106,7 +105,7 @@ pub(crate) fn target(iface: &str, policy: Option<&Path>, netns: Option<&str>) ->
         Some(p) => p.to_path_buf(),
         None => pins.remembered_policy()?,
     };
-    let policy = match Policy::load_port(&path, iface, Some(crate::policy::iface_guid(iface)?)) {
+    let policy = match Policy::load_port(&path, iface, Some(crate::host::iface::guid(iface)?)) {
         Ok(p) => p,
         Err(e) => {
             pins.note_policy(PolicyEvent::Refused);

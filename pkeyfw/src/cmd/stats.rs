@@ -9,11 +9,10 @@ use serde_json::json;
 use super::NetnsArg;
 use crate::reporting::describe::cli_iface;
 use crate::{
-    control::netlink::XdpMode,
-    control::netns::{self, NetnsId},
-    control::tenancy::record as tenants,
+    host::netlink::XdpMode,
+    host::netns::{self, NetnsId},
     loading::maps::Maps,
-    loading::pins::{self, Holder, Pins, State},
+    loading::pins::{self, Holder, Pins, State, record as tenants},
     reporting::snapshot::Snapshot,
 };
 

@@ -13,7 +13,7 @@ use tokio::{io::unix::AsyncFd, sync::mpsc};
 
 use crate::{
     cmd::stats::Live,
-    control::{
+    host::{
         bridge::{self, Link},
         netlink,
         netns::NetnsId,
