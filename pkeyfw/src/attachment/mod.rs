@@ -18,6 +18,7 @@
 pub mod cost;
 mod foreground;
 mod start;
+mod target;
 pub mod tenants;
 
 use std::path::{Path, PathBuf};
@@ -41,6 +42,7 @@ use crate::{
 };
 use foreground::{Exit, Signals, follow_or_warn, foreground, start_probes};
 use start::{attach, refuse_if_taken};
+pub use target::Target;
 
 /// `--mode`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
