@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use pkeyfw::{
-    control::netlink,
+    host::netlink,
     loading::{maps::ReasonCounts, pins::Pins},
 };
 use pkeyfw_common::{Reason, Verdict, judge};

@@ -393,9 +393,9 @@ impl PodCgroups {
 }
 
 /// An RC QP on rxe0 that process `pid` owns.
-fn qp_of(pid: u32, qpn: u32) -> pkeyfw::control::rdma::Qp {
-    use pkeyfw::control::rdma::{IbQpType, QpState};
-    let mut qp = pkeyfw::control::rdma::Qp {
+fn qp_of(pid: u32, qpn: u32) -> pkeyfw::host::rdma::Qp {
+    use pkeyfw::host::rdma::{IbQpType, QpState};
+    let mut qp = pkeyfw::host::rdma::Qp {
         device: "rxe0".into(),
         device_index: 0,
         port: Some(1),
@@ -405,13 +405,13 @@ fn qp_of(pid: u32, qpn: u32) -> pkeyfw::control::rdma::Qp {
         state: QpState::Rts,
         pid: Some(pid),
         comm: None,
-        maker: pkeyfw::control::rdma::Maker::Unasked,
+        maker: pkeyfw::host::rdma::Maker::Unasked,
         kernel: false,
         local: None,
         peer: None,
     };
     // As /proc tells it: a QP made before any probe ran.
-    pkeyfw::control::rdma::identify(std::slice::from_mut(&mut qp), &Default::default());
+    pkeyfw::host::rdma::identify(std::slice::from_mut(&mut qp), &Default::default());
     qp
 }
 

@@ -1,7 +1,8 @@
 //! The code reads bottom-up: no circle of imports among pkeyfw-common's
-//! modules (the ABI beneath the rules), nor among pkeyfw's commands; the
-//! lab sits on the product and nothing of the product but its command
-//! imports it.
+//! modules (the ABI beneath the rules), nor among pkeyfw's commands; pkeyfw's
+//! modules stand on floors ([`FLOORS`]) and no import runs up one; no command
+//! imports another's internals; the lab sits on the product and nothing of
+//! the product but its command imports it.
 //!
 //! Read from the sources, not from rustc: every path a module names that
 //! starts at `crate`, `super`, `self` or a child module (in `use` trees and in
@@ -512,15 +513,22 @@ fn the_lab_is_on_top() {
     );
 }
 
-/// Each module of pkeyfw's library layers (`loading`, `policy`, `control`,
-/// `reporting`, `attachment`) with its submodules: the object's programs
-/// beneath the filter and its pins, a policy file's reading context beneath
-/// the file's and the rules' parsers. A layer's own module (`policy`, its
+/// Each module of pkeyfw's library layers (`host`, `loading`, `policy`,
+/// `control`, `reporting`, `attachment`) with its submodules: the object's
+/// programs beneath the filter and its pins, a policy file's reading context
+/// beneath the file's and the rules' parsers. A layer's own module (`policy`, its
 /// types) and its children import each other, as Rust's modules do.
 #[test]
 fn the_library_layers_have_no_circle() {
     let krate = Crate::read(&src("pkeyfw"));
-    let layers = ["loading", "policy", "control", "reporting", "attachment"];
+    let layers = [
+        "host",
+        "loading",
+        "policy",
+        "control",
+        "reporting",
+        "attachment",
+    ];
     let mut edges = graph(&krate, |m| {
         layers
             .contains(&m.first()?.as_str())
@@ -532,4 +540,114 @@ fn the_library_layers_have_no_circle() {
         !parent(a, b) && !parent(b, a)
     });
     assert_no_circle("pkeyfw's library modules", edges);
+}
+
+/// pkeyfw's top-level modules, bottom-up (as lib.rs's doc lists them): a
+/// module imports those on the floors beneath it and none beside it.
+const FLOORS: &[&[&str]] = &[
+    &["host"],
+    &["policy", "capture"],
+    &["loading"],
+    &["reporting"],
+    &["control"],
+    &["attachment", "lab"],
+    &["cni"],
+    &["cmd"],
+    &["cli"],
+];
+
+/// The imports that break the floors: one that runs up a floor, or beside
+/// it to another module of its floor, or names a module on no floor.
+fn up_a_floor(krate: &Crate) -> Vec<String> {
+    let floor = |m: &ModPath| {
+        let top = m.first()?;
+        FLOORS.iter().position(|f| f.contains(&top.as_str()))
+    };
+    let mut wrong = BTreeSet::new();
+    for (from, to, at) in krate.imports() {
+        if from.is_empty() || to.is_empty() || from[0] == to[0] {
+            continue;
+        }
+        let edge = format!("{at}: {} -> {}", from.join("::"), to.join("::"));
+        match (floor(&from), floor(&to)) {
+            (Some(a), Some(b)) if a > b => {}
+            (Some(_), Some(_)) => {
+                wrong.insert(edge);
+            }
+            _ => {
+                wrong.insert(format!("{edge} (a module on no floor)"));
+            }
+        }
+    }
+    wrong.into_iter().collect()
+}
+
+/// The imports by which one command (`cmd::X` and its submodules) names
+/// another's items: what several share is `cmd`'s own, or beneath it.
+fn command_to_command(krate: &Crate) -> Vec<String> {
+    let command = |m: &ModPath| (m.len() > 1 && m[0] == "cmd").then(|| m[1].clone());
+    let mut wrong = BTreeSet::new();
+    for (from, to, at) in krate.imports() {
+        if let (Some(a), Some(b)) = (command(&from), command(&to))
+            && a != b
+        {
+            wrong.insert(format!("{at}: {} -> {}", from.join("::"), to.join("::")));
+        }
+    }
+    wrong.into_iter().collect()
+}
+
+/// The reader finds an import up a floor, one sideways, one from a command
+/// into another, and none where there is none.
+#[test]
+fn a_wrong_floor_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| fs::write(dir.path().join(name), text).unwrap();
+    fs::create_dir(dir.path().join("cmd")).unwrap();
+    write("lib.rs", "mod host;\nmod policy;\nmod capture;\nmod cmd;\n");
+    write("host.rs", "pub fn f() {}\n");
+    write("policy.rs", "use crate::host::f;\n");
+    write("capture.rs", "");
+    write("cmd/mod.rs", "pub mod a;\npub mod b;\npub struct Shared;\n");
+    write("cmd/a.rs", "use super::Shared;\npub struct A;\n");
+    write("cmd/b.rs", "use crate::{cmd::Shared, policy};\n");
+    let krate = Crate::read(dir.path());
+    assert_eq!(up_a_floor(&krate), Vec::<String>::new());
+    assert_eq!(command_to_command(&krate), Vec::<String>::new());
+    write("host.rs", "pub fn f() { crate::policy::g() }\n");
+    write("capture.rs", "use crate::policy;\n");
+    write("cmd/b.rs", "use crate::cmd::a::A;\n");
+    let krate = Crate::read(dir.path());
+    let found = up_a_floor(&krate);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found[0].ends_with(":1: capture -> policy"), "{found:?}");
+    assert!(found[1].ends_with(":1: host -> policy"), "{found:?}");
+    let found = command_to_command(&krate);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].ends_with(":1: cmd::b -> cmd::a"), "{found:?}");
+}
+
+/// No import runs from a floor to one above it, nor sideways.
+#[test]
+fn no_import_runs_up_a_floor() {
+    let krate = Crate::read(&src("pkeyfw"));
+    assert!(!krate.imports().is_empty(), "the reader is broken");
+    let wrong = up_a_floor(&krate);
+    assert!(
+        wrong.is_empty(),
+        "imports up a floor ({FLOORS:?}):\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// No command imports another's internals (`cmd/mod.rs` promises it).
+#[test]
+fn no_command_imports_another() {
+    let krate = Crate::read(&src("pkeyfw"));
+    let wrong = command_to_command(&krate);
+    assert!(
+        wrong.is_empty(),
+        "commands importing another's items:\n{}",
+        wrong.join("\n")
+    );
 }

@@ -14,7 +14,7 @@ use std::{
     time::Duration,
 };
 
-use pkeyfw::control::netlink;
+use pkeyfw::host::netlink;
 use pkeyfw_testkit::netns::{VethPair, capture_during, in_netns, send};
 use serde_json::Value;
 

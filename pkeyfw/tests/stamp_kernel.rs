@@ -412,9 +412,9 @@ fn a_replacing_filter_deletes_the_clsact_stamper_it_replaces() {
     let pins = common::pins(&pair.ns_a, &pair.a);
     let _unpin = common::Unpin(common::pins(&pair.ns_a, &pair.a));
     in_netns(&pair.ns_a, || {
-        let index = pkeyfw::control::netlink::if_index(&pair.a).unwrap();
+        let index = pkeyfw::host::netlink::if_index(&pair.a).unwrap();
         let stampers = || {
-            pkeyfw::control::netlink::bpf_filters(
+            pkeyfw::host::netlink::bpf_filters(
                 index,
                 0xffff_fff3, // clsact egress
                 pkeyfw::loading::programs::STAMP_PROGRAM,

@@ -23,7 +23,7 @@ use pkeyfw_testkit::cm;
 
 // pkeyfw's dlopen of libibverbs, std, libc and anyhow only: shared, so
 // that the product depends on no test code.
-#[path = "../../../pkeyfw/src/control/rdma/verbs/libibverbs.rs"]
+#[path = "../../../pkeyfw/src/host/rdma/verbs/libibverbs.rs"]
 mod libibverbs;
 
 use libibverbs::{Libibverbs, Ptr};

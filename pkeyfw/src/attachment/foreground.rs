@@ -149,7 +149,7 @@ fn remembered(pins: &Pins) -> Result<(Policy, std::path::PathBuf)> {
     let policy = Policy::load_port(
         &path,
         &pins.iface,
-        Some(crate::policy::iface_guid(&pins.iface)?),
+        Some(crate::host::iface::guid(&pins.iface)?),
     )?;
     Ok((policy, path))
 }

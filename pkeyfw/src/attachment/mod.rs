@@ -18,6 +18,7 @@
 pub mod cost;
 mod foreground;
 mod start;
+mod target;
 pub mod tenants;
 
 use std::path::{Path, PathBuf};
@@ -25,11 +26,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, bail};
 
 use crate::{
-    control::{
-        binder::Binder,
-        listeners,
-        netlink::{self, XdpMode},
-    },
+    control::{binder::Binder, listeners},
+    host::netlink::{self, XdpMode},
     loading::{
         filter::Filter,
         maps::Maps,
@@ -44,6 +42,7 @@ use crate::{
 };
 use foreground::{Exit, Signals, follow_or_warn, foreground, start_probes};
 use start::{attach, refuse_if_taken};
+pub use target::Target;
 
 /// `--mode`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -94,7 +93,7 @@ pub fn run(opts: &Options) -> Result<()> {
     // this process.
     pins::host_bpffs("attach")?;
     let index = netlink::if_index(&opts.iface)?;
-    let guid = crate::policy::iface_guid(&opts.iface)?;
+    let guid = crate::host::iface::guid(&opts.iface)?;
     let policy = Policy::load_port(&opts.policy, &opts.iface, Some(guid))?;
     for w in policy.warnings.iter().chain(&blind_spots(&opts.iface)) {
         eprintln!("pkeyfw: warning: {w}");

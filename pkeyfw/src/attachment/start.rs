@@ -10,11 +10,10 @@ use pkeyfw_common::abi::{Capacity, SenderLayout};
 
 use super::{Mode, Options};
 use crate::{
-    control::{
-        binder::Binder,
-        limits,
+    control::{binder::Binder, limits, probes},
+    host::{
         netlink::{self, XdpMode},
-        probes, rdma,
+        rdma,
     },
     loading::{
         filter::{Egress, Filter, Load},

@@ -24,18 +24,14 @@ use super::{
     foreground::{Signal, Signals},
 };
 use crate::{
-    control::{
-        netlink,
-        netns::NetnsId,
-        tenancy::{
-            self, Made,
-            guard::Guard,
-            record::{Record, Tenant, host},
-        },
-    },
+    control::tenancy::{self, guard::Guard},
+    host::{netlink, netns::NetnsId},
     loading::{
         maps::Maps,
-        pins::{Holder, Pins, PolicyEvent},
+        pins::{
+            Holder, Pins, PolicyEvent,
+            record::{Made, Record, Tenant, host},
+        },
     },
     policy::Policy,
     reporting::describe::cli_iface,
@@ -321,7 +317,7 @@ fn attach_port(iface: &str, policy: &Path) -> Result<()> {
 /// Switches a tenant's pinned port to its part of the policy at `path`.
 fn reload_port(iface: &str, path: &Path) -> Result<()> {
     let pins = Pins::of(iface);
-    let policy = Policy::load_port(path, iface, Some(crate::policy::iface_guid(iface)?))?;
+    let policy = Policy::load_port(path, iface, Some(crate::host::iface::guid(iface)?))?;
     let mut maps = Maps::from_pins(&pins.dir)?;
     for line in super::reload(&pins, &mut maps, &policy)? {
         println!("{line}");

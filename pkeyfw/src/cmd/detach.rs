@@ -6,9 +6,9 @@
 use anyhow::{Result, bail};
 
 use super::NetnsArg;
-use crate::loading::pins::{self, Holder, Pins, State};
+use crate::attachment::tenants;
+use crate::loading::pins::{self, Holder, Pins, State, record};
 use crate::reporting::describe::cli_iface;
-use crate::{attachment::tenants, control::tenancy::record};
 
 /// Remove an attachment and its pins: a pinned one (`attach --pin`) or
 /// one whose foreground process is gone.

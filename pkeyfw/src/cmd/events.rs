@@ -35,12 +35,14 @@ use tokio::{
 use super::NetnsArg;
 use crate::reporting::describe::cli_iface;
 use crate::{
-    cmd::stats,
     loading::{
         maps::{Maps, SuppressedCounts},
         pins::{self, Holder},
     },
-    reporting::{describe, events},
+    reporting::{
+        describe, events,
+        live::{self, Found, Live},
+    },
 };
 
 /// Stream refused frames as InfiniBand traps (257 Bad P_Key, 258 Bad Q_Key).
@@ -162,15 +164,15 @@ pub fn run(args: &EventsArgs) -> Result<()> {
 }
 
 /// The attachments to read, once none is being set up (said once).
-fn attachments(args: &EventsArgs, netns: Option<&str>) -> Result<Vec<stats::Live>> {
+fn attachments(args: &EventsArgs, netns: Option<&str>) -> Result<Vec<Live>> {
     let mut said = false;
     loop {
-        let mut found = stats::Found::default();
+        let mut found = Found::default();
         if args.ifaces.is_empty() {
-            found = stats::attachments(None, netns)?;
+            found = live::attachments(None, netns)?;
         }
         for i in &args.ifaces {
-            let one = stats::attachments(Some(i), netns)?;
+            let one = live::attachments(Some(i), netns)?;
             found.live.extend(one.live);
             found.setting_up.extend(one.setting_up);
         }

@@ -30,10 +30,9 @@ use tokio::net::TcpListener;
 use pkeyfw_common::{Capture, Reason, Stamp, Verdict, abi::EventKind};
 
 use crate::{
-    cmd::{cni, stats},
-    control::tenancy::record as tenants,
-    loading::pins,
-    reporting::describe,
+    cmd::cni,
+    loading::pins::{self, record as tenants},
+    reporting::{describe, live},
 };
 
 /// Serve Prometheus metrics: frames per reason and verdict, P_Key and
@@ -248,7 +247,7 @@ pub fn exposition() -> Result<String> {
         &["version"],
     )?;
     build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
-    let (snaps, setting_up) = stats::summaries()?;
+    let (snaps, setting_up) = live::summaries()?;
     let starting = f.gauge(
         "pkeyfw_attachment_setting_up",
         "An attachment a `pkeyfw attach` (process pid) is still loading: its counters appear once it is attached (always 1)",

@@ -22,7 +22,7 @@ pub mod switch;
 
 use anyhow::{Context as _, Result};
 
-use crate::{control::netns::Netns, policy::parse_guid};
+use crate::{host::netns::Netns, policy::parse_guid};
 
 /// `--netns`: the network namespace a command does its interface work in.
 #[derive(clap::Args)]
@@ -78,5 +78,5 @@ pub fn port_guid(guid: Option<&str>, iface: Option<&str>) -> Result<Option<u64>>
             format!("--port-guid {g}: expected 64 bits such as 0x0002c90300a1b2c3")
         });
     }
-    iface.map(crate::policy::iface_guid).transpose()
+    iface.map(crate::host::iface::guid).transpose()
 }

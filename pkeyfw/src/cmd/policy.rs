@@ -9,7 +9,8 @@ use serde_json::json;
 
 use super::PortArgs;
 use crate::{
-    control::{limits, netlink, rdma, tenancy},
+    control::{limits, tenancy},
+    host::{netlink, rdma},
     policy::{Policy, SwitchPolicy, SwitchRole},
     reporting::{
         describe,

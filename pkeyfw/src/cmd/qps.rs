@@ -18,10 +18,12 @@ use serde_json::{Value, json};
 
 use super::NetnsArg;
 use crate::{
-    control::rdma::{self, Device, IbQpType, Qp},
-    control::{netlink, tenancy::record},
+    host::{
+        netlink,
+        rdma::{self, Device, IbQpType, Qp},
+    },
     loading::maps::Maps,
-    loading::pins::{Pins, State},
+    loading::pins::{Pins, State, record},
     policy::{Binding, Policy, QpRule},
     reporting::{describe, reach},
 };
@@ -105,7 +107,7 @@ fn show(iface: &str, policy: Option<&std::path::Path>, json: bool) -> Result<()>
     };
     let policy = match path {
         Some(path) => {
-            let policy = Policy::load_port(&path, iface, Some(crate::policy::iface_guid(iface)?))?;
+            let policy = Policy::load_port(&path, iface, Some(crate::host::iface::guid(iface)?))?;
             let (effective, bindings) = policy.with_discovered(&qps);
             Some((path, effective, bindings))
         }

@@ -15,7 +15,7 @@ use super::{
     attach::{self, AttachArgs},
     detach::{self, DetachArgs},
 };
-use crate::{attachment::Mode, control::bridge, loading::pins::Pins, policy::SwitchPolicy};
+use crate::{attachment::Mode, host::bridge, loading::pins::Pins, policy::SwitchPolicy};
 
 /// Enforce partitions at the ports of a switch (a bridge or router).
 ///

@@ -19,7 +19,7 @@ use std::{
 use anyhow::Result;
 
 use crate::{
-    control::rdma::{self, Qp, Records},
+    host::rdma::{self, Qp, Records},
     loading::maps::Maps,
     policy::{Binding, Policy, QpRule},
 };

@@ -11,11 +11,11 @@ use std::collections::BTreeMap;
 use pkeyfw_common::abi::{PROBE_ROOM, QPN_MASK, RXE_QPNS};
 
 use crate::{
-    control::rdma::{self, Device, Driver},
-    policy::{
-        Policy,
+    host::{
         identity::{self, Cgroup},
+        rdma::{self, Device, Driver},
     },
+    policy::Policy,
 };
 
 /// `max_qp` assumed for a device that cannot be asked (no libibverbs):

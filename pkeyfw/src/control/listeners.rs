@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use anyhow::Result;
 use pkeyfw_common::abi::{Creation, ListenKey, family};
 
-use crate::{control::rdma, loading::maps::Maps};
+use crate::{host::rdma, loading::maps::Maps};
 
 /// Records the listeners of interface `ifindex`'s devices that have no
 /// record, and says whether any is left without one; a line for each.

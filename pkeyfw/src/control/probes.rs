@@ -33,7 +33,7 @@ use pkeyfw_common::abi::{
 };
 
 use crate::{
-    control::rdma,
+    host::rdma,
     loading::{btf::Btf, cost::Cost},
     reporting::kernel_log::KernelLog,
 };
@@ -302,7 +302,7 @@ fn cm_layout() -> Result<CmLayout> {
         .and_then(|cm| Btf::of_module("ib_cm").map(|ib| (cm, ib)))
         .map_err(|e| anyhow!("{e:#} (rdma_cm must be loaded when pkeyfw attaches)"));
     let mut layout = cm_layout_of(&btf)?;
-    layout.netns = crate::control::netns::current_cookie()?;
+    layout.netns = crate::host::netns::current_cookie()?;
     Ok(layout)
 }
 

@@ -25,7 +25,7 @@ use pkeyfw_common::Reason;
 use pkeyfw_testkit::netns::{self, VethPair};
 
 use crate::{
-    control::netlink::XdpMode, loading::maps::Maps, loading::pins::Pins, reporting::describe,
+    host::netlink::XdpMode, loading::maps::Maps, loading::pins::Pins, reporting::describe,
     reporting::snapshot::Snapshot,
 };
 

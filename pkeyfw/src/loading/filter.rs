@@ -25,7 +25,7 @@ use pkeyfw_common::{
 };
 
 use crate::{
-    control::netlink::{self, BpfFilter},
+    host::netlink::{self, BpfFilter},
     loading::{
         cost::Cost,
         features::Features,
@@ -33,7 +33,6 @@ use crate::{
         programs::{INGRESS_PROGRAM, LINEAR_PROGRAM, PROGRAM, STAMP_PROGRAM},
     },
     policy::Policy,
-    reporting::kernel_log::KernelLog,
 };
 
 /// The XDP object built from pkeyfw-ebpf.
@@ -310,8 +309,9 @@ impl Filter {
         Ok(())
     }
 
-    /// Starts reading the programs' log lines (`--trace`) into `log`.
-    pub fn kernel_log(&mut self, log: KernelLog) -> Result<EbpfLogger<KernelLog>> {
+    /// Starts reading the programs' log lines (`--trace`) into `log` (the
+    /// attachment's `reporting::kernel_log`).
+    pub fn kernel_log<L: log::Log + 'static>(&mut self, log: L) -> Result<EbpfLogger<L>> {
         EbpfLogger::init_with_logger(&mut self.ebpf, log)
             .context("reading the filter's kernel log (aya-log)")
     }

@@ -38,7 +38,7 @@ use pkeyfw_common::{
 
 use super::{batch, qp_table::QpTable};
 use crate::{
-    control::netlink,
+    host::netlink,
     policy::{Policy, QpRule},
 };
 
@@ -502,7 +502,7 @@ impl Maps {
         if by_netns.peek().is_none() {
             return Ok(Vec::new());
         }
-        let live = crate::control::netns::live_cookies();
+        let live = crate::host::netns::live_cookies();
         Ok(by_netns.filter(|(_, c)| !live.contains(c)).collect())
     }
 

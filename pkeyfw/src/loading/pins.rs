@@ -7,7 +7,10 @@
 //! foreground one too: only removing the pins (`pkeyfw detach`, or a
 //! foreground attach stopped by Ctrl-C or SIGTERM) detaches it, never the
 //! death of a process. Notes that are not BPF objects (the policy file, a
-//! foreground attachment's process) are kept under `/run/pkeyfw/NETNS/`.
+//! foreground attachment's process) are kept under `/run/pkeyfw/NETNS/`,
+//! among them what a tenant host made ([`record`]).
+
+pub mod record;
 
 use std::{
     fs,
@@ -22,8 +25,10 @@ use anyhow::{Context as _, Result, bail};
 use aya::programs::{ProgramInfo, SchedClassifier, TcAttachType, links::PinnedLink, tc};
 
 use crate::{
-    control::netlink::{self, XdpMode},
-    control::netns::{self, NetnsId},
+    host::{
+        netlink::{self, XdpMode},
+        netns::{self, NetnsId},
+    },
     loading::programs::{INGRESS_PROGRAM, PROGRAM, STAMP_PROGRAM},
 };
 

@@ -27,10 +27,12 @@ use super::{
     Policy, PolicyError, QpRule,
     ctx::{Ctx, MIN_QPN},
     error::position,
-    identity::{self, Cgroup, Netns},
     own_device::{self, OwnDevice, RawOwnDevice},
 };
-use crate::control::rdma::{Maker, Qp};
+use crate::host::{
+    identity::{self, Cgroup, Netns},
+    rdma::{Maker, Qp},
+};
 
 /// Longest command name the kernel keeps (`TASK_COMM_LEN` - 1).
 const MAX_COMM: usize = 15;
@@ -216,7 +218,7 @@ pub enum Binding {
 impl BindRule {
     /// Whether it matches `qp`, by who made it: what the QP-creation probe
     /// saw, or `/proc` for a QP made before any probe ran (see
-    /// [`Maker`](crate::control::rdma::Maker)); the very match the probe
+    /// [`Maker`](crate::host::rdma::Maker)); the very match the probe
     /// makes. Nothing matches a QP whose maker is unknown.
     pub fn matches(&self, qp: &Qp) -> bool {
         let Some(transport) = qp.qp_type.transport() else {
@@ -384,7 +386,7 @@ fn rule(
     }
     if kernel
         && let Some(c) = &raw.comm
-        && c.get_ref() == crate::control::rdma::UVERBS
+        && c.get_ref() == crate::host::rdma::UVERBS
     {
         return Err(cx.err(
             c.span(),
@@ -421,7 +423,7 @@ fn rule(
         .device
         .as_ref()
         .map(|d| {
-            crate::control::rdma::device_index(d.get_ref())
+            crate::host::rdma::device_index(d.get_ref())
                 .map(|index| (d.get_ref().clone(), index))
                 .map_err(|why| cx.err(d.span(), &format!("{field}.device"), why))
         })

@@ -6,7 +6,6 @@ mod bind;
 mod ctx;
 mod error;
 mod file;
-pub mod identity;
 mod own_device;
 pub mod partitions;
 mod switch;
@@ -291,28 +290,6 @@ impl Policy {
             flags: rule.flags | if unset { qp_flags::UNSET_QKEY } else { 0 },
         }
     }
-}
-
-/// The EUI-64 port GUID of an interface in this network namespace.
-pub fn iface_guid(iface: &str) -> anyhow::Result<u64> {
-    use crate::control::netlink;
-    let mac = netlink::mac_address(netlink::if_index(iface)?)?;
-    Ok(guid_from_mac(mac))
-}
-
-/// The port GUID RoCE derives from a MAC (the GID's interface ID, EUI-64):
-/// flip the universal/local bit and insert ff:fe in the middle.
-pub fn guid_from_mac(mac: [u8; 6]) -> u64 {
-    u64::from_be_bytes([
-        mac[0] ^ 0x02,
-        mac[1],
-        mac[2],
-        0xff,
-        0xfe,
-        mac[3],
-        mac[4],
-        mac[5],
-    ])
 }
 
 impl Group {

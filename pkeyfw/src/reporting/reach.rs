@@ -7,7 +7,7 @@
 use anyhow::Error;
 use serde_json::{Value, json};
 
-use crate::control::rdma::{Device, Driver, NoRdmaNetlink};
+use crate::host::rdma::{Device, Driver, NoRdmaNetlink};
 
 /// What to say of an interface's RDMA devices: a line naming them (none
 /// when it has none) and the warnings.
@@ -79,7 +79,7 @@ mod tests {
     use anyhow::anyhow;
 
     use super::{Reach, device_json};
-    use crate::control::rdma::{Device, Driver, NoRdmaNetlink};
+    use crate::host::rdma::{Device, Driver, NoRdmaNetlink};
 
     fn device(index: u32, name: &str, driver: Driver) -> Device {
         Device {

@@ -12,12 +12,16 @@ use pkeyfw_common::{
 use serde_json::json;
 
 use crate::{
-    control::bridge::{self, Bridge},
-    control::netlink::XdpMode,
-    control::netns::NetnsId,
-    control::tenancy::record::{self as tenants, Tenant},
+    host::{
+        bridge::{self, Bridge},
+        netlink::XdpMode,
+        netns::NetnsId,
+    },
     loading::maps::{CaptureCounts, Maps, ReasonCounts, StampCounts, SuppressedCounts},
-    loading::pins::{Holder, Pins, PolicyRecord},
+    loading::pins::{
+        Holder, Pins, PolicyRecord,
+        record::{self as tenants, Tenant},
+    },
     reporting::describe,
 };
 

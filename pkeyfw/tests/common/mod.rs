@@ -9,9 +9,7 @@ use std::{
     sync::atomic::{AtomicU32, Ordering},
 };
 
-use pkeyfw::{
-    control::netns::NetnsId, loading::filter::Filter, loading::pins::Pins, policy::Policy,
-};
+use pkeyfw::{host::netns::NetnsId, loading::filter::Filter, loading::pins::Pins, policy::Policy};
 use pkeyfw_testkit::netns::VethPair;
 
 /// Parses a policy given inline.
@@ -276,7 +274,7 @@ pub struct Cgroups {
 impl Cgroups {
     /// The test's own directory, `pkeyfw-test-TAG` under the root.
     pub fn new(prefix: &str) -> Cgroups {
-        let root = pkeyfw::policy::identity::cgroup2_mount().expect("cgroup v2 mounted");
+        let root = pkeyfw::host::identity::cgroup2_mount().expect("cgroup v2 mounted");
         let mut cgroups = Cgroups { made: Vec::new() };
         cgroups.mkdir(&root.join(format!("pkeyfw-test-{}", tag(prefix))));
         cgroups

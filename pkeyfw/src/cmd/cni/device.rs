@@ -23,7 +23,7 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::protocol::{CniError, code};
-use crate::control::{
+use crate::host::{
     netlink,
     netns::{self, Netns},
     rdma::{self, link},

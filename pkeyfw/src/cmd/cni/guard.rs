@@ -25,7 +25,7 @@ use crate::{
         NetnsArg,
         attach::{self, AttachArgs},
     },
-    control::netns::NetnsId,
+    host::netns::NetnsId,
     loading::pins::{Pins, State},
 };
 

@@ -32,7 +32,7 @@ use std::{
 use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::control::netns::NetnsId;
+use crate::host::netns::NetnsId;
 
 /// Where the plugin keeps the node's lock, records and policies.
 pub const DIR: &str = "/run/pkeyfw/cni";

@@ -20,7 +20,7 @@ use super::{
     port, prev,
     protocol::{CniError, Invocation, code},
 };
-use crate::control::{netlink, netns::Netns};
+use crate::host::{netlink, netns::Netns};
 
 /// How long an invocation waits for another to finish with the node's
 /// ports: ten pods started at once wait for nine ADDs, on a slow machine

@@ -21,7 +21,7 @@ use crate::{
         detach::{self, DetachArgs},
         switch::{self, SwitchArgs, SwitchCommand, SwitchReloadArgs},
     },
-    control::{bridge::Link, netlink, netns::Netns},
+    host::{bridge::Link, netlink, netns::Netns},
     loading::pins::Pins,
 };
 

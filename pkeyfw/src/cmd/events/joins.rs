@@ -12,13 +12,13 @@ use serde_json::json;
 use tokio::{io::unix::AsyncFd, sync::mpsc};
 
 use crate::{
-    cmd::stats::Live,
-    control::{
+    host::{
         bridge::{self, Link},
         netlink,
         netns::NetnsId,
     },
     loading::maps::Maps,
+    reporting::live::Live,
 };
 
 /// A port that is in a switch's bridge and not in its policy.

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::View;
 use crate::{
-    control::rdma::{Device, Driver, IbQpType, Qp},
+    host::rdma::{Device, Driver, IbQpType, Qp},
     policy::Policy,
 };
 

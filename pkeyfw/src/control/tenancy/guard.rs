@@ -29,8 +29,8 @@ use pkeyfw_common::abi::{
 
 use crate::{
     control::probes,
+    host::identity,
     loading::{btf::Btf, cost::Cost, syscall},
-    policy::identity,
 };
 
 /// The guard object built from pkeyfw-ebpf's `pkeyfw-guard`.

@@ -11,47 +11,18 @@
 
 pub mod guard;
 mod net;
-pub mod record;
 
 use std::net::IpAddr;
 
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    control::{netlink, rdma},
+    host::{netlink, rdma},
+    loading::pins::record::Made,
     policy::OwnDevice,
 };
 
 pub use net::TABLES;
-
-/// A tenant's device as made: what `stats`, its port and its removal need.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Made {
-    /// The soft-RoCE device and its network device.
-    pub device: String,
-    pub iface: String,
-    /// The network device's index and MAC, and its routing table.
-    pub ifindex: u32,
-    pub mac: String,
-    pub table: u32,
-    pub addrs: Vec<String>,
-}
-
-impl Made {
-    /// `dev` as noted before it is made, so that whatever of it an attach
-    /// killed on the way leaves is removed: its names and addresses (what
-    /// removing it and keeping it go by), no index, MAC or table yet.
-    pub fn pending(dev: &OwnDevice) -> Made {
-        Made {
-            device: dev.name.clone(),
-            iface: dev.iface.clone(),
-            ifindex: 0,
-            mac: String::new(),
-            table: 0,
-            addrs: dev.addrs.iter().map(ToString::to_string).collect(),
-        }
-    }
-}
 
 /// Makes `dev` on the uplink numbered `uplink`: its interface, then its
 /// soft-RoCE device on it. On a failure nothing of it is left.

@@ -35,7 +35,7 @@ use netlink_packet_route::{
 };
 
 use crate::{
-    control::netlink,
+    host::netlink,
     policy::{OwnDevice, Prefix},
 };
 

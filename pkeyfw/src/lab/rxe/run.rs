@@ -554,7 +554,7 @@ fn foreign_qkey(server: &End, client: &End, pid: u32, qkey: u32) -> Result<()> {
 
 /// The number of the UD QP process `pid` holds on `end`'s rxe device.
 pub fn ud_qpn(end: &End, pid: u32) -> Result<u32> {
-    use crate::control::{netlink, rdma};
+    use crate::host::{netlink, rdma};
     let devices = rdma::devices_on(netlink::if_index(&end.iface)?)?;
     rdma::qps_of(&devices)?
         .into_iter()

@@ -40,7 +40,7 @@ use super::{
     scenario::Program,
     topology::End,
 };
-use crate::control::netlink;
+use crate::host::netlink;
 
 /// The key each host's port stamps, its table's only entry: A, B, C, D.
 const KEYS: [u16; 4] = [0x8001, 0x0001, 0x0001, 0x8002];

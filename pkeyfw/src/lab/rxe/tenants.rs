@@ -14,7 +14,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::policy::identity::cgroup2_mount;
+use crate::host::identity::cgroup2_mount;
 
 /// The lab's cgroups' parent, below the cgroup v2 root.
 const PARENT: &str = "pkeyfw-lab";

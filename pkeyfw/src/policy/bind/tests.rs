@@ -7,7 +7,7 @@ use pkeyfw_common::abi::{QpType, qp_flags};
 
 use super::{BindRule, Binding};
 use crate::{
-    control::rdma::{IbQpType, Qp},
+    host::rdma::{IbQpType, Qp},
     policy::{Policy, PolicyError, QpRule},
 };
 
@@ -449,7 +449,7 @@ fn matchers_combine() {
     let yes = Qp::user(0x10, IbQpType::Rc, 5, "app");
     assert!(p.binds[0].matches(&yes));
     let unknown = Qp {
-        maker: crate::control::rdma::Maker::Unknown,
+        maker: crate::host::rdma::Maker::Unknown,
         ..yes.clone()
     };
     for no in [
@@ -470,7 +470,7 @@ fn matchers_combine() {
         kernel: true,
         ..Qp::user(0x50, IbQpType::Rc, 0, "rdma_cm")
     };
-    crate::control::rdma::identify(std::slice::from_mut(&mut ulp), &Default::default());
+    crate::host::rdma::identify(std::slice::from_mut(&mut ulp), &Default::default());
     let posing = Qp::user(0x51, IbQpType::Rc, 7, "rdma_cm");
     assert!(kernel.binds[0].matches(&ulp));
     assert!(!kernel.binds[0].matches(&posing));
@@ -584,7 +584,7 @@ fn creator_matchers_are_checked_and_compiled() {
         (1001, 1002, 0x8001, 0)
     );
     // The namespace's cookie, which is never reused, not its inode number.
-    let cookie = crate::control::netns::cookie_of_pid(std::process::id());
+    let cookie = crate::host::netns::cookie_of_pid(std::process::id());
     assert_eq!(Some(spec.netns), cookie);
 }
 
@@ -594,7 +594,7 @@ fn creator_matchers_are_checked_and_compiled() {
 fn creator_matchers_match_the_maker() {
     let p = parse(&format!(
         "{PORT}[[bind]]\ncgroup = \"{}\"\nuid = 1001\npkey = 0x8001\n",
-        crate::policy::identity::cgroup2_mount()
+        crate::host::identity::cgroup2_mount()
             .expect("cgroup2 is mounted")
             .display()
     ))
@@ -604,7 +604,7 @@ fn creator_matchers_match_the_maker() {
     assert!(!rule.matches(&qp), "no ids, no match");
     qp = qp.made_by(1001, 5, &[1, 40]);
     assert!(rule.matches(&qp), "the root cgroup holds every cgroup");
-    qp.maker = crate::control::rdma::Maker::Unknown;
+    qp.maker = crate::host::rdma::Maker::Unknown;
     assert!(!rule.matches(&qp), "an unknown maker matches nothing");
     qp = Qp::user(0x40, IbQpType::Rc, 1, "app").made_by(1002, 5, &[1, 40]);
     assert!(!rule.matches(&qp));
@@ -639,8 +639,8 @@ impl Unshared {
         self.0.id()
     }
 
-    fn netns(&self) -> crate::policy::identity::Netns {
-        crate::policy::identity::netns(Path::new(&format!("/proc/{}/ns/net", self.pid()))).unwrap()
+    fn netns(&self) -> crate::host::identity::Netns {
+        crate::host::identity::netns(Path::new(&format!("/proc/{}/ns/net", self.pid()))).unwrap()
     }
 }
 
@@ -669,7 +669,7 @@ fn a_reused_namespace_inode_is_not_the_rules_namespace() {
 
 /// One attempt of the test above: whether the newcomer got the number.
 fn namespace_squatted() -> bool {
-    use crate::control::rdma::{Maker, creation_of};
+    use crate::host::rdma::{Maker, creation_of};
     let tenant = Unshared::start();
     let gone = tenant.netns();
     let p = parse(&format!(

@@ -273,9 +273,9 @@ pub struct Listener {
 /// RDMA netlink does not say which wildcard listener takes one family
 /// only (`afonly`): each is taken for one of both.
 pub fn listeners_of(devices: &[Device]) -> Result<Vec<Listener>> {
-    let here = crate::control::netns::current_cookie()?;
-    let host = crate::control::netns::NetnsId::host().ok()
-        == crate::control::netns::NetnsId::current().ok();
+    let here = crate::host::netns::current_cookie()?;
+    let host =
+        crate::host::netns::NetnsId::host().ok() == crate::host::netns::NetnsId::current().ok();
     let mut nl = Connection::open()?;
     let mut found: BTreeMap<ListenKey, Option<Creation>> = BTreeMap::new();
     for device in devices {
@@ -546,7 +546,7 @@ pub fn creation_of(pid: u32) -> Option<Creation> {
         // The namespace's cookie takes ptrace access, which a service
         // without CAP_SYS_PTRACE lacks to another user's process: then 0,
         // which no `netns` rule matches.
-        netns: crate::control::netns::cookie_of_pid(pid).unwrap_or(0),
+        netns: crate::host::netns::cookie_of_pid(pid).unwrap_or(0),
         cgroups: cgroup_ids(cgroup)?,
         comm: comm_bytes(comm.strip_suffix(b"\n").unwrap_or(&comm)),
         pid,
@@ -560,7 +560,7 @@ pub fn creation_of(pid: u32) -> Option<Creation> {
 /// its ancestors, by level from the root, as the probe records them.
 fn cgroup_ids(path: &[u8]) -> Option<[u64; CGROUP_LEVELS]> {
     use std::os::unix::{ffi::OsStrExt as _, fs::MetadataExt as _};
-    let mut dir = crate::policy::identity::cgroup2_mount()?;
+    let mut dir = crate::host::identity::cgroup2_mount()?;
     let mut ids = [0; CGROUP_LEVELS];
     let names = path.split(|&b| b == b'/').filter(|n| !n.is_empty());
     for (level, name) in std::iter::once(&b""[..]).chain(names).enumerate() {

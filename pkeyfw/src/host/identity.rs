@@ -110,7 +110,7 @@ pub fn netns(path: &Path) -> Result<Netns, String> {
         .metadata()
         .map_err(|e| format!("cannot read it: {e}"))?
         .ino();
-    let cookie = crate::control::netns::Netns::at(path)
+    let cookie = crate::host::netns::Netns::at(path)
         .and_then(|ns| ns.cookie())
         .map_err(|e| format!("{e:#}"))?;
     Ok(Netns {

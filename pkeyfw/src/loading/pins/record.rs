@@ -4,10 +4,10 @@
 
 use std::path::Path;
 
-use super::Made;
 use crate::{
-    control::netns::NetnsId,
+    host::netns::NetnsId,
     loading::pins::{self, Pins},
+    policy::OwnDevice,
 };
 
 /// What a tenant host made, noted beside its pins.
@@ -27,6 +27,35 @@ pub struct Tenant {
     /// The key its rule gives, and the rule's line.
     pub pkey: u16,
     pub line: usize,
+}
+
+/// A tenant's device as made: what `stats`, its port and its removal need.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Made {
+    /// The soft-RoCE device and its network device.
+    pub device: String,
+    pub iface: String,
+    /// The network device's index and MAC, and its routing table.
+    pub ifindex: u32,
+    pub mac: String,
+    pub table: u32,
+    pub addrs: Vec<String>,
+}
+
+impl Made {
+    /// `dev` as noted before it is made, so that whatever of it an attach
+    /// killed on the way leaves is removed: its names and addresses (what
+    /// removing it and keeping it go by), no index, MAC or table yet.
+    pub fn pending(dev: &OwnDevice) -> Made {
+        Made {
+            device: dev.name.clone(),
+            iface: dev.iface.clone(),
+            ifindex: 0,
+            mac: String::new(),
+            table: 0,
+            addrs: dev.addrs.iter().map(ToString::to_string).collect(),
+        }
+    }
 }
 
 /// The tenant host on `uplink` (in this network namespace) and what it
