@@ -21,6 +21,7 @@
 #![no_std]
 #![no_main]
 
+mod object;
 mod task;
 
 use aya_ebpf::{
@@ -160,13 +161,3 @@ extern "C" fn admits(i: u64, ctx: *mut core::ffi::c_void) -> i64 {
         None => 1,
     }
 }
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 4] = *b"GPL\0";

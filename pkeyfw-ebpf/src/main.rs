@@ -22,6 +22,7 @@
 mod account;
 mod kernel;
 mod maps;
+mod object;
 mod packet;
 mod trace;
 
@@ -670,13 +671,3 @@ fn sender(ctx: &TcContext) -> Option<u32> {
     }
     Some(kernel::read::<u32>(ibqp, l.qp_num)? & QPN_MASK)
 }
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 4] = *b"GPL\0";

@@ -32,6 +32,7 @@
 
 mod cm;
 mod kernel;
+mod object;
 mod task;
 
 use core::ptr;
@@ -935,13 +936,3 @@ fn record(
     c.ib_qp_type = ib_qp_type as u8;
     c._pad = [0; 2];
 }
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 4] = *b"GPL\0";
