@@ -7,6 +7,8 @@
 #![no_main]
 #![feature(asm_experimental_arch)]
 
+mod object;
+
 use aya_ebpf::{
     bindings::xdp_action,
     btf_maps::Array,
@@ -155,13 +157,3 @@ pub fn pkeyfw_generator(_ctx: XdpContext) -> u32 {
     // SAFETY: a helper call with plain arguments.
     unsafe { bpf_redirect(ifindex, 0) as u32 }
 }
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 4] = *b"GPL\0";

@@ -21,19 +21,21 @@
 #![no_std]
 #![no_main]
 
+mod object;
+mod repeat;
 mod task;
 
 use aya_ebpf::{
     Global,
     bindings::{BPF_DEVCG_ACC_READ, BPF_DEVCG_ACC_WRITE, BPF_DEVCG_DEV_CHAR},
     btf_maps::{Array, HashMap, PerCpuArray},
-    helpers::generated,
     macros::{btf_map, cgroup_device},
     programs::DeviceContext,
 };
 use pkeyfw_common::abi::{
     BindSpec, Creation, DEVICE_MAJORS, DEVICE_NODES, MAX_RULES, NO_TENANT, QpLayout, node_key,
 };
+use repeat::{Body, repeat};
 
 /// A tenant device's nodes, by [`node_key`], per generation: the index of
 /// its tenant's rule in that generation's `TENANTS`; [`NO_TENANT`] for a
@@ -126,47 +128,26 @@ struct Matching {
 static SCRATCH: PerCpuArray<Matching, 1> = PerCpuArray::new();
 
 /// The index of the first rule whose tenant `m.me` is (`MAX_RULES`: none,
-/// root outside every tenant opens as the host's). A loop the kernel runs
-/// (`bpf_loop`), whose body the verifier checks once, not once per rule.
+/// root outside every tenant opens as the host's), in a loop the kernel
+/// runs.
 #[inline(always)]
 fn first_tenant(m: &mut Matching) -> u32 {
     m.found = MAX_RULES;
-    let mut at: *mut Matching = m;
-    // SAFETY: the callback takes the pointer this passes, to a live
-    // `Matching`, for the call's length.
-    unsafe {
-        generated::bpf_loop(
-            MAX_RULES,
-            admits as *mut core::ffi::c_void,
-            (&raw mut at).cast(),
-            0,
-        );
-    }
+    repeat(MAX_RULES, m);
     m.found
 }
 
-/// `bpf_loop`'s body: 1 (stop) at rule `i` if it admits the opener or
-/// ends the list, 0 (go on) otherwise.
-#[inline(never)]
-extern "C" fn admits(i: u64, ctx: *mut core::ffi::c_void) -> i64 {
-    // SAFETY: `ctx` is the pointer `first_tenant` passes.
-    let m = unsafe { &mut **ctx.cast::<*mut Matching>() };
-    match TENANTS.get(m.base + i as u32) {
-        Some(rule) if rule.admits(&m.me) => {
-            m.found = i as u32;
-            1
+impl Body for Matching {
+    /// Rule `i`: stops if it admits the opener or ends the list.
+    #[inline(always)]
+    fn turn(&mut self, i: u32) -> bool {
+        match TENANTS.get(self.base + i) {
+            Some(rule) if rule.admits(&self.me) => {
+                self.found = i;
+                true
+            }
+            Some(_) => false,
+            None => true,
         }
-        Some(_) => 0,
-        None => 1,
     }
 }
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 4] = *b"GPL\0";

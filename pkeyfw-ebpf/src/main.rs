@@ -22,6 +22,7 @@
 mod account;
 mod kernel;
 mod maps;
+mod object;
 mod packet;
 mod trace;
 
@@ -73,43 +74,40 @@ pub fn pkeyfw_linear(ctx: XdpContext) -> u32 {
 #[inline(always)]
 fn xdp(ctx: *mut xdp_md) -> u32 {
     let frame = Packet::of(ctx);
-    let outcome = if SETUP.load().role == role::SWITCH {
-        let inbound = Direction::Inbound;
-        let (located, outcome) = switch_port(
-            &frame,
-            inbound,
-            || pkeyfw_locate_xdp(ctx),
-            |l| pkeyfw_port_xdp(ctx, l, inbound as u32),
-        );
-        if outcome & PACKED_ALLOWED == 0 {
-            pkeyfw_refused_xdp(ctx, located, outcome, inbound as u32);
-        }
-        outcome
-    } else {
-        // The host's path runs inline, with no call on a frame that passes
-        // and needs no restore, nor on one it refuses: calls cost (a
-        // return thunk each, on CPUs the kernel guards against
-        // return-stack attacks). A CM request QP1 takes, which its
-        // listener decides, is judged in stages of its own.
-        let (located, parsed) = plain_or(&frame, || pkeyfw_locate_xdp(ctx));
-        let mut outcome = host(
-            &frame,
-            parsed,
-            Some(|outcome| {
-                pkeyfw_report_xdp(ctx, located, outcome);
-            }),
-        );
-        if outcome & PACKED_REQUEST != 0 {
-            let listening = pkeyfw_listening(pkeyfw_listener_xdp(ctx, located));
-            outcome = pkeyfw_request_xdp(ctx, located, listening);
+    let inbound = Direction::Inbound;
+    let outcome = match switch_port(ctx, &frame, inbound) {
+        Some((located, outcome)) => {
             if outcome & PACKED_ALLOWED == 0 {
-                pkeyfw_refused_xdp(ctx, located, outcome, NO_PORT);
+                pkeyfw_refused_xdp(ctx, located, outcome, pack_port(Some(inbound)));
             }
+            outcome
         }
-        if outcome & PACKED_RESTORE != 0 {
-            account::restored(pkeyfw_restore_xdp(ctx, located));
+        None => {
+            // The host's path runs inline, with no call on a frame that
+            // passes and needs no restore, nor on one it refuses: calls
+            // cost (a return thunk each, on CPUs the kernel guards against
+            // return-stack attacks). A CM request QP1 takes, which its
+            // listener decides, is judged in stages of its own.
+            let (located, parsed) = plain_or(&frame, || pkeyfw_locate_xdp(ctx));
+            let mut outcome = host(
+                &frame,
+                parsed,
+                Some(|outcome| {
+                    pkeyfw_report_xdp(ctx, located, outcome);
+                }),
+            );
+            if outcome & PACKED_REQUEST != 0 {
+                let listening = pkeyfw_listening(pkeyfw_listener_xdp(ctx, located));
+                outcome = pkeyfw_request_xdp(ctx, located, listening);
+                if outcome & PACKED_ALLOWED == 0 {
+                    pkeyfw_refused_xdp(ctx, located, outcome, HOST_PORT);
+                }
+            }
+            if outcome & PACKED_RESTORE != 0 {
+                account::restored(pkeyfw_restore_xdp(ctx, located));
+            }
+            outcome
         }
-        outcome
     };
     if trace::on() {
         trace::emit(&Packet::of(ctx));
@@ -129,33 +127,29 @@ fn xdp(ctx: *mut xdp_md) -> u32 {
 pub fn pkeyfw_ingress(ctx: TcContext) -> i32 {
     let skb = ctx.as_ptr().cast::<__sk_buff>();
     let frame = Skb(tc(skb));
-    let (located, outcome, port) = if SETUP.load().role == role::SWITCH {
-        let inbound = Direction::Inbound;
-        let (located, outcome) = switch_port(
-            &frame,
-            inbound,
-            || pkeyfw_locate_skb(skb),
-            |l| pkeyfw_port_skb(skb, l, inbound as u32),
-        );
-        (located, outcome, inbound as u32)
-    } else {
-        // The verdict a stage of its own: the skb helpers' buffers would
-        // take this frame's stack, and its calls', past the 512 bytes a
-        // chain of calls may have (Linux 5.10 counts every chain).
-        let located = match parse::plain(&frame) {
-            Plain::Roce(roce) => roce.located_bits(),
-            Plain::NotRoce => Located::NotRoce.pack(),
-            Plain::Walk => pkeyfw_locate_skb(skb),
-        };
-        let mut outcome = pkeyfw_host_skb(skb, located);
-        if outcome & PACKED_REQUEST != 0 {
-            let listening = pkeyfw_listening(pkeyfw_listener_skb(skb, located));
-            outcome = pkeyfw_request_skb(skb, located, listening);
+    let inbound = Direction::Inbound;
+    let (located, outcome, port) = match switch_port(skb, &frame, inbound) {
+        Some((located, outcome)) => (located, outcome, pack_port(Some(inbound))),
+        None => {
+            // The verdict a stage of its own: the skb helpers' buffers
+            // would take this frame's stack, and its calls', past the 512
+            // bytes a chain of calls may have (Linux 5.10 counts every
+            // chain).
+            let located = match parse::plain(&frame) {
+                Plain::Roce(roce) => roce.located_bits(),
+                Plain::NotRoce => Located::NotRoce.pack(),
+                Plain::Walk => pkeyfw_locate_skb(skb),
+            };
+            let mut outcome = pkeyfw_host_skb(skb, located);
+            if outcome & PACKED_REQUEST != 0 {
+                let listening = pkeyfw_listening(pkeyfw_listener_skb(skb, located));
+                outcome = pkeyfw_request_skb(skb, located, listening);
+            }
+            if outcome & PACKED_RESTORE != 0 {
+                account::restored(pkeyfw_restore_skb(skb, located));
+            }
+            (located, outcome, HOST_PORT)
         }
-        if outcome & PACKED_RESTORE != 0 {
-            account::restored(pkeyfw_restore_skb(skb, located));
-        }
-        (located, outcome, NO_PORT)
     };
     if trace::on() {
         trace::emit(&Skb(ctx));
@@ -172,19 +166,11 @@ pub fn pkeyfw_ingress(ctx: TcContext) -> i32 {
 pub fn pkeyfw_stamp(ctx: TcContext) -> i32 {
     let skb = ctx.as_ptr().cast::<__sk_buff>();
     let frame = Skb(tc(skb));
-    let action = if SETUP.load().role == role::SWITCH {
-        let outbound = Direction::Outbound;
-        let (located, outcome) = switch_port(
-            &frame,
-            outbound,
-            || pkeyfw_locate_skb(skb),
-            |l| pkeyfw_port_skb(skb, l, outbound as u32),
-        );
-        tc_verdict(skb, located, outcome, outbound as u32)
-    } else if stamp::stamping(policy().1) {
-        pkeyfw_stamp_skb(skb, pkeyfw_locate_skb(skb))
-    } else {
-        TC_ACT_UNSPEC
+    let outbound = Direction::Outbound;
+    let action = match switch_port(skb, &frame, outbound) {
+        Some((located, outcome)) => tc_verdict(skb, located, outcome, pack_port(Some(outbound))),
+        None if stamp::stamping(policy().1) => pkeyfw_stamp_skb(skb, pkeyfw_locate_skb(skb)),
+        None => TC_ACT_UNSPEC,
     };
     if trace::on() {
         trace::emit(&Skb(ctx));
@@ -192,27 +178,96 @@ pub fn pkeyfw_stamp(ctx: TcContext) -> i32 {
     action
 }
 
-/// A switch port's stages on a frame in `direction`: where its headers
-/// are (`locate`) and the port's verdict on them (`port`), for a frame the
-/// port reads at all (`switch::reads`); any other goes on, unlocated.
+/// The one branch on the port's role (`SETUP`): None on a host's port,
+/// whose path is the program's own; on a switch port, its check of the
+/// frame in `direction`, for a frame it reads at all (`switch::reads`: the
+/// stages `Stages::locate`, then `Stages::port`; any other goes on,
+/// unlocated): where its headers are (`Located::pack`) and the verdict
+/// (`Outcome::pack`).
 #[inline(always)]
-fn switch_port<F: Frame>(
-    frame: &F,
-    direction: Direction,
-    locate: impl FnOnce() -> u64,
-    port: impl FnOnce(u64) -> u64,
-) -> (u64, u64) {
-    if !switch::reads(frame, policy().1, direction) {
-        return (Located::NotRoce.pack(), PACKED_ALLOWED | PACKED_PASS);
+fn switch_port<C: Stages, F: Frame>(ctx: C, frame: &F, direction: Direction) -> Option<(u64, u64)> {
+    if SETUP.load().role != role::SWITCH {
+        return None;
     }
-    let located = locate();
-    (located, port(located))
+    if !switch::reads(frame, policy().1, direction) {
+        return Some((Located::NotRoce.pack(), PACKED_ALLOWED | PACKED_PASS));
+    }
+    let located = ctx.locate();
+    Some((located, ctx.port(located, pack_port(Some(direction)))))
+}
+
+/// A program's context, and the stages of its kind (XDP or TC) that a
+/// switch port's check calls.
+trait Stages: Copy {
+    /// Where the frame's transport headers are (`pkeyfw_locate_xdp`).
+    fn locate(self) -> u64;
+    /// A switch port's verdict (`pkeyfw_port_xdp`).
+    fn port(self, located: u64, port: PackedPort) -> u64;
+}
+
+impl Stages for *mut xdp_md {
+    #[inline(always)]
+    fn locate(self) -> u64 {
+        pkeyfw_locate_xdp(self)
+    }
+
+    #[inline(always)]
+    fn port(self, located: u64, port: PackedPort) -> u64 {
+        pkeyfw_port_xdp(self, located, port)
+    }
+}
+
+impl Stages for *mut __sk_buff {
+    #[inline(always)]
+    fn locate(self) -> u64 {
+        pkeyfw_locate_skb(self)
+    }
+
+    #[inline(always)]
+    fn port(self, located: u64, port: PackedPort) -> u64 {
+        pkeyfw_port_skb(self, located, port)
+    }
+}
+
+/// Where a frame is judged, as the stages take it: `Option<Direction>` as
+/// a scalar (a global function takes no enum), the `Direction` a switch
+/// port judges it in, or [`HOST_PORT`] on a host's port.
+type PackedPort = u32;
+
+/// The [`PackedPort`] of a host's port.
+const HOST_PORT: PackedPort = u32::MAX;
+
+/// `port` as the stages take it.
+#[inline(always)]
+const fn pack_port(port: Option<Direction>) -> PackedPort {
+    match port {
+        Some(direction) => direction as PackedPort,
+        None => HOST_PORT,
+    }
+}
+
+/// The one reading of a [`PackedPort`].
+#[inline(always)]
+const fn unpack_port(port: PackedPort) -> Option<Direction> {
+    match port {
+        HOST_PORT => None,
+        _ => Some(direction(port)),
+    }
+}
+
+/// The direction of a switch port's [`PackedPort`].
+#[inline(always)]
+const fn direction(port: PackedPort) -> Direction {
+    match port {
+        0 => Direction::Inbound,
+        _ => Direction::Outbound,
+    }
 }
 
 /// Reports a refused frame; then TCX_NEXT for tcx, "continue" for a
 /// netlink filter, or drop.
 #[inline(always)]
-fn tc_verdict(skb: *mut __sk_buff, located: u64, outcome: u64, port: u32) -> i32 {
+fn tc_verdict(skb: *mut __sk_buff, located: u64, outcome: u64, port: PackedPort) -> i32 {
     if outcome & PACKED_ALLOWED == 0 {
         pkeyfw_refused_skb(skb, located, outcome, port);
     }
@@ -337,20 +392,20 @@ pub extern "C" fn pkeyfw_restore_skb(ctx: *mut __sk_buff, located: u64) -> u32 {
 }
 
 /// A switch port's check of a frame received on it or forwarded out of it
-/// (a `Direction`), once rewritten and counted: `Outcome::pack`.
+/// (`port`), once rewritten and counted: `Outcome::pack`.
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn pkeyfw_port_xdp(ctx: *mut xdp_md, located: u64, direction: u32) -> u64 {
-    port(&Packet::of(ctx), located, direction, |p| {
+pub extern "C" fn pkeyfw_port_xdp(ctx: *mut xdp_md, located: u64, port: PackedPort) -> u64 {
+    port_check(&Packet::of(ctx), located, port, |p| {
         XdpBytes(ctx).rewrite(p)
     })
 }
 
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn pkeyfw_port_skb(ctx: *mut __sk_buff, located: u64, direction: u32) -> u64 {
+pub extern "C" fn pkeyfw_port_skb(ctx: *mut __sk_buff, located: u64, port: PackedPort) -> u64 {
     let skb = Skb(tc(ctx));
-    port(&skb, located, direction, |p| skb.rewrite(p))
+    port_check(&skb, located, port, |p| skb.rewrite(p))
 }
 
 /// A host port's outgoing frame: stamped, left, or dropped (a TC action).
@@ -379,16 +434,16 @@ pub extern "C" fn pkeyfw_report_xdp(ctx: *mut xdp_md, located: u64, outcome: u64
 
 /// Counts a refused frame against its partition and reports it: the
 /// verdict (`Outcome::pack`, with the P_Key the frame came with: a rewrite
-/// may have changed it since), and the direction a switch port refused it
-/// in (`NO_PORT` on a host's port). Called by the program, not the stage
-/// that judged: a call within a call would stack their frames. Returns 0.
+/// may have changed it since), and where it was refused. Called by the
+/// program, not the stage that judged: a call within a call would stack
+/// their frames. Returns 0.
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn pkeyfw_refused_xdp(
     ctx: *mut xdp_md,
     located: u64,
     outcome: u64,
-    port: u32,
+    port: PackedPort,
 ) -> u32 {
     refused(&Packet::of(ctx), located, outcome, port);
     0
@@ -400,14 +455,11 @@ pub extern "C" fn pkeyfw_refused_skb(
     ctx: *mut __sk_buff,
     located: u64,
     outcome: u64,
-    port: u32,
+    port: PackedPort,
 ) -> u32 {
     refused(&Skb(tc(ctx)), located, outcome, port);
     0
 }
-
-/// `port` of a refused frame a host's port judged.
-const NO_PORT: u32 = u32::MAX;
 
 /// The RoCE headers of a located frame.
 #[inline(always)]
@@ -508,19 +560,16 @@ fn counted(outcome: &Outcome, config: &Config) -> u64 {
     outcome.pack() | restore
 }
 
-/// A switch port's check of a frame in `direction` (see `switch`):
-/// rewrites and counts; returns the verdict (`Outcome::pack`).
+/// A switch port's check of a frame in the direction `port` says (see
+/// `switch`): rewrites and counts; returns the verdict (`Outcome::pack`).
 #[inline(always)]
-fn port<F: Frame>(
+fn port_check<F: Frame>(
     frame: &F,
     located: u64,
-    direction: u32,
+    port: PackedPort,
     rewrite: impl Fn(&Plan) -> Result<(), Stamp>,
 ) -> u64 {
-    let direction = match direction {
-        0 => Direction::Inbound,
-        _ => Direction::Outbound,
-    };
+    let direction = direction(port);
     let (live, config) = policy();
     let parsed = roce(frame, located);
     let Some(action) = switch::judge_parsed(frame, parsed, &live, config, direction) else {
@@ -570,13 +619,9 @@ fn restore<F: Frame>(
 
 /// Counts and reports a refused frame (see `pkeyfw_refused_xdp`).
 #[inline(always)]
-fn refused<F: Frame>(frame: &F, located: u64, outcome: u64, port: u32) {
+fn refused<F: Frame>(frame: &F, located: u64, outcome: u64, port: PackedPort) {
     let (live, _) = policy();
-    let port = match port {
-        NO_PORT => None,
-        0 => Some(Direction::Inbound),
-        _ => Some(Direction::Outbound),
-    };
+    let port = unpack_port(port);
     // The P_Key it came with, which a rewrite may have changed since.
     let pkey = Outcome::packed_pkey(outcome);
     let outcome = Outcome::unpack(outcome, None);
@@ -670,13 +715,3 @@ fn sender(ctx: &TcContext) -> Option<u32> {
     }
     Some(kernel::read::<u32>(ibqp, l.qp_num)? & QPN_MASK)
 }
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 4] = *b"GPL\0";

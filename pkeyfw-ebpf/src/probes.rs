@@ -32,6 +32,8 @@
 
 mod cm;
 mod kernel;
+mod object;
+mod repeat;
 mod task;
 
 use core::ptr;
@@ -59,6 +61,7 @@ use pkeyfw_common::{
     },
     capture, tenant,
 };
+use repeat::{Body, repeat};
 
 /// The rdma_cm ports of the QP the thread's rdma_create_qp is making, until
 /// its creation is seen (the same thread, within the call).
@@ -802,27 +805,15 @@ fn quarantine(qpn: u32, on: bool) {
 }
 
 /// The index of generation `g`'s first rule that matches the QP `m`
-/// describes; `MAX_RULES` when none does. A loop the kernel runs (`bpf_loop`), whose
-/// body the verifier checks once rather than once per rule; and what the
-/// body writes is a number the verifier knows nothing of, so that the
-/// binding that follows is checked once, not once per rule that could have
-/// matched.
+/// describes; `MAX_RULES` when none does. A loop the kernel runs; and
+/// what its body writes is a number the verifier knows nothing of, so that
+/// the binding that follows is checked once, not once per rule that could
+/// have matched.
 #[inline(always)]
 fn first_match(g: u32, m: &mut Matching) -> u32 {
     m.rules = g * MAX_RULES;
     m.found = MAX_RULES;
-    // bpf_loop's context is on the stack: a pointer to the scratch value.
-    let mut at: *mut Matching = m;
-    // SAFETY: the callback takes the pointer this passes, to a live
-    // `Matching`, for the call's length.
-    unsafe {
-        generated::bpf_loop(
-            MAX_RULES,
-            match_rule as *mut core::ffi::c_void,
-            (&raw mut at).cast(),
-            0,
-        );
-    }
+    repeat(MAX_RULES, m);
     m.found
 }
 
@@ -844,55 +835,50 @@ struct Matching {
     found: u32,
 }
 
-/// `bpf_loop`'s body: rule `i` of the generation; 1 (stop) at the first
-/// that matches, 0 (go on) otherwise. Unused slots match nothing: no
-/// branch on them.
-#[inline(never)]
-extern "C" fn match_rule(i: u64, ctx: *mut core::ffi::c_void) -> i64 {
-    // SAFETY: `ctx` is the pointer to the `Matching` first_match passes.
-    let m = unsafe { &mut **ctx.cast::<*mut Matching>() };
-    let Some(transport) = QpType::from_repr(m.transport as u8) else {
-        return 1;
-    };
-    match BIND_RULES.get(m.rules + i as u32) {
-        Some(rule) if rule.matches(&m.creator, m.qpn, transport) => {
-            m.found = i as u32;
-            1
+impl Body for Matching {
+    /// Rule `i` of the generation: stops at the first that matches.
+    /// Unused slots match nothing: no branch on them.
+    #[inline(always)]
+    fn turn(&mut self, i: u32) -> bool {
+        let Some(transport) = QpType::from_repr(self.transport as u8) else {
+            return true;
+        };
+        match BIND_RULES.get(self.rules + i) {
+            Some(rule) if rule.matches(&self.creator, self.qpn, transport) => {
+                self.found = i;
+                true
+            }
+            Some(_) => false,
+            None => true,
         }
-        Some(_) => 0,
-        None => 1,
     }
 }
 
 /// Zeroes QPN `qpn`'s counters on every CPU: a new QP's counts start at
 /// zero wherever its number's last QP had frames counted. A loop the
-/// kernel runs (`bpf_loop`), whose body the verifier checks once.
+/// kernel runs.
 #[inline(always)]
 fn zero_stats(qpn: u32) {
-    let mut qpn = qpn;
-    // SAFETY: the callback takes the u32 this passes, for the call's length.
-    unsafe {
-        generated::bpf_loop(
-            LAYOUT.load().cpus,
-            zero_on_cpu as *mut core::ffi::c_void,
-            (&raw mut qpn).cast(),
-            0,
-        );
-    }
+    repeat(LAYOUT.load().cpus, &mut Zeroing { qpn });
 }
 
-/// `bpf_loop`'s body: zeroes CPU `cpu`'s counters of the QPN `ctx` names.
-#[inline(never)]
-extern "C" fn zero_on_cpu(cpu: u64, ctx: *mut core::ffi::c_void) -> i64 {
-    // SAFETY: `ctx` is the QPN `zero_stats` passes.
-    let qpn = unsafe { *ctx.cast::<u32>() };
-    let qpns = LAYOUT.load().qpns;
-    if let Some(stats) = QP_STATS.get_ptr_mut(qp_stats_index(qpn, cpu as u32, qpns)) {
-        // SAFETY: a live array element; that CPU's counters, which only a
-        // new binding of the QPN resets.
-        unsafe { *stats = QpStats::default() };
+/// The QPN whose counters [`zero_stats`] zeroes.
+struct Zeroing {
+    qpn: u32,
+}
+
+impl Body for Zeroing {
+    /// Zeroes CPU `cpu`'s counters of the QPN.
+    #[inline(always)]
+    fn turn(&mut self, cpu: u32) -> bool {
+        let qpns = LAYOUT.load().qpns;
+        if let Some(stats) = QP_STATS.get_ptr_mut(qp_stats_index(self.qpn, cpu, qpns)) {
+            // SAFETY: a live array element; that CPU's counters, which only
+            // a new binding of the QPN resets.
+            unsafe { *stats = QpStats::default() };
+        }
+        false
     }
-    0
 }
 
 /// Records in `c` who made QP `qp` (of `enum ib_qp_type` `ib_qp_type`, on
@@ -935,13 +921,3 @@ fn record(
     c.ib_qp_type = ib_qp_type as u8;
     c._pad = [0; 2];
 }
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 4] = *b"GPL\0";
