@@ -3,6 +3,8 @@
 //!
 //! - [`wire`]: RoCE frames built byte by byte, and the full ICRC;
 //! - [`cm`]: the CM MADs rdma_cm exchanges on QP1, built likewise;
+//! - [`cni`]: a CNI runtime, as libcni runs a network configuration list
+//!   (the CNI lab's, `pkeyfw-lab-cni`);
 //! - [`netns`]: two network namespaces joined by a veth pair, frames sent
 //!   and captured in them;
 //! - [`cases`]: the verdict case table, as data (policies are TOML text);
@@ -14,6 +16,7 @@
 pub mod baseline;
 pub mod cases;
 pub mod cm;
+pub mod cni;
 pub mod fixtures;
 pub mod netns;
 pub mod stamping;
