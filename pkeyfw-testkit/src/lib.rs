@@ -19,5 +19,6 @@ pub mod cm;
 pub mod cni;
 pub mod fixtures;
 pub mod netns;
+pub mod rxe;
 pub mod stamping;
 pub mod wire;
