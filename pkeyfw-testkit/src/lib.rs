@@ -7,6 +7,8 @@
 //!   (the CNI lab's, `pkeyfw-lab-cni`);
 //! - [`netns`]: two network namespaces joined by a veth pair, frames sent
 //!   and captured in them;
+//! - [`rxe`]: two soft-RoCE devices joined by a veth pair (the soft-RoCE
+//!   lab's, and the systemd scenario's by `pkeyfw-lab-rxe`);
 //! - [`cases`]: the verdict case table, as data (policies are TOML text);
 //! - [`stamping`]: the stamping fixtures and the checks of rewritten frames;
 //! - [`fixtures`]: the fixture files (a real capture, partitions.conf files);

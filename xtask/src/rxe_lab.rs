@@ -31,8 +31,9 @@ const TIMEOUT: Duration = Duration::from_secs(55 * 60);
 const SHARDS: usize = 2;
 
 /// The test kit's binaries (no part of the product): the ibverbs attacker,
-/// which the attack scenarios run beside pkeyfw, and the CNI lab's runtime.
-const TESTKIT: [&str; 2] = ["pkeyfw-lab-verbs", "pkeyfw-lab-cni"];
+/// which the attack scenarios run beside pkeyfw, the CNI lab's runtime,
+/// and the systemd scenario's soft-RoCE setup.
+const TESTKIT: [&str; 3] = ["pkeyfw-lab-verbs", "pkeyfw-lab-cni", "pkeyfw-lab-rxe"];
 
 /// A fresh share with the release CLI, the test kit's binaries, the
 /// results protocol's shell half (`results.sh`) and `script` as guest.sh.

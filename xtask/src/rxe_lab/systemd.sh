@@ -8,52 +8,22 @@
 set -u
 . /share/results.sh
 : > "$RESULTS"
-A=192.0.2.1
-B=192.0.2.2
 # The exposure `systemd-analyze security` gives the unit the README records.
 MAX_EXPOSURE=2.8
 
 # --- the fabric --------------------------------------------------------------
-ip link add pkfw0 type veth peer name pkfw1
-ip addr add $A/32 dev pkfw0
-ip addr add $B/32 dev pkfw1
-ip link set pkfw0 up
-ip link set pkfw1 up
-ip route add $B dev pkfw0 src $A table 4791
-ip neigh add $B lladdr "$(cat /sys/class/net/pkfw1/address)" dev pkfw0 nud permanent
-ip route add $A dev pkfw1 src $B table 4792
-ip neigh add $A lladdr "$(cat /sys/class/net/pkfw0/address)" dev pkfw1 nud permanent
-ip rule add pref 100 iif lo to $B lookup 4791
-ip rule add pref 101 oif pkfw0 to $B lookup 4791
-ip rule add pref 102 iif lo to $A lookup 4792
-ip rule add pref 103 oif pkfw1 to $A lookup 4792
-ip rule add pref 200 lookup local
-ip rule del pref 0 lookup local
-for c in all default pkfw0 pkfw1; do
-    echo 1 > /proc/sys/net/ipv4/conf/$c/accept_local
-    echo 0 > /proc/sys/net/ipv4/conf/$c/rp_filter
-done
-rdma link add pkfw_rxe0 type rxe netdev pkfw0
-rdma link add pkfw_rxe1 type rxe netdev pkfw1
+# The soft-RoCE lab's pair, as the test kit sets it up for `pkeyfw lab rxe`
+# (pkfw0 with pkfw_rxe0, pkfw1 with pkfw_rxe1), left in place: each end
+# printed as IFACE ADDRESS DEVICE GID_INDEX.
+/share/pkeyfw-lab-rxe pair > /tmp/pair.txt || exit 1
 udevadm settle
-
-# The index of DEVICE's RoCE v2 GID for an IPv4 address (as hex c000:0201).
-gid_index() {
-    for i in $(seq 1 30); do
-        for f in /sys/class/infiniband/$1/ports/1/gids/*; do
-            n=${f##*/}
-            if [ "$(cat "$f" 2>/dev/null)" = "0000:0000:0000:0000:0000:ffff:$2" ] &&
-                [ "$(cat /sys/class/infiniband/$1/ports/1/gid_attrs/types/$n 2>/dev/null)" = "RoCE v2" ]; then
-                echo "$n"
-                return
-            fi
-        done
-        sleep 1
-    done
-}
-GA=$(gid_index pkfw_rxe0 c000:0201)
-GB=$(gid_index pkfw_rxe1 c000:0202)
-echo "systemd: pkfw_rxe0 GID $GA, pkfw_rxe1 GID $GB"
+# pair_end IFACE FIELD: a field (2 the address, 4 the GID index) of an end.
+pair_end() { awk -v i="$1" -v f="$2" '$1 == i { print $f }' /tmp/pair.txt; }
+A=$(pair_end pkfw0 2)
+B=$(pair_end pkfw1 2)
+GA=$(pair_end pkfw0 4)
+GB=$(pair_end pkfw1 4)
+echo "systemd: pkfw_rxe0 ($A) GID $GA, pkfw_rxe1 ($B) GID $GB"
 
 # How many lines of UNIT's journal contain TEXT.
 said() { journalctl -u "$1" -o cat --no-pager 2>/dev/null | grep -c -- "$2"; }
@@ -320,8 +290,8 @@ node() { for d in /sys/class/infiniband_verbs/uverbs*; do
     [ "$(cat "$d/ibdev")" = "$1" ] && echo "/dev/infiniband/${d##*/}"; done; }
 TA=$(node rxe_ta)
 TB=$(node rxe_tb)
-GTA=$(gid_index rxe_ta c000:021f)
-GTB=$(gid_index rxe_tb c000:0220)
+GTA=$(/share/pkeyfw-lab-rxe gid-index rxe_ta 192.0.2.31)
+GTB=$(/share/pkeyfw-lab-rxe gid-index rxe_tb 192.0.2.32)
 # ibv_devinfo on DEVICE as a service in SLICE allowed the nodes NODES
 # (with rdma_cm); whether it opened it.
 opens() {
