@@ -330,6 +330,11 @@ mod tests {
         log.lines().map(str::to_string).collect()
     }
 
+    /// Each call's command and plugin.
+    fn steps(log: &[String]) -> Vec<&str> {
+        log.iter().map(|l| &l[..l.find(" c ").unwrap()]).collect()
+    }
+
     fn dir(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("pkeyfw-cni-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
@@ -362,8 +367,10 @@ mod tests {
         assert!(rt.check(&net, &AT).unwrap().ok);
         assert!(rt.del(&net, &AT).unwrap().ok);
         let log = calls(&dir);
-        let order: Vec<&str> = log.iter().map(|l| &l[..l.find(" c ").unwrap()]).collect();
-        assert_eq!(order, ["CHECK one", "CHECK two", "DEL two", "DEL one"]);
+        assert_eq!(
+            steps(&log),
+            ["CHECK one", "CHECK two", "DEL two", "DEL one"]
+        );
         assert!(log.iter().all(|l| l.contains(r#""seen":["one","two"]"#)));
         assert!(rt.cached(&net, &AT).unwrap().is_none());
         fs::remove_dir_all(&dir).unwrap();
@@ -381,8 +388,7 @@ mod tests {
             "7"
         );
         let log = calls(&dir);
-        let order: Vec<&str> = log.iter().map(|l| &l[..l.find(" c ").unwrap()]).collect();
-        assert_eq!(order, ["ADD one", "ADD two", "DEL two", "DEL one"]);
+        assert_eq!(steps(&log), ["ADD one", "ADD two", "DEL two", "DEL one"]);
         // With nothing cached, DEL has no prevResult.
         assert!(!log[2].contains("prevResult") && !log[3].contains("prevResult"));
         fs::remove_dir_all(&dir).unwrap();
