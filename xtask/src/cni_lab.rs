@@ -1,9 +1,10 @@
 //! `cargo xtask cni-lab`: pkeyfw as a CNI plugin, in the soft-RoCE guest
 //! with Debian's CNI plugins and podman besides the RDMA userland. On
 //! Linux 7.3 (whose rdma_rxe moves into a network namespace): the plugin
-//! run by a runtime written to the specification for pods that are plain
-//! namespaces (`plain.sh`), then by podman's own CNI code for pods that
-//! are containers (`podman.sh`); on Linux 6.12, its refusals (`refused.sh`).
+//! run by the test kit's runtime (`pkeyfw-lab-cni`, as libcni runs a
+//! conflist) for pods that are plain namespaces (`plain.sh`), then by
+//! podman's own CNI code for pods that are containers (`podman.sh`); on
+//! Linux 6.12, its refusals (`refused.sh`).
 //! Each `check NAME` of a script is a test (`cni-lab::NAME`, see
 //! [`results`]); `measure` lines are printed.
 
