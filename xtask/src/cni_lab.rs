@@ -1,15 +1,16 @@
 //! `cargo xtask cni-lab`: pkeyfw as a CNI plugin, in the soft-RoCE guest
 //! with Debian's CNI plugins and podman besides the RDMA userland. On
 //! Linux 7.3 (whose rdma_rxe moves into a network namespace): the plugin
-//! run by a runtime written to the specification for pods that are plain
-//! namespaces (`plain.sh`), then by podman's own CNI code for pods that
-//! are containers (`podman.sh`); on Linux 6.12, its refusals (`refused.sh`).
-//! Each `check NAME` of a script is a test (`cni-lab::NAME`); one a script
-//! never reports fails as not run. `measure` lines are printed.
+//! run by the test kit's runtime (`pkeyfw-lab-cni`, as libcni runs a
+//! conflist) for pods that are plain namespaces (`plain.sh`), then by
+//! podman's own CNI code for pods that are containers (`podman.sh`); on
+//! Linux 6.12, its refusals (`refused.sh`).
+//! Each `check NAME` of a script is a test (`cni-lab::NAME`, see
+//! [`results`]); `measure` lines are printed.
 
 use std::{fs, path::PathBuf, time::Duration};
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 
 use crate::{
     guest::{
@@ -22,10 +23,12 @@ use crate::{
 
 /// What the guest holds besides the RDMA userland: the bridge and
 /// host-local plugins, podman (CNI network backend, crun, conmon), jq for
-/// the scripts' runtime and curl for a scrape of `pkeyfw metrics`.
+/// reading the plugin's port records and curl for a scrape of `pkeyfw
+/// metrics`. (The pods' runtime is the test kit's `pkeyfw-lab-cni`, which
+/// every share holds.)
 pub const PACKAGES: &[&str] = &["containernetworking-plugins", "podman", "jq", "curl"];
 
-/// The scripts' shared part: a runtime, networks, pods, checks.
+/// The scripts' shared part: networks, pods, what the checks read.
 const LIB: &str = include_str!("cni_lab/lib.sh");
 
 /// A guest and what it runs.
@@ -80,22 +83,13 @@ pub fn plan() -> Result<Plan> {
         judge: Box::new(move |codes| {
             let mut outcome = Outcome::default();
             for ((run, share), code) in RUNS.iter().zip(shares).zip(codes) {
-                let prefix = format!("cni-lab::linux-{}", run.kernel);
-                let results = match code.and_then(|_| {
-                    fs::read_to_string(share.join("results"))
-                        .context("the guest wrote no results (see its output above)")
-                }) {
-                    Ok(text) => text,
-                    Err(e) => {
-                        outcome.add(Outcome::failed(&prefix, &e));
-                        String::new()
-                    }
-                };
-                for line in results.lines().filter(|l| l.starts_with("measure ")) {
-                    println!("cni-lab (Linux {}): {line}", run.kernel);
-                }
-                let names = run.scripts.iter().flat_map(|(_, text)| checks(text));
-                outcome.add(results::checks(&results, "cni-lab", names));
+                let scripts: Vec<&str> = run.scripts.iter().map(|(_, text)| *text).collect();
+                outcome.add(results::judge(
+                    code.and_then(|_| results::read(&share)),
+                    &format!("cni-lab::linux-{}", run.kernel),
+                    "cni-lab",
+                    &scripts,
+                ));
             }
             println!(
                 "\ncni-lab: {} passed, {} failed",
@@ -106,8 +100,8 @@ pub fn plan() -> Result<Plan> {
     })
 }
 
-/// The share of one guest: the release CLI, the library and the run's
-/// scripts, one after the other as guest.sh.
+/// The share of one guest: the release CLI, the test kit's binaries, the
+/// library and the run's scripts, one after the other as guest.sh.
 fn share(run: &Run) -> Result<PathBuf> {
     let guest_sh: String = run
         .scripts
@@ -120,15 +114,6 @@ fn share(run: &Run) -> Result<PathBuf> {
         fs::write(share.join(name), text)?;
     }
     Ok(share)
-}
-
-/// The checks a script makes: the NAME of each line `check NAME …`.
-fn checks(script: &str) -> Vec<&str> {
-    script
-        .lines()
-        .filter_map(|l| l.strip_prefix("check "))
-        .filter_map(|rest| rest.split_whitespace().next())
-        .collect()
 }
 
 /// `cargo xtask guest --containers`: the guest this lab boots.

@@ -1,10 +1,15 @@
 //! What the guest labs come to, as test lines: an [`Outcome`] per lab, and
 //! the protocol of the result files the guests' scripts write, one line
-//! per check: `ok NAME`, or `FAILED NAME: why`.
+//! per check: `ok NAME`, or `FAILED NAME: why` (and `measure NAME VALUE`).
+//! The scripts write them with [`SHELL`]'s functions, and declare their
+//! checks by making each with a line `check NAME …`.
 
-use std::sync::Mutex;
+use std::{fs, path::Path, sync::Mutex};
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
+
+/// The scripts' half of the protocol, `/share/results.sh` in every guest.
+pub const SHELL: &str = include_str!("results.sh");
 
 /// Every failed test's line, printed again at the end of a run: CI keeps
 /// only the head and the tail of a long log, and a failure's reason
@@ -64,16 +69,42 @@ impl Outcome {
     }
 }
 
-/// The test line of each of `names` (`test PREFIX::NAME`) as `results`, a
-/// script's result file, reports it: ok, FAILED with its reason, or not
-/// run (which fails too).
-pub fn checks<'a>(
-    results: &str,
-    prefix: &str,
-    names: impl IntoIterator<Item = &'a str>,
-) -> Outcome {
+/// The result file the scripts of a guest wrote into its `share`.
+pub fn read(share: &Path) -> Result<String> {
+    fs::read_to_string(share.join("results"))
+        .context("the guest wrote no results (see its output above)")
+}
+
+/// What a guest's `scripts` came to: `read`, their result file (without
+/// one, the guest fails as `name`), its `measure` lines printed after
+/// `name`, and the test line of each check they declare ([`checks`]).
+pub fn judge(read: Result<String>, name: &str, prefix: &str, scripts: &[&str]) -> Outcome {
     let mut outcome = Outcome::default();
-    for name in names {
+    let results = read.unwrap_or_else(|e| {
+        outcome.add(Outcome::failed(name, &e));
+        String::new()
+    });
+    for line in results.lines().filter(|l| l.starts_with("measure ")) {
+        println!("{name}: {line}");
+    }
+    outcome.add(checks(&results, prefix, scripts));
+    outcome
+}
+
+/// The checks a script makes: the NAME of each of its lines `check NAME …`.
+fn declared(script: &str) -> impl Iterator<Item = &str> {
+    script
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("check "))
+        .filter_map(|rest| rest.split_whitespace().next())
+}
+
+/// The test line (`test PREFIX::NAME`) of each check `scripts` declare, as
+/// `results`, their result file, reports it: ok, FAILED with its reason,
+/// or not run (which fails too).
+fn checks(results: &str, prefix: &str, scripts: &[&str]) -> Outcome {
+    let mut outcome = Outcome::default();
+    for name in scripts.iter().flat_map(|s| declared(s)) {
         let ok = format!("ok {name}");
         let refused = format!("FAILED {name}:");
         match results
@@ -104,8 +135,14 @@ mod tests {
 
     #[test]
     fn a_check_is_ok_failed_or_not_run() {
+        let script = "check one true\ncheck two stalls\nif x; then\n    check three true\nfi\n\
+                      # check four: a comment\ncheck four sh -c 'check five'\n";
+        assert_eq!(
+            declared(script).collect::<Vec<_>>(),
+            ["one", "two", "three", "four"]
+        );
         let results = "ok one\nFAILED two: it stalled\nok three-and-more\n";
-        let o = checks(results, "lab", ["one", "two", "three", "four"]);
+        let o = checks(results, "lab", &[script]);
         // "three" is not "three-and-more"; "four" never ran.
         assert_eq!(
             o,

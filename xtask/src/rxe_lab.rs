@@ -30,12 +30,13 @@ const TIMEOUT: Duration = Duration::from_secs(55 * 60);
 /// other labs' (see [`pool`]).
 const SHARDS: usize = 2;
 
-/// The test kit's ibverbs attacker, which the attack scenarios run beside
-/// pkeyfw (it is no part of the product).
-const ATTACKER: &str = "pkeyfw-lab-verbs";
+/// The test kit's binaries (no part of the product): the ibverbs attacker,
+/// which the attack scenarios run beside pkeyfw, the CNI lab's runtime,
+/// and the systemd scenario's soft-RoCE setup.
+const TESTKIT: [&str; 3] = ["pkeyfw-lab-verbs", "pkeyfw-lab-cni", "pkeyfw-lab-rxe"];
 
-/// A fresh share with the release CLI, the attacker and `script` as
-/// guest.sh.
+/// A fresh share with the release CLI, the test kit's binaries, the
+/// results protocol's shell half (`results.sh`) and `script` as guest.sh.
 pub fn share(script: &str) -> Result<PathBuf> {
     share_in("rxe-lab", script)
 }
@@ -47,19 +48,19 @@ pub fn share_in(name: &str, script: &str) -> Result<PathBuf> {
         "--release",
         "--package",
         "pkeyfw-testkit",
-        "--bin",
-        ATTACKER,
+        "--bins",
     ])?;
     let share = cmd::root().join("target").join(name);
     let _ = fs::remove_dir_all(&share);
     fs::create_dir_all(&share)?;
-    for bin in ["pkeyfw", ATTACKER] {
+    for bin in std::iter::once("pkeyfw").chain(TESTKIT) {
         fs::copy(
             cmd::root().join("target/release").join(bin),
             share.join(bin),
         )
         .with_context(|| format!("copying target/release/{bin} into the guest's share"))?;
     }
+    fs::write(share.join("results.sh"), crate::results::SHELL)?;
     fs::write(share.join("guest.sh"), script)?;
     Ok(share)
 }
@@ -72,13 +73,13 @@ pub fn explore(script: &Path, guest: &Guest) -> Result<()> {
 }
 
 /// Runs `text` as the guest's script on `kernel`, with the release CLI and
-/// the attacker beside it.
+/// the test kit's binaries beside it.
 pub fn script(text: &str, kernel: Kernel) -> Result<()> {
     run_in(text, &Guest::ensure(kernel)?)
 }
 
 /// Runs `text` as the script of `guest`, with the release CLI and the
-/// attacker beside it.
+/// test kit's binaries beside it.
 fn run_in(text: &str, guest: &Guest) -> Result<()> {
     let share = share(text)?;
     let code = guest.run(&share, TIMEOUT, Init::Shell, "guest")?;

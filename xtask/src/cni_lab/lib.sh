@@ -1,28 +1,15 @@
-# The CNI lab's shell library: a CNI runtime as the specification's section
-# 3 runs a network configuration list (each plugin in turn with the one
-# before's result for ADD and CHECK, in reverse with the ADD's result for
-# DEL, and DEL after a failed ADD), networks of bridge + pkeyfw, pods as
-# network namespaces, and the checks the host reads back (`ok NAME`,
-# `FAILED NAME: why`, `measure NAME VALUE`).
+# The CNI lab's shell library: networks of bridge + pkeyfw, pods as
+# network namespaces run by the test kit's CNI runtime (`cni`, as libcni
+# runs a configuration list), and what the checks read back.
+. /share/results.sh
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 CNI_BIN=/usr/lib/cni
 CNI_CONF=/etc/cni/net.d
-CACHE=/var/lib/cni-lab
-RESULTS=/share/results
 PKEYFW=/share/pkeyfw
 RECORDS=/run/pkeyfw/cni/host
-mkdir -p "$CNI_CONF" "$CACHE"
+mkdir -p "$CNI_CONF"
 ln -sf "$PKEYFW" "$CNI_BIN/pkeyfw"
 
-ok() { echo "ok $1" >> "$RESULTS"; echo "== ok $1"; }
-fail() { echo "FAILED $1: $2" >> "$RESULTS"; echo "== FAILED $1: $2"; }
-measure() { echo "measure $1 $2" >> "$RESULTS"; echo "== measure $1 $2"; }
-# check NAME COMMAND...: ok when the command succeeds.
-check() {
-    local name=$1
-    shift
-    if "$@"; then ok "$name"; else fail "$name" "$*"; fi
-}
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
 # net NAME PKEY FIRST LAST [TRUNK] [BRIDGE]: a network of bridge (host-local
@@ -40,74 +27,20 @@ net() {
 NET
 }
 
-# plugin NET INDEX PREV: the request configuration of the network's plugin
-# INDEX, with PREV (JSON, or null) as prevResult.
-plugin() {
-    jq -c --argjson i "$2" --argjson prev "$3" \
-        '.plugins[$i] + {cniVersion: .cniVersion, name: .name}
-         + (if $prev == null then {} else {prevResult: $prev} end)' "$CNI_CONF/$1.conflist"
-}
-
-# invoke CMD NET INDEX PREV ID NETNS IFNAME: runs one plugin; its stdout.
-invoke() {
-    local conf type
-    conf=$(plugin "$2" "$3" "$4")
-    type=$(echo "$conf" | jq -r .type)
-    echo "$conf" | CNI_COMMAND=$1 CNI_CONTAINERID=$5 CNI_NETNS=$6 CNI_IFNAME=$7 \
-        CNI_ARGS="${CNI_LAB_ARGS:-}" CNI_PATH=$CNI_BIN "$CNI_BIN/$type"
-}
-
-# cni CMD NET ID NETNS [IFNAME]: the network's plugins for CMD (ADD: the
-# final result on stdout, cached for CHECK and DEL; a failed ADD is
-# followed by DEL, as a runtime does).
-cni() {
-    local cmd=$1 n=$2 id=$3 ns=$4 ifname=${5:-eth0} cache count prev out i
-    cache="$CACHE/$n-$id-$ifname.json"
-    count=$(jq '.plugins | length' "$CNI_CONF/$n.conflist")
-    case $cmd in
-        ADD)
-            prev=null
-            for i in $(seq 0 $((count - 1))); do
-                if ! out=$(invoke ADD "$n" "$i" "$prev" "$id" "$ns" "$ifname"); then
-                    echo "$out"
-                    cni DEL "$n" "$id" "$ns" "$ifname" > /dev/null
-                    return 1
-                fi
-                prev=$out
-            done
-            echo "$prev" > "$cache"
-            echo "$prev"
-            ;;
-        CHECK)
-            prev=$(cat "$cache")
-            for i in $(seq 0 $((count - 1))); do
-                invoke CHECK "$n" "$i" "$prev" "$id" "$ns" "$ifname" || return 1
-            done
-            ;;
-        DEL)
-            prev=$(cat "$cache" 2> /dev/null || echo null)
-            for i in $(seq $((count - 1)) -1 0); do
-                invoke DEL "$n" "$i" "$prev" "$id" "$ns" "$ifname" || return 1
-            done
-            rm -f "$cache"
-            ;;
-    esac
-}
+# cni [--args CNI_ARGS] ADD|CHECK|DEL NET ID NETNS [IFNAME]: the network's
+# plugins for a pod (ADD: the final result on stdout); `cni --help` says
+# the rest (one plugin alone, GC, VERSION, the fields of a result).
+cni() { /share/pkeyfw-lab-cni "$@"; }
 
 # pod NAME: a network namespace for a pod.
 pod() { ip netns add "$1" && ip -n "$1" link set lo up; }
 
 # device NET ID: the pod's RDMA device, as its ADD's result lists it (the
-# sandboxed interface before the pod's own).
-device() {
-    jq -r '[.interfaces[] | select(.sandbox != null)] | .[-2].name' "$CACHE/$1-$2-eth0.json"
-}
-# address NET ID: the pod's IPv4 address.
-address() { jq -r '.ips[0].address' "$CACHE/$1-$2-eth0.json" | cut -d/ -f1; }
-# port NET ID: the pod's bridge port, from the ADD's result.
-port() {
-    jq -r '[.interfaces[] | select(.sandbox == null)] | .[1].name' "$CACHE/$1-$2-eth0.json"
-}
+# sandboxed interface before the pod's own); address NET ID: its IPv4
+# address; port NET ID: its bridge port.
+device() { cni result "$1" "$2" device; }
+address() { cni result "$1" "$2" address; }
+port() { cni result "$1" "$2" port; }
 
 # listening EXEC PORT: waits (up to 20 s) until a server listens on TCP
 # PORT where EXEC runs commands (ibv_*_pingpong's servers exchange QP
@@ -144,7 +77,7 @@ pingpong() {
 stalls() { ! pingpong "$@"; }
 
 # code JSON: the CNI error code in a plugin's output.
-code() { echo "$1" | jq -r '.code // empty' 2> /dev/null; }
+code() { echo "$1" | cni field code 2> /dev/null; }
 # refused_with CODE TEXT: $out is an error object of CODE that says TEXT.
 refused_with() { [ "$(code "$out")" = "$1" ] && echo "$out" | grep -q "$2"; }
 # nothing_left: no pin, no record of bridge roce0, no RDMA device.

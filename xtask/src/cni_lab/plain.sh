@@ -1,4 +1,4 @@
-# The plugin run as a CNI runtime runs it (lib.sh's runtime: environment
+# The plugin run as a CNI runtime runs it (the test kit's runtime: environment
 # variables, the conflist's plugins in turn, Debian's bridge and host-local
 # before pkeyfw), for pods that are plain network namespaces, on Linux 7.x.
 # Each check is a test of `cargo xtask test` (cni-lab::NAME).
@@ -7,8 +7,15 @@ uname -r
 rdma system set netns exclusive
 modprobe rdma_rxe
 
-check version sh -c "echo '{\"cniVersion\": \"1.0.0\"}' | CNI_COMMAND=VERSION $PKEYFW \
-    | jq -e '.cniVersion == \"1.0.0\" and (.supportedVersions | index(\"0.4.0\") and index(\"1.0.0\") and index(\"1.1.0\"))'"
+# VERSION asked in 1.0.0: answered in 1.0.0, with 0.4.0, 1.0.0 and 1.1.0.
+versions() {
+    local answer v
+    answer=$(cni VERSION pkeyfw 1.0.0) && [ "$(echo "$answer" | head -1)" = 1.0.0 ] || return 1
+    for v in 0.4.0 1.0.0 1.1.0; do
+        echo "$answer" | tail -1 | tr ' ' '\n' | grep -qx "$v" || return 1
+    done
+}
+check version versions
 check status sh -c "echo '{\"cniVersion\": \"1.1.0\", \"name\": \"n\", \"type\": \"pkeyfw\", \"pkey\": \"0x8001\"}' \
     | CNI_COMMAND=STATUS $PKEYFW"
 
@@ -31,9 +38,12 @@ echo "devices $A $B $C, addresses $IPA $IPB $IPC"
 
 # The result lists the device right before the pod's interface, the last
 # one with a sandbox, whose IP still points at it.
-check result-lists-device jq -e --arg d "$A" \
-    '(.interfaces | map(select(.sandbox != null)) | map(.name)) == [$d, "eth0"]
-     and .interfaces[.ips[0].interface].name == "eth0" and .cniVersion == "1.0.0"' /tmp/a.json
+lists_device() {
+    [ "$(cni field sandboxed < /tmp/a.json)" = "$A eth0" ] &&
+        [ "$(cni field ip-interface < /tmp/a.json)" = eth0 ] &&
+        [ "$(cni field cni-version < /tmp/a.json)" = 1.0.0 ]
+}
+check result-lists-device lists_device
 
 # Each pod sees its own device, and nothing else does.
 own_device_only() {
@@ -107,7 +117,7 @@ check other-uverbs-refused uverbs_refused
 
 # CHECK of pkeyfw alone: the bridge plugin's own CHECK fails once the
 # bridge's MAC has changed with its ports since the ADD (bridge 1.1.1).
-pkeyfw_check() { invoke CHECK "$1" 1 "$(cat "$CACHE/$1-$2-eth0.json")" "$2" "/run/netns/$2" eth0; }
+pkeyfw_check() { cni plugin CHECK "$1" 1 "$2" "/run/netns/$2" --prev "$(cni result "$1" "$2")"; }
 check check-a pkeyfw_check p1-full a
 
 # A network's Q_Key: every UD QP of its pods is held to it, whatever Q_Key
@@ -134,7 +144,7 @@ check qkey-guards-removed sh -c "! ls -d /sys/fs/bpf/pkeyfw/*/eth0 2> /dev/null"
 
 # A pod may narrow its key (full to limited), never leave the partition.
 pod d
-out=$(CNI_LAB_ARGS="IgnoreUnknown=1;PKEY=0x8002" cni ADD p1-full d /run/netns/d)
+out=$(cni --args "IgnoreUnknown=1;PKEY=0x8002" ADD p1-full d /run/netns/d)
 echo "$out"
 check override-refused refused_with 7 "CNI_ARGS PKEY"
 # nothing_of POD: the pod has no device, the host none, the ports are A's, B's, C's.
@@ -142,7 +152,7 @@ nothing_of() {
     [ -z "$(ip netns exec "$1" rdma dev)" ] && [ -z "$(rdma dev)" ] && policy_ports 3 "$PA $PB $PC"
 }
 check override-refused-leaves-nothing nothing_of d
-CNI_LAB_ARGS="IgnoreUnknown=1;PKEY=0x0001" cni ADD p1-full d /run/netns/d > /tmp/d.json
+cni --args "IgnoreUnknown=1;PKEY=0x0001" ADD p1-full d /run/netns/d > /tmp/d.json
 D=$(device p1-full d); IPD=$(address p1-full d)
 check override-narrows sh -c "grep -c '^stamp = 0x0001' $RECORDS/roce0.toml | grep -qx 3"
 check rc-d-b-stalls stalls rc d "$D" b "$B" "$IPD"
@@ -153,11 +163,11 @@ cni DEL p1-full d /run/netns/d
 # nothing of it is left, the other pods enforce throughout, and DEL after
 # it succeeds.
 pod e
-bridged=$(invoke ADD p1-limited 0 null e /run/netns/e eth0)
-PE=$(echo "$bridged" | jq -r '[.interfaces[] | select(.sandbox == null)] | .[1].name')
+bridged=$(cni plugin ADD p1-limited 0 e /run/netns/e)
+PE=$(echo "$bridged" | cni field port)
 printf '[port]\npkeys = [0xffff]\n' > /tmp/host.toml
 $PKEYFW attach "$PE" --pin --policy /tmp/host.toml
-out=$(invoke ADD p1-limited 1 "$bridged" e /run/netns/e eth0)
+out=$(cni plugin ADD p1-limited 1 e /run/netns/e --prev "$bridged")
 echo "$out"
 check failed-add-refused refused_with 101 "access port"
 check failed-add-leaves-nothing nothing_of e
@@ -182,14 +192,12 @@ gone() { ! ls -d /sys/fs/bpf/pkeyfw/*/"$1" > /dev/null 2>&1 && ! grep -q "$1" "$
 check del-gone-netns-leaves-nothing gone "$PC"
 
 # GC (CNI 1.1.0): the network's attachments the runtime does not list go.
-gc=$(jq -c '.plugins[1] + {cniVersion: "1.1.0", name: .name,
-    "cni.dev/valid-attachments": [{containerID: "b", ifname: "eth0"}]}' "$CNI_CONF/p1-limited.conflist")
 collected() {
-    echo "$gc" | CNI_COMMAND=GC CNI_PATH=$CNI_BIN $PKEYFW && policy_ports 2 "$PA $PB" && gone "$PF" &&
+    cni GC p1-limited 1 --cni-version 1.1.0 --valid b/eth0 && policy_ports 2 "$PA $PB" && gone "$PF" &&
         [ -z "$(ip netns exec f rdma dev)" ]
 }
 check gc collected
-invoke DEL p1-limited 0 null f /run/netns/f eth0 > /dev/null
+cni plugin DEL p1-limited 0 f /run/netns/f > /dev/null
 
 # Ten pods started together all get their ports.
 for i in 0 1 2 3 4 5 6 7 8 9; do pod t$i; done

@@ -1,7 +1,7 @@
 //! The `systemd` scenario: the guest booted with systemd as PID 1, the
 //! Debian package installed with dpkg, and pkeyfw@IFACE run as an operator
 //! runs it, with tenants in slices (systemd.sh says what it checks). Each
-//! check is a test: `rxe-lab::systemd::NAME`.
+//! `check NAME` of the script is a test: `rxe-lab::systemd::NAME`.
 
 use std::{fs, time::Duration};
 
@@ -12,7 +12,7 @@ use crate::{
         Guest, Init,
         pool::{Boot, Plan},
     },
-    results::{self, Outcome},
+    results,
 };
 
 /// The scenario's name, for `--only`.
@@ -22,40 +22,20 @@ pub const NAME: &str = "systemd";
 /// and three more, some pingpongs.
 const TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
-/// The checks systemd.sh makes, each once.
-const CHECKS: &[&str] = &[
-    "dpkg-install",
-    "both-instances-attach",
-    "unit-reads-max-qp",
-    "one-tenant-completes",
-    "tenants-apart-stall",
-    "restart-takes-over",
-    "stop-leaves-the-filter",
-    "enforcement-never-lapses",
-    "reload-applies",
-    "bad-reload-refused",
-    "exposure",
-    "hardening-denies-nothing",
-    "runs-ahead-of-tenants",
-    "unit-makes-tenant-devices",
-    "device-allow-and-the-guard",
-    "own-devices-complete",
-    "restart-keeps-tenant-devices",
-    "detach-removes-tenant-devices",
-];
+/// The scenario's script; each of its `check NAME` lines is a test.
+const SCRIPT: &str = include_str!("systemd.sh");
 
 /// The scenario's boot: the package built, the guest booted with systemd.
 pub fn plan() -> Result<Plan> {
     let package = crate::package::run()?;
     let guest = Guest::ensure(crate::guest::PRIMARY)?;
-    let share = super::share_in("rxe-lab-systemd", include_str!("systemd.sh"))?;
+    let share = super::share_in("rxe-lab-systemd", SCRIPT)?;
     fs::copy(&package.deb, share.join("pkeyfw.deb")).context("copying the package")?;
-    let results = share.join("results");
     Ok(Plan {
         boots: vec![Boot {
             label: "systemd".to_string(),
             guest,
-            share,
+            share: share.clone(),
             init: Init::Systemd,
             timeout: TIMEOUT,
             minutes: 6,
@@ -70,13 +50,9 @@ pub fn plan() -> Result<Plan> {
                     if code != 0 {
                         bail!("the systemd scenario's script failed ({code})");
                     }
-                    fs::read_to_string(&results)
-                        .context("the systemd scenario wrote no results (see its output above)")
+                    results::read(&share)
                 });
-            match read {
-                Ok(text) => results::checks(&text, &prefix, CHECKS.iter().copied()),
-                Err(e) => Outcome::failed(&prefix, &e),
-            }
+            results::judge(read, &prefix, &prefix, &[SCRIPT])
         }),
     })
 }

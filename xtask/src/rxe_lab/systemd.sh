@@ -4,58 +4,26 @@
 # over it), the package installed with dpkg, the shipped tenants example as
 # both ends' policy (stamping: both ends run pkeyfw), tenants as systemd
 # slices, unmodified ibv_rc_pingpong started with systemd-run in them.
-# Each check writes `ok NAME` or `FAILED NAME: why` to /share/results.
+# Each `check NAME` is a test (results.sh writes its line).
 set -u
-RESULTS=/share/results
+. /share/results.sh
 : > "$RESULTS"
-ok() { echo "ok $1" >> "$RESULTS"; echo "systemd: $1 ✓"; }
-bad() { echo "FAILED $1: $2" >> "$RESULTS"; echo "systemd: $1 FAILED: $2"; }
-A=192.0.2.1
-B=192.0.2.2
 # The exposure `systemd-analyze security` gives the unit the README records.
 MAX_EXPOSURE=2.8
 
 # --- the fabric --------------------------------------------------------------
-ip link add pkfw0 type veth peer name pkfw1
-ip addr add $A/32 dev pkfw0
-ip addr add $B/32 dev pkfw1
-ip link set pkfw0 up
-ip link set pkfw1 up
-ip route add $B dev pkfw0 src $A table 4791
-ip neigh add $B lladdr "$(cat /sys/class/net/pkfw1/address)" dev pkfw0 nud permanent
-ip route add $A dev pkfw1 src $B table 4792
-ip neigh add $A lladdr "$(cat /sys/class/net/pkfw0/address)" dev pkfw1 nud permanent
-ip rule add pref 100 iif lo to $B lookup 4791
-ip rule add pref 101 oif pkfw0 to $B lookup 4791
-ip rule add pref 102 iif lo to $A lookup 4792
-ip rule add pref 103 oif pkfw1 to $A lookup 4792
-ip rule add pref 200 lookup local
-ip rule del pref 0 lookup local
-for c in all default pkfw0 pkfw1; do
-    echo 1 > /proc/sys/net/ipv4/conf/$c/accept_local
-    echo 0 > /proc/sys/net/ipv4/conf/$c/rp_filter
-done
-rdma link add pkfw_rxe0 type rxe netdev pkfw0
-rdma link add pkfw_rxe1 type rxe netdev pkfw1
+# The soft-RoCE lab's pair, as the test kit sets it up for `pkeyfw lab rxe`
+# (pkfw0 with pkfw_rxe0, pkfw1 with pkfw_rxe1), left in place: each end
+# printed as IFACE ADDRESS DEVICE GID_INDEX.
+/share/pkeyfw-lab-rxe pair > /tmp/pair.txt || exit 1
 udevadm settle
-
-# The index of DEVICE's RoCE v2 GID for an IPv4 address (as hex c000:0201).
-gid_index() {
-    for i in $(seq 1 30); do
-        for f in /sys/class/infiniband/$1/ports/1/gids/*; do
-            n=${f##*/}
-            if [ "$(cat "$f" 2>/dev/null)" = "0000:0000:0000:0000:0000:ffff:$2" ] &&
-                [ "$(cat /sys/class/infiniband/$1/ports/1/gid_attrs/types/$n 2>/dev/null)" = "RoCE v2" ]; then
-                echo "$n"
-                return
-            fi
-        done
-        sleep 1
-    done
-}
-GA=$(gid_index pkfw_rxe0 c000:0201)
-GB=$(gid_index pkfw_rxe1 c000:0202)
-echo "systemd: pkfw_rxe0 GID $GA, pkfw_rxe1 GID $GB"
+# pair_end IFACE FIELD: a field (2 the address, 4 the GID index) of an end.
+pair_end() { awk -v i="$1" -v f="$2" '$1 == i { print $f }' /tmp/pair.txt; }
+A=$(pair_end pkfw0 2)
+B=$(pair_end pkfw1 2)
+GA=$(pair_end pkfw0 4)
+GB=$(pair_end pkfw1 4)
+echo "systemd: pkfw_rxe0 ($A) GID $GA, pkfw_rxe1 ($B) GID $GB"
 
 # How many lines of UNIT's journal contain TEXT.
 said() { journalctl -u "$1" -o cat --no-pager 2>/dev/null | grep -c -- "$2"; }
@@ -93,12 +61,11 @@ pingpong() {
 }
 
 # --- the package -------------------------------------------------------------
-if dpkg -i /share/pkeyfw.deb && [ -x /usr/bin/pkeyfw ] &&
-    systemctl cat pkeyfw@.service > /dev/null; then
-    ok dpkg-install
-else
-    bad dpkg-install "dpkg -i failed or installed no unit"
-fi
+installed() {
+    because "dpkg -i failed or installed no unit"
+    dpkg -i /share/pkeyfw.deb && [ -x /usr/bin/pkeyfw ] && systemctl cat pkeyfw@.service > /dev/null
+}
+check dpkg-install installed
 
 # --- tenants as slices, the shipped example as both ends' policy -------------
 for t in a b; do
@@ -113,38 +80,41 @@ done
 
 # --- two instances started at the same moment --------------------------------
 systemctl enable --now pkeyfw@pkfw0 pkeyfw@pkfw1
-if await pkeyfw@pkfw0 "pkeyfw: attached to" 0 120 && await pkeyfw@pkfw1 "pkeyfw: attached to" 0 120 &&
-    [ "$(held pkfw0)" = "foreground, process $(main_pid pkfw0)" ] &&
-    [ "$(held pkfw1)" = "foreground, process $(main_pid pkfw1)" ]; then
-    ok both-instances-attach
-else
-    bad both-instances-attach "see pkeyfw's journal below"
+both_attach() {
+    because "see pkeyfw's journal below"
+    await pkeyfw@pkfw0 "pkeyfw: attached to" 0 120 && await pkeyfw@pkfw1 "pkeyfw: attached to" 0 120 &&
+        [ "$(held pkfw0)" = "foreground, process $(main_pid pkfw0)" ] &&
+        [ "$(held pkfw1)" = "foreground, process $(main_pid pkfw1)" ]
+}
+check both-instances-attach both_attach || {
     journalctl -u 'pkeyfw@*' -o short-monotonic --no-pager | tail -40
     # Nothing below can work without them (the host reports the rest not run).
     exit 0
-fi
+}
 
 # --- the device's own table size, through the uverbs device the unit opens ---
-want=$(ibv_devinfo -v -d pkfw_rxe1 | awk '/max_qp:/ {print $2; exit}')
-if [ -n "$want" ] && [ "$(said pkeyfw@pkfw1 "(pkfw_rxe1 max_qp $want)")" -gt 0 ]; then
-    ok unit-reads-max-qp
-else
-    bad unit-reads-max-qp "not sized for pkfw_rxe1's max_qp ${want:-?}: $(said pkeyfw@pkfw1 'max_qp') lines; $(journalctl -u pkeyfw@pkfw1 -o cat --no-pager | grep -m1 'max_qp')"
-fi
+reads_max_qp() {
+    want=$(ibv_devinfo -v -d pkfw_rxe1 | awk '/max_qp:/ {print $2; exit}')
+    [ -n "$want" ] && [ "$(said pkeyfw@pkfw1 "(pkfw_rxe1 max_qp $want)")" -gt 0 ] ||
+        because "not sized for pkfw_rxe1's max_qp ${want:-?}: $(said pkeyfw@pkfw1 'max_qp') lines; $(journalctl -u pkeyfw@pkfw1 -o cat --no-pager | grep -m1 'max_qp')"
+}
+check unit-reads-max-qp reads_max_qp
 
 # --- tenants ------------------------------------------------------------------
-if pingpong aa tenant-a.slice tenant-a.slice; then
-    ok one-tenant-completes
-else
-    bad one-tenant-completes "tenant-a's client did not complete"
-fi
-if pingpong ab tenant-a.slice tenant-b.slice; then
-    bad tenants-apart-stall "tenant-b's client completed with tenant-a's server"
-elif await pkeyfw@pkfw1 "drop pkey_violation" 0 10; then
-    ok tenants-apart-stall
-else
-    bad tenants-apart-stall "no violation line in journalctl -u pkeyfw@pkfw1"
-fi
+one_tenant() {
+    because "tenant-a's client did not complete"
+    pingpong aa tenant-a.slice tenant-a.slice
+}
+check one-tenant-completes one_tenant
+apart_stall() {
+    if pingpong ab tenant-a.slice tenant-b.slice; then
+        because "tenant-b's client completed with tenant-a's server"
+        return 1
+    fi
+    because "no violation line in journalctl -u pkeyfw@pkfw1"
+    await pkeyfw@pkfw1 "drop pkey_violation" 0 10
+}
+check tenants-apart-stall apart_stall
 
 # --- restart and stop: enforcement never lapses -------------------------------
 # Frames to a QP no one has, sent throughout on pkfw0 past its egress
@@ -188,23 +158,23 @@ sleep 2
 before=$(said pkeyfw@pkfw1 "pkeyfw: attached to")
 old=$(main_pid pkfw1)
 systemctl restart pkeyfw@pkfw1
-if await pkeyfw@pkfw1 "pkeyfw: attached to" "$before" 120 &&
-    [ "$(main_pid pkfw1)" != "$old" ] &&
-    [ "$(held pkfw1)" = "foreground, process $(main_pid pkfw1)" ]; then
-    ok restart-takes-over
-else
-    bad restart-takes-over "pkeyfw stats pkfw1 says held by: $(held pkfw1)"
-fi
+takes_over() {
+    await pkeyfw@pkfw1 "pkeyfw: attached to" "$before" 120 &&
+        [ "$(main_pid pkfw1)" != "$old" ] &&
+        [ "$(held pkfw1)" = "foreground, process $(main_pid pkfw1)" ] ||
+        because "pkeyfw stats pkfw1 says held by: $(held pkfw1)"
+}
+check restart-takes-over takes_over
 old=$(main_pid pkfw1)
 systemctl stop pkeyfw@pkfw1
 sleep 3
-if ! systemctl -q is-active pkeyfw@pkfw1 &&
-    [ "$(held pkfw1)" = "foreground, process $old gone" ] &&
-    ip link show pkfw1 | grep -q xdp; then
-    ok stop-leaves-the-filter
-else
-    bad stop-leaves-the-filter "pkeyfw stats pkfw1 says held by: $(held pkfw1)"
-fi
+leaves_filter() {
+    ! systemctl -q is-active pkeyfw@pkfw1 &&
+        [ "$(held pkfw1)" = "foreground, process $old gone" ] &&
+        ip link show pkfw1 | grep -q xdp ||
+        because "pkeyfw stats pkfw1 says held by: $(held pkfw1)"
+}
+check stop-leaves-the-filter leaves_filter
 before=$(said pkeyfw@pkfw1 "pkeyfw: attached to")
 systemctl start pkeyfw@pkfw1
 await pkeyfw@pkfw1 "pkeyfw: attached to" "$before" 120
@@ -215,11 +185,11 @@ wait $TCPDUMP
 refused=$(tcpdump -r /tmp/lapse.pcap -n 'udp[10:2] = 0x8005' 2> /dev/null | wc -l)
 passed=$(tcpdump -r /tmp/lapse.pcap -n 'udp[10:2] = 0xffff' 2> /dev/null | wc -l)
 echo "systemd: across restart, stop and start: $refused refused and $passed passed probe frames arrived"
-if [ "$refused" -eq 0 ] && [ "$passed" -gt 0 ]; then
-    ok enforcement-never-lapses
-else
-    bad enforcement-never-lapses "$refused refused frames arrived ($passed passed)"
-fi
+never_lapses() {
+    because "$refused refused frames arrived ($passed passed)"
+    [ "$refused" -eq 0 ] && [ "$passed" -gt 0 ]
+}
+check enforcement-never-lapses never_lapses
 
 # --- reload -------------------------------------------------------------------
 # tenant-b joins tenant-a's partition: its client now completes.
@@ -228,48 +198,51 @@ for i in pkfw0 pkfw1; do
 done
 r0=$(said pkeyfw@pkfw0 "reloaded pkfw0")
 r1=$(said pkeyfw@pkfw1 "reloaded pkfw1")
-if systemctl reload pkeyfw@pkfw0 pkeyfw@pkfw1 &&
-    await pkeyfw@pkfw0 "reloaded pkfw0" "$r0" 60 && await pkeyfw@pkfw1 "reloaded pkfw1" "$r1" 60 &&
-    pingpong ab2 tenant-a.slice tenant-b.slice; then
-    ok reload-applies
-else
-    bad reload-applies "tenant-b's client did not complete after the reload"
-fi
+reload_applies() {
+    because "tenant-b's client did not complete after the reload"
+    systemctl reload pkeyfw@pkfw0 pkeyfw@pkfw1 &&
+        await pkeyfw@pkfw0 "reloaded pkfw0" "$r0" 60 && await pkeyfw@pkfw1 "reloaded pkfw1" "$r1" 60 &&
+        pingpong ab2 tenant-a.slice tenant-b.slice
+}
+check reload-applies reload_applies
 # A bad policy is refused (`systemctl reload` fails) and logged with
 # where it is wrong; the running one stays.
 refused_before=$(said pkeyfw@pkfw1 "/etc/pkeyfw/pkfw1.toml:2:")
 printf '[port]\npkeys = [0xffff, 0x8001\n' > /etc/pkeyfw/pkfw1.toml
-if systemctl reload pkeyfw@pkfw1; then
-    bad bad-reload-refused "systemctl reload accepted a bad policy"
-elif await pkeyfw@pkfw1 "/etc/pkeyfw/pkfw1.toml:2:" "$refused_before" 60 &&
-    systemctl -q is-active pkeyfw@pkfw1 &&
-    pingpong ab3 tenant-a.slice tenant-b.slice; then
-    ok bad-reload-refused
-else
-    bad bad-reload-refused "$(journalctl -u pkeyfw@pkfw1 -o cat --no-pager | tail -3)"
-fi
+bad_reload_refused() {
+    if systemctl reload pkeyfw@pkfw1; then
+        because "systemctl reload accepted a bad policy"
+        return 1
+    fi
+    await pkeyfw@pkfw1 "/etc/pkeyfw/pkfw1.toml:2:" "$refused_before" 60 &&
+        systemctl -q is-active pkeyfw@pkfw1 &&
+        pingpong ab3 tenant-a.slice tenant-b.slice ||
+        because "$(journalctl -u pkeyfw@pkfw1 -o cat --no-pager | tail -3)"
+}
+check bad-reload-refused bad_reload_refused
 
 # --- hardening ----------------------------------------------------------------
 exposure=$(systemd-analyze security pkeyfw@pkfw1.service --no-pager 2>&1 |
     sed -n 's/.*Overall exposure level for pkeyfw@pkfw1.service: \([0-9.]*\).*/\1/p')
 echo "systemd: systemd-analyze security pkeyfw@pkfw1: exposure ${exposure:-?} (at most $MAX_EXPOSURE)"
-if [ -n "$exposure" ] && awk "BEGIN { exit !($exposure <= $MAX_EXPOSURE) }"; then
-    ok exposure
-else
-    bad exposure "exposure ${exposure:-unknown}, more than $MAX_EXPOSURE"
-fi
+low_exposure() {
+    because "exposure ${exposure:-unknown}, more than $MAX_EXPOSURE"
+    [ -n "$exposure" ] && awk "BEGIN { exit !($exposure <= $MAX_EXPOSURE) }"
+}
+check exposure low_exposure
 # Under that hardening nothing was denied.
-if journalctl -u 'pkeyfw@*' -o cat --no-pager | grep -qi "permission denied\|operation not permitted"; then
-    bad hardening-denies-nothing "$(journalctl -u 'pkeyfw@*' -o cat --no-pager | grep -i 'denied\|not permitted' | head -3)"
-else
-    ok hardening-denies-nothing
-fi
+denies_nothing() {
+    ! journalctl -u 'pkeyfw@*' -o cat --no-pager | grep -qi "permission denied\|operation not permitted" ||
+        because "$(journalctl -u 'pkeyfw@*' -o cat --no-pager | grep -i 'denied\|not permitted' | head -3)"
+}
+check hardening-denies-nothing denies_nothing
 # The unit's real-time priority, which no tenant's task preempts.
 policy=$(chrt -p "$(systemctl show -p MainPID --value pkeyfw@pkfw1)" 2>&1 | head -1)
-case "$policy" in
-    *SCHED_FIFO*) ok runs-ahead-of-tenants ;;
-    *) bad runs-ahead-of-tenants "pkeyfw@pkfw1: $policy" ;;
-esac
+real_time() {
+    because "pkeyfw@pkfw1: $policy"
+    case "$policy" in *SCHED_FIFO*) ;; *) return 1 ;; esac
+}
+check runs-ahead-of-tenants real_time
 
 # --- tenants with devices of their own, and DeviceAllow= ------------------------
 # The same two slices, each given a device of its own on an uplink by the
@@ -306,19 +279,19 @@ pkey = 0x0001
 own_device = { name = "rxe_tb", address = "192.0.2.32/24" }
 POLICY
 systemctl start pkeyfw@pkfwup
-if await pkeyfw@pkfwup "the uplink of 2 tenants' own devices" 0 120 &&
-    [ -e /sys/class/infiniband/rxe_ta ] && [ -e /sys/class/infiniband/rxe_tb ]; then
-    ok unit-makes-tenant-devices
-else
-    bad unit-makes-tenant-devices "$(journalctl -u pkeyfw@pkfwup -o cat --no-pager | grep 'pkeyfw' | grep -v 'pkeyfw@' | tail -5)"
-fi
+makes_devices() {
+    await pkeyfw@pkfwup "the uplink of 2 tenants' own devices" 0 120 &&
+        [ -e /sys/class/infiniband/rxe_ta ] && [ -e /sys/class/infiniband/rxe_tb ] ||
+        because "$(journalctl -u pkeyfw@pkfwup -o cat --no-pager | grep 'pkeyfw' | grep -v 'pkeyfw@' | tail -5)"
+}
+check unit-makes-tenant-devices makes_devices
 udevadm settle
 node() { for d in /sys/class/infiniband_verbs/uverbs*; do
     [ "$(cat "$d/ibdev")" = "$1" ] && echo "/dev/infiniband/${d##*/}"; done; }
 TA=$(node rxe_ta)
 TB=$(node rxe_tb)
-GTA=$(gid_index rxe_ta c000:021f)
-GTB=$(gid_index rxe_tb c000:0220)
+GTA=$(/share/pkeyfw-lab-rxe gid-index rxe_ta 192.0.2.31)
+GTB=$(/share/pkeyfw-lab-rxe gid-index rxe_tb 192.0.2.32)
 # ibv_devinfo on DEVICE as a service in SLICE allowed the nodes NODES
 # (with rdma_cm); whether it opened it.
 opens() {
@@ -329,12 +302,12 @@ opens() {
     systemd-run --quiet --wait --slice="$slice" -p DevicePolicy=closed \
         -p DeviceAllow=/dev/infiniband/rdma_cm $allow ibv_devinfo -d "$device" > /dev/null 2>&1
 }
-if opens tenant-a.slice rxe_ta "$TA" && ! opens tenant-b.slice rxe_ta "$TA" &&
-    ! opens tenant-a.slice rxe_ta && opens tenant-b.slice rxe_tb "$TB"; then
-    ok device-allow-and-the-guard
-else
-    bad device-allow-and-the-guard "own $TA from a: $(opens tenant-a.slice rxe_ta "$TA" && echo opened || echo refused); $TA from b allowed by DeviceAllow=: $(opens tenant-b.slice rxe_ta "$TA" && echo opened || echo refused); $TA from a, DeviceAllow= without it: $(opens tenant-a.slice rxe_ta && echo opened || echo refused)"
-fi
+allowed_and_guarded() {
+    opens tenant-a.slice rxe_ta "$TA" && ! opens tenant-b.slice rxe_ta "$TA" &&
+        ! opens tenant-a.slice rxe_ta && opens tenant-b.slice rxe_tb "$TB" ||
+        because "own $TA from a: $(opens tenant-a.slice rxe_ta "$TA" && echo opened || echo refused); $TA from b allowed by DeviceAllow=: $(opens tenant-b.slice rxe_ta "$TA" && echo opened || echo refused); $TA from a, DeviceAllow= without it: $(opens tenant-a.slice rxe_ta && echo opened || echo refused)"
+}
+check device-allow-and-the-guard allowed_and_guarded
 # A and B (a full and a limited member of 0x0001), each on its own device
 # and each allowed only its own node, complete.
 PORT=$((PORT + 1))
@@ -342,31 +315,31 @@ systemd-run --quiet --unit=srv-own --slice=tenant-a.slice -p RuntimeMaxSec=60 \
     -p DevicePolicy=closed -p DeviceAllow="$TA" -p DeviceAllow=/dev/infiniband/rdma_cm \
     ibv_rc_pingpong -d rxe_ta -g "$GTA" -p $PORT -n 20
 for i in $(seq 1 20); do ss -ltn | grep -q ":$PORT " && break; sleep 1; done
-if systemd-run --quiet --wait --unit=cli-own --slice=tenant-b.slice -p RuntimeMaxSec=20 \
-    -p DevicePolicy=closed -p DeviceAllow="$TB" -p DeviceAllow=/dev/infiniband/rdma_cm \
-    ibv_rc_pingpong -d rxe_tb -g "$GTB" -p $PORT -n 20 192.0.2.31 > /dev/null 2>&1; then
-    ok own-devices-complete
-else
-    bad own-devices-complete "$(journalctl -u srv-own -u cli-own -o cat --no-pager | tail -6)"
-fi
+own_complete() {
+    systemd-run --quiet --wait --unit=cli-own --slice=tenant-b.slice -p RuntimeMaxSec=20 \
+        -p DevicePolicy=closed -p DeviceAllow="$TB" -p DeviceAllow=/dev/infiniband/rdma_cm \
+        ibv_rc_pingpong -d rxe_tb -g "$GTB" -p $PORT -n 20 192.0.2.31 > /dev/null 2>&1 ||
+        because "$(journalctl -u srv-own -u cli-own -o cat --no-pager | tail -6)"
+}
+check own-devices-complete own_complete
 systemctl stop srv-own 2> /dev/null
 # A restart (SIGQUIT, then a replacing attach) keeps the devices.
 before=$(said pkeyfw@pkfwup "the uplink of 2 tenants' own devices")
 ifindex=$(cat /sys/class/net/rxe_ta/ifindex)
 systemctl restart pkeyfw@pkfwup
-if await pkeyfw@pkfwup "the uplink of 2 tenants' own devices" "$before" 120 &&
-    [ "$(cat /sys/class/net/rxe_ta/ifindex)" = "$ifindex" ]; then
-    ok restart-keeps-tenant-devices
-else
-    bad restart-keeps-tenant-devices "$(journalctl -u pkeyfw@pkfwup -o cat --no-pager | tail -5)"
-fi
+keeps_devices() {
+    await pkeyfw@pkfwup "the uplink of 2 tenants' own devices" "$before" 120 &&
+        [ "$(cat /sys/class/net/rxe_ta/ifindex)" = "$ifindex" ] ||
+        because "$(journalctl -u pkeyfw@pkfwup -o cat --no-pager | tail -5)"
+}
+check restart-keeps-tenant-devices keeps_devices
 systemctl stop pkeyfw@pkfwup
-if pkeyfw detach pkfwup > /dev/null && [ ! -e /sys/class/net/rxe_ta ] &&
-    [ ! -e /sys/class/infiniband/rxe_tb ] && ! ip rule | grep -q "oif rxe_t"; then
-    ok detach-removes-tenant-devices
-else
-    bad detach-removes-tenant-devices "$(ip rule; ip link | grep rxe_t)"
-fi
+removes_devices() {
+    pkeyfw detach pkfwup > /dev/null && [ ! -e /sys/class/net/rxe_ta ] &&
+        [ ! -e /sys/class/infiniband/rxe_tb ] && ! ip rule | grep -q "oif rxe_t" ||
+        because "$(ip rule; ip link | grep rxe_t)"
+}
+check detach-removes-tenant-devices removes_devices
 
 echo "systemd: the journal of pkeyfw@pkfw1:"
 journalctl -u pkeyfw@pkfw1 -o short-monotonic --no-pager | tail -40

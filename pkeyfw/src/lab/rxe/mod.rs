@@ -17,7 +17,6 @@ mod run;
 pub mod scenario;
 mod switch;
 mod tenants;
-mod topology;
 
 use std::{fs, path::Path};
 
@@ -29,6 +28,9 @@ use serde_json::json;
 
 use run::{Exit, Observed};
 use scenario::{Attack, Program, Scenario};
+// The two ends the scenarios run over, test equipment the systemd
+// scenario sets up too.
+use pkeyfw_testkit::rxe as topology;
 use topology::Topology;
 
 /// One of `of` parts of the scenarios (`--shard INDEX/OF`): every `of`-th

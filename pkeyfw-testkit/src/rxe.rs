@@ -1,4 +1,6 @@
-//! Two soft-RoCE devices joined by a veth pair, in this network namespace.
+//! Two soft-RoCE devices joined by a veth pair, in this network namespace:
+//! what `pkeyfw lab rxe` runs over, and what the systemd scenario sets up
+//! with `pkeyfw-lab-rxe pair`.
 //!
 //! rdma_rxe (Linux 6.1) lives in the initial namespace only, so both ends
 //! stay here and policy routing forces their traffic over the veth instead
@@ -7,7 +9,8 @@
 //! peer address routes out of its veth, ahead of the local table, which
 //! moves below those rules; the receiving end accepts a local source
 //! (accept_local, no reverse-path filter) and the neighbours are static.
-//! Everything is undone on drop, the local rule's place included.
+//! Everything is undone on drop, the local rule's place included, unless
+//! kept ([`Topology::keep`]).
 
 use std::{net::Ipv4Addr, process::Command};
 
@@ -92,6 +95,12 @@ impl Topology {
 
     pub fn client(&self) -> &End {
         &self.ends[0]
+    }
+
+    /// Leaves everything in place, for a script that goes on with it.
+    pub fn keep(mut self) {
+        self.changes.undo.clear();
+        self.changes.sysctls.clear();
     }
 }
 
