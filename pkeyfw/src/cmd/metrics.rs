@@ -30,10 +30,7 @@ use tokio::net::TcpListener;
 use pkeyfw_common::{Capture, Reason, Stamp, Verdict, abi::EventKind};
 
 use crate::{
-    cmd::{cni, stats},
-    control::tenancy::record as tenants,
-    loading::pins,
-    reporting::describe,
+    cmd::stats, cni, control::tenancy::record as tenants, loading::pins, reporting::describe,
 };
 
 /// Serve Prometheus metrics: frames per reason and verdict, P_Key and

@@ -6,20 +6,20 @@
 //! to the QPs that come and go; this waits until it has.
 
 use std::{
-    path::{Path, PathBuf},
+    path::PathBuf,
     time::{Duration, Instant},
 };
 
 use anyhow::{Result, bail};
 
 use super::NetnsArg;
-use crate::reporting::describe::cli_iface;
 use crate::{
-    attachment::{self, tenants},
+    attachment::{self, Say, Target, target, tenants},
     control::tenancy::record,
-    loading::maps::Maps,
-    loading::pins::{self, Holder, Pins, PolicyEvent, State},
-    policy::Policy,
+    loading::{
+        maps::Maps,
+        pins::{self, Holder},
+    },
 };
 
 /// How long a foreground attachment may take to switch.
@@ -44,7 +44,7 @@ pub fn run(args: &ReloadArgs) -> Result<()> {
     let netns = args.netns.enter()?;
     if record::host(&args.iface).is_some() {
         pins::host_bpffs("reload")?;
-        return tenants::reload(&args.iface, args.policy.as_deref());
+        return tenants::reload(&args.iface, args.policy.as_deref(), Say::TERMINAL);
     }
     let Target {
         pins,
@@ -72,59 +72,6 @@ pub fn run(args: &ReloadArgs) -> Result<()> {
         policy.groups.len()
     );
     Ok(())
-}
-
-/// A running attachment and the policy to switch it to, validated.
-pub(crate) struct Target {
-    pub pins: Pins,
-    pub holder: Holder,
-    pub maps: Maps,
-    pub policy: Policy,
-    /// The policy's file.
-    pub path: PathBuf,
-}
-
-/// The attachment on `iface` (in this network namespace, `netns` as the
-/// user gave it) and `policy` for it (default: the file it runs), validated
-/// in full; a policy refused is noted against it.
-pub(crate) fn target(iface: &str, policy: Option<&Path>, netns: Option<&str>) -> Result<Target> {
-    pins::host_bpffs("reload")?;
-    let pins = Pins::of(iface);
-    if !pins.exists() {
-        bail!(
-            "{iface} is not managed by pkeyfw (nothing under {})",
-            pins.dir.display()
-        );
-    }
-    let State::Live { holder, .. } = pins.state()? else {
-        bail!(
-            "{iface} is not attached any more; `pkeyfw detach {}` removes what is left",
-            cli_iface(iface, netns)
-        );
-    };
-    let path: PathBuf = match policy {
-        Some(p) => p.to_path_buf(),
-        None => pins.remembered_policy()?,
-    };
-    let policy = match Policy::load_port(&path, iface, Some(crate::policy::iface_guid(iface)?)) {
-        Ok(p) => p,
-        Err(e) => {
-            pins.note_policy(PolicyEvent::Refused);
-            return Err(e.into());
-        }
-    };
-    let maps = Maps::from_pins(&pins.dir)?;
-    if let Err(e) = maps.same_role(&policy) {
-        pins.note_policy(PolicyEvent::Refused);
-        return Err(e);
-    }
-    Ok(Target {
-        pins,
-        holder,
-        maps,
-        policy,
-        path,
-    })
 }
 
 /// SIGHUPs the foreground attachment and waits for its generation switch.

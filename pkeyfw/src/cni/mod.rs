@@ -10,8 +10,8 @@
 //! and the attachment in `CNI_*` variables, the network's configuration on
 //! stdin, the result or an error object on stdout. The binary is pkeyfw's
 //! own, installed (or linked) as `pkeyfw` in the runtime's plugin
-//! directory; `main` tells a runtime's invocation (no argument, and
-//! `CNI_COMMAND` set) from a person's.
+//! directory; `cmd::cni` tells a runtime's invocation (no argument, and
+//! `CNI_COMMAND` set) from a person's and writes the reply.
 //!
 //! - [`protocol`]: commands, versions, `CNI_ARGS`, error objects;
 //! - [`config`]: the network configuration and a pod's own key;
@@ -32,12 +32,7 @@ pub mod port;
 pub mod prev;
 pub mod protocol;
 
-use std::{
-    fs::File,
-    io::{Read as _, Write as _},
-    os::fd::{FromRawFd as _, OwnedFd},
-    process::ExitCode,
-};
+use std::io::Read as _;
 
 use serde_json::Value;
 
@@ -46,41 +41,8 @@ use self::{
     protocol::{CniError, Command, Invocation, code},
 };
 
-/// Whether this process was started by a CNI runtime: with no argument
-/// and `CNI_COMMAND` set (a person's `pkeyfw` always has a command).
-pub fn invoked() -> bool {
-    std::env::args_os().len() == 1 && std::env::var_os("CNI_COMMAND").is_some()
-}
-
-/// Runs the invocation: the result (ADD, VERSION) or the error object on
-/// stdout, everything else (what the switch attachment reports) on stderr.
-pub fn main() -> ExitCode {
-    let Some(stdout) = reserve_stdout() else {
-        eprintln!("pkeyfw: cannot set stdout aside for the CNI result");
-        return ExitCode::FAILURE;
-    };
-    let (reply, ok) = match run() {
-        Ok(reply) => (reply, true),
-        Err((e, version)) => {
-            eprintln!("pkeyfw: CNI: {e}");
-            (Some(e.to_json(version)), false)
-        }
-    };
-    if let Some(reply) = reply {
-        let mut out = File::from(stdout);
-        if writeln!(out, "{reply}").and_then(|()| out.flush()).is_err() {
-            return ExitCode::FAILURE;
-        }
-    }
-    if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
-}
-
 /// The invocation's reply, or its error and the version to say it in.
-fn run() -> Result<Option<Value>, (CniError, &'static str)> {
+pub fn run() -> Result<Option<Value>, (CniError, &'static str)> {
     let newest = |e| (e, protocol::NEWEST);
     let inv = Invocation::from_env(|k| std::env::var(k).ok()).map_err(newest)?;
     let mut stdin = Vec::new();
@@ -108,19 +70,5 @@ fn run() -> Result<Option<Value>, (CniError, &'static str)> {
         Command::Status => plugin::status().map(|()| None).map_err(said),
         Command::Gc => plugin::gc(&conf).map(|()| None).map_err(said),
         Command::Version => unreachable!("answered above"),
-    }
-}
-
-/// Keeps stdout for the reply and points fd 1 at stderr, so that nothing
-/// the commands underneath print reaches the runtime's JSON.
-fn reserve_stdout() -> Option<OwnedFd> {
-    // SAFETY: dup and dup2 of the standard descriptors; the duplicate is
-    // owned by the OwnedFd from here on.
-    unsafe {
-        let saved = libc::dup(1);
-        if saved < 0 || libc::dup2(2, 1) < 0 {
-            return None;
-        }
-        Some(OwnedFd::from_raw_fd(saved))
     }
 }
