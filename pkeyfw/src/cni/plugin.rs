@@ -61,21 +61,22 @@ pub fn add(inv: &Invocation, conf: &NetConf) -> Result<Value, CniError> {
     let mut gone = forget(port::prune(&mut bridge));
     uplink(&mut bridge, conf.trunk.as_ref(), &mut gone)?;
     let name = node::device_name(&inv.container, &inv.ifname);
+    // The bridge without the pod's port, for its undoing.
+    let without = bridge.clone();
+    let mut undo = Undo::default();
     let started = Instant::now();
     device::make(&name, &inv.ifname, &netns)?;
     let made = started.elapsed();
-    let undo_device = || {
+    undo.push(|| {
         let _ = device::remove(&name, Some(&netns));
-    };
-    if let Some(qkey) = conf.qkey
-        && let Err(e) = guard::attach(&name, &inv.ifname, netns_path, qkey)
-    {
-        undo_device();
-        return Err(CniError::setup(e, "pinning the pod's Q_Key"));
+    });
+    if let Some(qkey) = conf.qkey {
+        guard::attach(&name, &inv.ifname, netns_path, qkey)
+            .map_err(|e| CniError::setup(e, "pinning the pod's Q_Key"))?;
+        undo.push(|| {
+            let _ = guard::detach(&name, &inv.ifname, netns.id.0);
+        });
     }
-    let undo_guard = || {
-        let _ = guard::detach(&name, &inv.ifname, netns.id.0);
-    };
     bridge.ports.push(Port {
         interface: side.port.clone(),
         pkey: conf.pkey,
@@ -90,21 +91,19 @@ pub fn add(inv: &Invocation, conf: &NetConf) -> Result<Value, CniError> {
     });
     // A reload that fails leaves every port as it was, the new one
     // detached; a record that cannot be written takes the port out again.
-    if let Err(e) = port::apply(&bridge, &gone) {
-        undo_guard();
-        undo_device();
-        return Err(CniError::setup(
+    port::apply(&bridge, &gone).map_err(|e| {
+        CniError::setup(
             e,
             &format!("making {} an access port of {:#06x}", side.port, conf.pkey),
-        ));
-    }
-    if let Err(e) = bridge.save() {
-        bridge.ports.pop();
-        let _ = port::apply(&bridge, std::slice::from_ref(&side.port));
-        undo_guard();
-        undo_device();
-        return Err(CniError::setup(e, "recording the port"));
-    }
+        )
+    })?;
+    undo.push(|| {
+        let _ = port::apply(&without, std::slice::from_ref(&side.port));
+    });
+    bridge
+        .save()
+        .map_err(|e| CniError::setup(e, "recording the port"))?;
+    undo.done();
     eprintln!(
         "pkeyfw: {} {}: device {name}, port {} of {} stamps {:#06x} (device {} ms, port {} ms)",
         inv.pod().unwrap_or_else(|| inv.container.clone()),
@@ -122,6 +121,32 @@ pub fn add(inv: &Invocation, conf: &NetConf) -> Result<Value, CniError> {
         &name,
         netns_path,
     ))
+}
+
+/// What an ADD made so far, undone last first when it is dropped before
+/// [`done`](Undo::done): an ADD that fails leaves nothing.
+#[derive(Default)]
+struct Undo<'a> {
+    steps: Vec<Box<dyn FnOnce() + 'a>>,
+}
+
+impl<'a> Undo<'a> {
+    fn push(&mut self, step: impl FnOnce() + 'a) {
+        self.steps.push(Box::new(step));
+    }
+
+    /// The ADD completed: nothing to undo.
+    fn done(mut self) {
+        self.steps.clear();
+    }
+}
+
+impl Drop for Undo<'_> {
+    fn drop(&mut self) {
+        while let Some(step) = self.steps.pop() {
+            step();
+        }
+    }
 }
 
 /// Gives `bridge` the uplink the network names. The networks whose pods
