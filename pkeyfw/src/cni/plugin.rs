@@ -11,6 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use aya::util::KernelVersion;
 use serde_json::Value;
 
 use super::{
@@ -334,7 +335,23 @@ pub fn check(inv: &Invocation, conf: &NetConf) -> Result<(), CniError> {
 
 /// STATUS: whether an ADD could isolate a pod here.
 pub fn status() -> Result<(), CniError> {
-    device::require_exclusive().map_err(|e| CniError::new(code::UNAVAILABLE, e.msg, e.details))
+    let kernel = KernelVersion::current().map_err(|e| {
+        CniError::new(
+            code::UNAVAILABLE,
+            "cannot read the kernel's version",
+            e.to_string(),
+        )
+    })?;
+    ready(device::require_exclusive(), kernel)
+}
+
+/// STATUS's answer: ready where the RDMA subsystem is exclusive (as
+/// `exclusive` found it) and `kernel`'s rdma_rxe moves into a namespace,
+/// else unavailable (50) for what an ADD would refuse (100).
+fn ready(exclusive: Result<(), CniError>, kernel: KernelVersion) -> Result<(), CniError> {
+    exclusive
+        .and_then(|()| device::require_movable(kernel))
+        .map_err(|e| CniError::new(code::UNAVAILABLE, e.msg, e.details))
 }
 
 fn open(path: &str) -> Result<Netns, CniError> {
@@ -386,6 +403,27 @@ mod tests {
             trunk: trunk.map(str::to_string),
             ports: (0..pods).map(port).collect(),
         }
+    }
+
+    /// STATUS says not ready (50) wherever ADD would refuse (100): in
+    /// shared mode, and in exclusive mode on a kernel whose rdma_rxe does
+    /// not move into a namespace (Linux 6.1, 6.12).
+    #[test]
+    fn status_is_not_ready_where_add_refuses() {
+        let exclusive = || Ok(());
+        for old in [KernelVersion::new(6, 1, 0), KernelVersion::new(6, 12, 38)] {
+            let e = ready(exclusive(), old).unwrap_err();
+            assert_eq!(e.code, code::UNAVAILABLE, "{old}");
+            assert!(e.msg.contains("cannot be confined"), "{e}");
+            assert!(e.details.contains("Linux 7"), "{e}");
+        }
+        ready(exclusive(), KernelVersion::new(7, 3, 0)).unwrap();
+        let shared = CniError::new(code::NODE, "shares every device", "");
+        let e = ready(Err(shared), KernelVersion::new(7, 3, 0)).unwrap_err();
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (code::UNAVAILABLE, "shares every device")
+        );
     }
 
     /// Networks sharing a bridge agree on its uplink; a bridge left with no
