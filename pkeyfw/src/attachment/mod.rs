@@ -223,13 +223,15 @@ fn load(job: &Job) -> Result<Policy> {
 }
 
 /// An attachment started, with what follows it.
+/// (Dropped in this order, a pinned one as soon as it is started: the
+/// probes' registration before the runtime it is registered with.)
 struct Started {
-    attachment: Attachment,
-    mode: XdpMode,
-    runtime: tokio::runtime::Runtime,
-    signals: Signals,
     probes: Option<tokio::io::unix::AsyncFd<Probes>>,
     kernel_log: KernelLog,
+    attachment: Attachment,
+    mode: XdpMode,
+    signals: Signals,
+    runtime: tokio::runtime::Runtime,
 }
 
 /// Starts the attachment `job` asks for with `policy` (see [`start`](mod@start)):
@@ -359,6 +361,8 @@ fn start(job: &Job, policy: Policy) -> Result<Started> {
         );
     }
     Ok(Started {
+        probes,
+        kernel_log,
         attachment: Attachment {
             filter,
             binder,
@@ -366,10 +370,8 @@ fn start(job: &Job, policy: Policy) -> Result<Started> {
             say,
         },
         mode,
-        runtime,
         signals,
-        probes,
-        kernel_log,
+        runtime,
     })
 }
 
@@ -398,13 +400,14 @@ fn set_aside(pins: &Pins, mode: XdpMode, job: &Job) -> Result<(Aside, Result<Map
 /// Follows a started attachment in the foreground until a signal ends it:
 /// detached on Ctrl-C or SIGTERM, left enforcing on SIGQUIT or an error.
 fn follow(job: &Job, started: Started) -> Result<()> {
+    // Bound runtime first, so that it is dropped last.
     let Started {
-        mut attachment,
-        mode,
         runtime,
         signals,
-        probes,
+        mode,
+        mut attachment,
         kernel_log,
+        probes,
     } = started;
     let say = job.say;
     let result = runtime.block_on(foreground(
