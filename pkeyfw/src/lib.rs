@@ -13,8 +13,10 @@
 //! - [`attachment`]: an attachment's life, from start to detach, on them;
 //!   `lab`: the labs `pkeyfw lab` runs (veth, switch, soft-RoCE), behind
 //!   the default `lab` feature;
+//! - [`cni`]: pkeyfw as a CNI plugin, on attachments: the CNI protocol
+//!   and what each of its commands does on a node;
 //! - [`cmd`]: the commands built on them, each with its arguments, and
-//!   the one a container runtime runs (`cmd::cni`, the CNI plugin);
+//!   the one a container runtime runs (`cmd::cni`, the CNI plugin's);
 //! - [`cli`]: the command line that names them.
 //!
 //! Test and bench equipment (frame builder, namespaces, case table,
@@ -25,6 +27,7 @@ pub mod attachment;
 pub mod capture;
 pub mod cli;
 pub mod cmd;
+pub mod cni;
 pub mod control;
 pub mod host;
 // The frames and namespaces it uses are test equipment (pkeyfw-testkit).

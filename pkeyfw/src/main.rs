@@ -1,6 +1,6 @@
 //! The `pkeyfw` command: the command line ([`pkeyfw::cli`]) parsed and run,
 //! or, started by a container runtime as its CNI plugin, the plugin
-//! ([`pkeyfw::cmd::cni`]).
+//! ([`pkeyfw::cni`], through [`pkeyfw::cmd::cni`]).
 
 use std::process::ExitCode;
 

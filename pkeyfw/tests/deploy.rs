@@ -584,7 +584,7 @@ fn the_cni_manifests_match_the_api_schema() {
 /// accepts.
 #[test]
 fn the_cni_manifests_hold_together() {
-    use pkeyfw::cmd::cni::{
+    use pkeyfw::cni::{
         config::NetConf,
         protocol::{Command, Invocation},
     };

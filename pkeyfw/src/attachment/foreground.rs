@@ -17,7 +17,7 @@ use tokio::{
     signal::unix::{SignalKind, signal},
 };
 
-use super::{Attachment, Options, summary};
+use super::{Attachment, Job, Say, summary};
 use crate::{
     control::{
         binder::{self, Binder},
@@ -46,6 +46,7 @@ impl Attachment {
             filter,
             binder,
             pins,
+            ..
         } = self;
         let result = remembered(pins).and_then(|(policy, path)| {
             filter.maps().same_role(&policy)?;
@@ -67,8 +68,9 @@ impl Attachment {
             filter,
             binder,
             pins,
+            say,
         } = self;
-        let iface = &pins.iface;
+        let (iface, say) = (&pins.iface, *say);
         let result = match remembered(pins) {
             Ok((policy, _)) if &policy == binder.policy() => {
                 *refused = None;
@@ -83,19 +85,21 @@ impl Attachment {
             Ok((path, bound)) => {
                 pins.note_policy(PolicyEvent::Reloaded);
                 *refused = None;
-                println!(
+                out!(
+                    say,
                     "pkeyfw: {} changed, reloaded {iface}: {}",
                     path.display(),
                     summary(binder.policy(), &path)
                 );
-                bound.iter().for_each(|line| println!("{line}"));
+                bound.iter().for_each(|line| out!(say, "{line}"));
             }
             Err(e) => {
                 let e = format!("{e:#}");
                 if refused.as_ref() != Some(&e) {
                     // Counted once, as it is said once.
                     pins.note_policy(PolicyEvent::Refused);
-                    println!(
+                    out!(
+                        say,
                         "pkeyfw: the policy file changed but is refused, the running policy stays: {e}"
                     );
                     *refused = Some(e);
@@ -119,7 +123,7 @@ impl Attachment {
         });
         for line in lines {
             if said.insert(line.clone()) {
-                println!("{line}");
+                out!(self.say, "{line}");
             }
         }
     }
@@ -127,15 +131,16 @@ impl Attachment {
     /// Brings the QP bindings up to date, printing what changed; a failed
     /// read is reported once and retried at the next poll.
     fn resync(&mut self, last_error: &mut Option<String>) {
+        let say = self.say;
         match self.binder.sync(self.filter.maps_mut()) {
             Ok(bound) => {
                 *last_error = None;
-                bound.iter().for_each(|line| println!("{line}"));
+                bound.iter().for_each(|line| out!(say, "{line}"));
             }
             Err(e) => {
                 let e = format!("{e:#}");
                 if last_error.as_ref() != Some(&e) {
-                    println!("pkeyfw: cannot read the QPs, retrying: {e}");
+                    out!(say, "pkeyfw: cannot read the QPs, retrying: {e}");
                     *last_error = Some(e);
                 }
             }
@@ -237,16 +242,18 @@ pub(super) enum Exit {
 /// reloads the policy file.
 pub(super) async fn foreground(
     att: &mut Attachment,
-    opts: &Options,
+    job: &Job<'_>,
     mut signals: Signals,
     mut probes: Option<AsyncFd<Probes>>,
     kernel_log: &KernelLog,
 ) -> Result<Exit> {
+    let say = job.say;
     // The event ring has one reader: this process, unless `pkeyfw events`
     // reads it already.
     let reader = att.pins.events_reader()?;
     if reader.is_none() {
-        println!(
+        out!(
+            say,
             "pkeyfw: `pkeyfw events` reads this attachment's violations; they are not printed here"
         );
     }
@@ -261,7 +268,7 @@ pub(super) async fn foreground(
     });
     let (ready, reports_ready) = (ready?, reports_ready?);
     let mut second = tokio::time::interval(Duration::from_secs(1));
-    let mut limiter = events::Limiter::new(opts.log_rate);
+    let mut limiter = events::Limiter::new(job.opts.log_rate);
     let mut poll = tokio::time::interval(binder::POLL);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut poll_error = None;
@@ -285,7 +292,7 @@ pub(super) async fn foreground(
                     // A verb's report is one call, rare, and budgeted in the
                     // kernel: always shown.
                     if let Some(e) = events::decode(&item) {
-                        println!("{}", events::line(&e));
+                        out!(say, "{}", events::line(&e));
                     }
                 }
                 guard.clear_ready();
@@ -297,7 +304,7 @@ pub(super) async fn foreground(
                     if let Some(e) = events::decode(&item)
                         && limiter.allow()
                     {
-                        println!("{}", events::line(&e));
+                        out!(say, "{}", events::line(&e));
                     }
                 }
                 guard.clear_ready();
@@ -310,17 +317,17 @@ pub(super) async fn foreground(
             _ = signals.quit.recv() => break Exit::KeepEnforcing,
             _ = signals.hangup.recv() => match att.reload() {
                 Ok((path, bound)) => {
-                    println!("pkeyfw: reloaded {}: {}", opts.iface, summary(att.binder.policy(), &path));
-                    bound.iter().for_each(|line| println!("{line}"));
+                    out!(say, "pkeyfw: reloaded {}: {}", job.iface.name, summary(att.binder.policy(), &path));
+                    bound.iter().for_each(|line| out!(say, "{line}"));
                 }
-                Err(e) => println!("pkeyfw: reload refused, the running policy stays: {e:#}"),
+                Err(e) => out!(say, "pkeyfw: reload refused, the running policy stays: {e:#}"),
             },
-            _ = follow.tick(), if opts.watch => att.follow_file(&mut refused),
+            _ = follow.tick(), if job.opts.watch => att.follow_file(&mut refused),
             _ = second.tick() => {
                 kernel_log.tick();
                 let now = att.refused_so_far()?;
                 if let Some(hidden) = limiter.tick(now - last) {
-                    println!("… and {hidden} more refused frames in the last second");
+                    out!(say, "… and {hidden} more refused frames in the last second");
                 }
                 last = now;
             }
@@ -431,8 +438,8 @@ async fn qp_created(probes: &mut Option<AsyncFd<Probes>>) -> Result<()> {
 }
 
 /// Starts printing a kernel log ring, or says why it cannot.
-pub(super) fn follow_or_warn(log: Result<EbpfLogger<KernelLog>>, what: &str) {
+pub(super) fn follow_or_warn(log: Result<EbpfLogger<KernelLog>>, what: &str, say: Say) {
     if let Err(e) = log.and_then(kernel_log::follow) {
-        eprintln!("pkeyfw: warning: {what} is not read: {e:#}");
+        err!(say, "pkeyfw: warning: {what} is not read: {e:#}");
     }
 }

@@ -8,7 +8,7 @@ use anyhow::{Context as _, Result, bail};
 use aya::programs::XdpMode as AyaMode;
 use pkeyfw_common::abi::{Capacity, SenderLayout};
 
-use super::{Mode, Options};
+use super::{Job, Mode, Named as _, Say};
 use crate::{
     control::{binder::Binder, limits, probes},
     host::{
@@ -21,20 +21,22 @@ use crate::{
         pins::{Aside, Holder, Pins, State},
     },
     policy::Policy,
-    reporting::{describe::cli_iface, reach::Reach},
+    reporting::reach::Reach,
 };
 
 /// Refuses an interface that pkeyfw or another XDP program already holds;
 /// clears pins that an exited attachment left behind. An attachment whose
 /// foreground process is gone is to be replaced: its mode is returned.
-pub(super) fn refuse_if_taken(pins: &Pins, index: u32, opts: &Options) -> Result<Option<XdpMode>> {
+pub(super) fn refuse_if_taken(pins: &Pins, job: &Job) -> Result<Option<XdpMode>> {
+    let say = job.say;
     if pins.exists() {
         match pins.state() {
             Ok(State::Live {
                 holder: Holder::Gone(pid),
                 mode,
             }) => {
-                eprintln!(
+                err!(
+                    say,
                     "pkeyfw: replacing the attachment on {} whose foreground process {pid} is gone",
                     pins.iface
                 );
@@ -42,10 +44,7 @@ pub(super) fn refuse_if_taken(pins: &Pins, index: u32, opts: &Options) -> Result
             }
             Ok(State::Live { holder, .. }) => {
                 let how = match holder {
-                    Holder::Pinned => format!(
-                        "pinned; `pkeyfw detach {}` first",
-                        cli_iface(&pins.iface, opts.netns.as_deref())
-                    ),
+                    Holder::Pinned => format!("pinned; `pkeyfw detach {}` first", job.iface.cli()),
                     _ => format!(
                         "held by a foreground `pkeyfw attach`, {}",
                         holder.describe()
@@ -58,7 +57,8 @@ pub(super) fn refuse_if_taken(pins: &Pins, index: u32, opts: &Options) -> Result
                 pins.iface
             ),
             Ok(State::Stale) | Err(_) => {
-                eprintln!(
+                err!(
+                    say,
                     "pkeyfw: removing stale pins of an exited attachment under {}",
                     pins.dir.display()
                 );
@@ -66,7 +66,7 @@ pub(super) fn refuse_if_taken(pins: &Pins, index: u32, opts: &Options) -> Result
             }
         }
     }
-    if let Some(other) = netlink::xdp_attached(index)? {
+    if let Some(other) = netlink::xdp_attached(job.iface.index)? {
         bail!(
             "{} already has an XDP program (id {}, {} mode); pkeyfw will not replace it",
             pins.iface,
@@ -82,32 +82,36 @@ pub(super) fn refuse_if_taken(pins: &Pins, index: u32, opts: &Options) -> Result
 /// probes' state over and switches the old links to the new programs (no
 /// moment without a filter); the old probes run on until the caller's
 /// start (see [`replaced`]).
-pub(super) fn attach(
+pub(super) fn attach_filter(
     pins: &Pins,
     binder: &mut Binder,
-    opts: &Options,
+    job: &Job,
     old: Option<&(Aside, Result<Maps>)>,
 ) -> Result<(Filter, XdpMode, Vec<String>)> {
+    let (iface, say) = (&job.iface.name, job.say);
     // Who made the QPs, as the replaced attachment's probes saw them.
     let records = match old {
         Some((_, Ok(maps))) => maps.creations()?,
         _ => Default::default(),
     };
     let (policy, bound) = binder.effective(&records).unwrap_or_else(|e| {
-        eprintln!("pkeyfw: warning: cannot read the QPs ({e:#}); [[bind]] rules bind none yet");
+        err!(
+            say,
+            "pkeyfw: warning: cannot read the QPs ({e:#}); [[bind]] rules bind none yet"
+        );
         (binder.policy().clone(), Vec::new())
     });
     // The interface's RDMA devices, read once for what follows from them.
     let devices = rdma::devices_on(binder.ifindex());
-    let reach = Reach::of(&opts.iface, devices.as_deref());
+    let reach = Reach::of(iface, devices.as_deref());
     if let Some(line) = reach.line {
-        println!("pkeyfw: {line}");
+        out!(say, "pkeyfw: {line}");
     }
     for w in reach.warnings {
-        eprintln!("pkeyfw: warning: {w}");
+        err!(say, "pkeyfw: warning: {w}");
     }
-    let sender = sender(devices.as_deref(), &policy);
-    let room = probe_capacity(devices.as_deref().unwrap_or_default(), &policy);
+    let sender = sender(devices.as_deref(), &policy, say);
+    let room = probe_capacity(devices.as_deref().unwrap_or_default(), &policy, say);
     // (The loader counts the CPUs.)
     let capacity = Capacity {
         qpns: room.qpns.max(policy.qpns()),
@@ -118,13 +122,14 @@ pub(super) fn attach(
         capacity,
         switch: policy.switch.is_some(),
         pin: Some(&pins.dir),
-        trace: opts.trace,
+        trace: job.opts.trace,
         sender,
     })?;
     if let Some((_, maps)) = old {
         match maps {
             Ok(maps) => filter.maps_mut().inherit(maps)?,
-            Err(e) => eprintln!(
+            Err(e) => err!(
+                say,
                 "pkeyfw: warning: what the replaced attachment's probes knew is lost ({e:#}): its QPs are bound again from /proc, without the Q_Keys they set"
             ),
         }
@@ -140,7 +145,8 @@ pub(super) fn attach(
             match filter.take_over(&old.link(), egress.exists().then_some(egress.as_path())) {
                 Ok(()) => true,
                 Err(e) => {
-                    eprintln!(
+                    err!(
+                        say,
                         "pkeyfw: cannot switch the old attachment in place ({e:#}): detaching it first"
                     );
                     old.remove()?;
@@ -154,32 +160,29 @@ pub(super) fn attach(
     // super-packet whole (see docs/security.md), and runs on 6.1 (clsact) too.
     let skb = |filter: &mut Filter| {
         filter
-            .attach_ingress(&opts.iface, Egress::Auto)
+            .attach_ingress(iface, Egress::Auto)
             .context("attaching the TC ingress program")
     };
-    let tried = match opts.mode {
+    let tried = match job.opts.mode {
         _ if took_over => Ok(()),
-        Mode::Native => filter.attach(&opts.iface, AyaMode::Driver),
+        Mode::Native => filter.attach(iface, AyaMode::Driver),
         Mode::Skb => skb(&mut filter),
-        Mode::Auto => filter
-            .attach(&opts.iface, AyaMode::Driver)
-            .or_else(|native| {
-                skb(&mut filter).with_context(|| format!("native mode failed too: {native:#}"))
-            }),
+        Mode::Auto => filter.attach(iface, AyaMode::Driver).or_else(|native| {
+            skb(&mut filter).with_context(|| format!("native mode failed too: {native:#}"))
+        }),
     };
-    tried.with_context(|| format!("attaching to {}", opts.iface))?;
+    tried.with_context(|| format!("attaching to {}", iface))?;
     // A switch port's outbound check and restore are the egress program's
     // too; attached whatever the role, so that a reload may change it.
     if (policy.stamp || policy.switch.is_some()) && !filter.has_egress() {
         filter
-            .attach_egress(&opts.iface, Egress::Auto)
-            .with_context(|| format!("attaching the egress program to {}", opts.iface))?;
+            .attach_egress(iface, Egress::Auto)
+            .with_context(|| format!("attaching the egress program to {}", iface))?;
     }
     let mode = if filter.is_tc() {
         XdpMode::Tc
     } else {
-        let index = netlink::if_index(&opts.iface)?;
-        netlink::xdp_attached(index)?
+        netlink::xdp_attached(job.iface.index)?
             .filter(|a| Ok(a.prog_id) == filter.program_id().as_ref().map_err(|_| ()).copied())
             .context("the kernel does not report the program as attached")?
             .mode
@@ -188,7 +191,7 @@ pub(super) fn attach(
     // The new filter is in place: one old filter left (gone meanwhile, or
     // not deletable) is said, not a reason to undo the attachment.
     if let Err(e) = filter.remove_replaced() {
-        eprintln!("pkeyfw: warning: {e:#}");
+        err!(say, "pkeyfw: warning: {e:#}");
     }
     Ok((filter, mode, bound))
 }
@@ -204,6 +207,7 @@ pub(super) fn replaced(
     binder: &mut Binder,
     old: Option<&(Aside, Result<Maps>)>,
     probing: bool,
+    say: Say,
 ) -> Result<()> {
     let kept = match old {
         Some((aside, Ok(maps))) if probing && aside.dir.exists() => {
@@ -215,7 +219,8 @@ pub(super) fn replaced(
                     true
                 }
                 Err(e) => {
-                    eprintln!(
+                    err!(
+                        say,
                         "pkeyfw: warning: what the replaced attachment's probes saw in its last moments is lost ({e:#})"
                     );
                     false
@@ -240,14 +245,15 @@ pub(super) fn replaced(
 /// QPs the QP-creation probe may bind at once: what the interface's RDMA
 /// devices hold (lowered by the policy), and the QPNs they give them; with
 /// what bounds each tenant's share, said.
-fn probe_capacity(devices: &[rdma::Device], policy: &Policy) -> limits::ProbeCapacity {
+fn probe_capacity(devices: &[rdma::Device], policy: &Policy, say: Say) -> limits::ProbeCapacity {
     let capacity = limits::probe_capacity(devices, policy);
     let names: Vec<String> = devices.iter().map(|d| d.name.clone()).collect();
     if policy.binds.is_empty() || names.is_empty() {
         return capacity;
     }
     if policy.owner.is_some() {
-        println!(
+        out!(
+            say,
             "pkeyfw: the QP-creation probe binds up to {} QPs of {} at once ({}; a table of its own)",
             capacity.qps,
             names.join(", "),
@@ -256,15 +262,17 @@ fn probe_capacity(devices: &[rdma::Device], policy: &Policy) -> limits::ProbeCap
         return capacity;
     }
     let (lines, warnings) = limits::tenant_bounds(policy, &names, Some(capacity.qps));
-    println!(
+    out!(
+        say,
         "pkeyfw: the QP-creation probe binds up to {} QPs at once ({})",
-        capacity.qps, capacity.from
+        capacity.qps,
+        capacity.from
     );
     for line in lines {
-        println!("pkeyfw: {line}");
+        out!(say, "pkeyfw: {line}");
     }
     for w in capacity.notes.iter().chain(&warnings) {
-        eprintln!("pkeyfw: warning: {w}");
+        err!(say, "pkeyfw: warning: {w}");
     }
     capacity
 }
@@ -272,17 +280,23 @@ fn probe_capacity(devices: &[rdma::Device], policy: &Policy) -> limits::ProbeCap
 /// Where the egress program learns which rdma_rxe QP sent a frame; where
 /// it cannot, every frame is a process's, which a stamping policy is warned
 /// of.
-fn sender(devices: Result<&[rdma::Device], &anyhow::Error>, policy: &Policy) -> SenderLayout {
+fn sender(
+    devices: Result<&[rdma::Device], &anyhow::Error>,
+    policy: &Policy,
+    say: Say,
+) -> SenderLayout {
     let layout = devices
         .map_err(|e| anyhow::anyhow!("{e:#}"))
         .and_then(probes::sender_layout);
     if policy.stamp {
         match &layout {
-            Ok(l) if !l.knows_qps() => eprintln!(
+            Ok(l) if !l.knows_qps() => err!(
+                say,
                 "pkeyfw: warning: the interface has no rdma_rxe device: every outgoing RoCE frame leaves with the default P_Key"
             ),
             Ok(_) => {}
-            Err(e) => eprintln!(
+            Err(e) => err!(
+                say,
                 "pkeyfw: warning: rdma_rxe's QPs cannot be told apart ({e:#}): every outgoing RoCE frame leaves with the default P_Key"
             ),
         }

@@ -20,7 +20,7 @@ use anyhow::{Context as _, Result, bail};
 use aya::util::KernelVersion;
 
 use super::{
-    Mode, Options,
+    Job, Mode, Named as _, Options, Say,
     foreground::{Signal, Signals},
 };
 use crate::{
@@ -34,13 +34,13 @@ use crate::{
         },
     },
     policy::Policy,
-    reporting::describe::cli_iface,
 };
 
 /// `pkeyfw attach UPLINK` with `policy`, which gives its tenants devices:
 /// the devices, their ports and the guard, pinned; then, in the
 /// foreground, following signals and the policy file until told to go.
-pub(super) fn run(opts: &Options, policy: Policy) -> Result<()> {
+pub(super) fn run(job: &Job, policy: Policy) -> Result<()> {
+    let (iface, say) = (&job.iface, job.say);
     // Signals are caught from before anything is made.
     let (runtime, signals) = Signals::caught()?;
     let kernel = KernelVersion::current().context("reading the kernel version")?;
@@ -52,44 +52,45 @@ pub(super) fn run(opts: &Options, policy: Policy) -> Result<()> {
     if NetnsId::current()? != NetnsId::host()? {
         bail!(
             "{} is in another network namespace than the host's: the tenants' devices live in the initial one (rdma_rxe routes there, and a tenant bound by cgroup or ids runs there); attach an uplink of the host's namespace",
-            opts.iface
+            iface.name
         );
     }
-    let uplink = netlink::if_index(&opts.iface)?;
-    let pins = Pins::tenant_host(&opts.iface);
-    let replacing = match host(&opts.iface).map(|(p, _)| p.holder()) {
+    let uplink = iface.index;
+    let pins = Pins::tenant_host(&iface.name);
+    let replacing = match host(&iface.name).map(|(p, _)| p.holder()) {
         Some(Holder::Gone(pid)) => {
-            eprintln!(
+            err!(
+                say,
                 "pkeyfw: replacing the tenant host on {} whose foreground process {pid} is gone; its devices stay",
-                opts.iface
+                iface.name
             );
             true
         }
         Some(Holder::Pinned) => bail!(
             "{} is already a tenant host (pinned); `pkeyfw reload {}` applies another policy, `pkeyfw detach {}` removes it",
-            opts.iface,
-            cli_iface(&opts.iface, opts.netns.as_deref()),
-            cli_iface(&opts.iface, opts.netns.as_deref())
+            iface.name,
+            iface.cli(),
+            iface.cli()
         ),
         Some(Holder::Foreground(pid)) => bail!(
             "{} is already a tenant host, held by a foreground `pkeyfw attach` (process {pid})",
-            opts.iface
+            iface.name
         ),
         None => false,
     };
-    if Pins::of(&opts.iface).exists() {
+    if Pins::of(&iface.name).exists() {
         bail!(
             "{} carries a pkeyfw attachment of its own; `pkeyfw detach {}` first: as the tenants' uplink it carries none",
-            opts.iface,
-            cli_iface(&opts.iface, opts.netns.as_deref())
+            iface.name,
+            iface.cli()
         );
     }
-    tenancy::check_uplink(&opts.iface, uplink)?;
+    tenancy::check_uplink(&iface.name, uplink)?;
     pins.create()?;
-    pins.remember_policy(&opts.policy)?;
+    pins.remember_policy(job.policy)?;
     pins.remember_owner()?;
     let before = pins.tenants::<Record>().filter(|_| replacing);
-    let record = match apply(&pins, &policy, &opts.policy, before.as_ref()) {
+    let record = match apply(&pins, &policy, job.policy, before.as_ref(), say) {
         Ok(record) => record,
         Err(e) => {
             if !replacing {
@@ -99,26 +100,29 @@ pub(super) fn run(opts: &Options, policy: Policy) -> Result<()> {
         }
     };
     pins.note_policy(PolicyEvent::Attached);
-    println!(
+    out!(
+        say,
         "pkeyfw: {} is the uplink of {} tenants' own devices ({}): {}",
-        opts.iface,
+        iface.name,
         record.devices.len(),
-        if opts.pin { "pinned" } else { "foreground" },
+        if job.opts.pin { "pinned" } else { "foreground" },
         devices_line(&record)
     );
-    if opts.pin {
+    if job.opts.pin {
         pins.forget_owner();
-        println!(
+        out!(
+            say,
             "pkeyfw: pinned; `pkeyfw detach {}` removes the devices and their ports",
-            cli_iface(&opts.iface, opts.netns.as_deref())
+            iface.cli()
         );
         return Ok(());
     }
-    println!(
+    out!(
+        say,
         "pkeyfw: `pkeyfw events` streams the tenants' refused frames; `pkeyfw stats {}` counts them",
-        opts.iface
+        iface.name
     );
-    supervise(opts, &runtime, signals)
+    supervise(job, &runtime, signals)
 }
 
 /// "rxe_a on rxe_a (192.0.2.11/24), …".
@@ -139,7 +143,13 @@ fn devices_line(record: &Record) -> String {
 /// them; the ports of the devices kept switched to their new policies; the
 /// devices it no longer gives removed. On a failure what this call made
 /// goes again, and what it kept runs as before.
-fn apply(host: &Pins, policy: &Policy, path: &Path, before: Option<&Record>) -> Result<Record> {
+fn apply(
+    host: &Pins,
+    policy: &Policy,
+    path: &Path,
+    before: Option<&Record>,
+    say: Say,
+) -> Result<Record> {
     let uplink_name = &host.iface;
     let uplink = netlink::if_index(uplink_name)?;
     let had: Vec<Made> = before
@@ -247,9 +257,9 @@ fn apply(host: &Pins, policy: &Policy, path: &Path, before: Option<&Record>) -> 
         guard.seal(false)?;
         for m in devices.iter().map(|t| &t.made) {
             if Pins::of(&m.iface).exists() {
-                reload_port(&m.iface, path)?;
+                reload_port(&m.iface, path, say)?;
             } else {
-                attach_port(&m.iface, path)?;
+                attach_port(&m.iface, path, say)?;
                 ported.push(m.iface.clone());
             }
         }
@@ -300,34 +310,25 @@ fn rule_name(policy: &Policy, rule: usize) -> String {
 
 /// Attaches a tenant's port, pinned: its TC programs (a macvlan has no
 /// native XDP), its probes, its tenant's policy.
-fn attach_port(iface: &str, policy: &Path) -> Result<()> {
-    super::run(&Options {
-        iface: iface.to_string(),
-        netns: None,
-        policy: policy.to_path_buf(),
-        mode: Mode::Skb,
-        pin: true,
-        watch: false,
-        log_rate: 0,
-        trace: false,
-    })
-    .with_context(|| format!("attaching {iface}, a tenant's port"))
+fn attach_port(iface: &str, policy: &Path, say: Say) -> Result<()> {
+    super::attach(iface, None, policy, &Options::pinned(Mode::Skb), say)
+        .with_context(|| format!("attaching {iface}, a tenant's port"))
 }
 
 /// Switches a tenant's pinned port to its part of the policy at `path`.
-fn reload_port(iface: &str, path: &Path) -> Result<()> {
+fn reload_port(iface: &str, path: &Path, say: Say) -> Result<()> {
     let pins = Pins::of(iface);
     let policy = Policy::load_port(path, iface, Some(crate::host::iface::guid(iface)?))?;
     let mut maps = Maps::from_pins(&pins.dir)?;
     for line in super::reload(&pins, &mut maps, &policy)? {
-        println!("{line}");
+        out!(say, "{line}");
     }
     pins.remember_policy(path)
 }
 
 /// `pkeyfw reload UPLINK`: the host switched to the policy at `path` (the
 /// file it runs, unless given), validated whole first.
-pub fn reload(uplink: &str, path: Option<&Path>) -> Result<()> {
+pub fn reload(uplink: &str, path: Option<&Path>, say: Say) -> Result<()> {
     let Some((pins, record)) = host(uplink) else {
         bail!("{uplink} is no tenant host");
     };
@@ -347,7 +348,7 @@ pub fn reload(uplink: &str, path: Option<&Path>) -> Result<()> {
                     path.display()
                 );
             }
-            apply(&pins, &policy, &path, Some(&record))
+            apply(&pins, &policy, &path, Some(&record), say)
         });
     pins.note_policy(match applied {
         Ok(_) => PolicyEvent::Reloaded,
@@ -355,7 +356,8 @@ pub fn reload(uplink: &str, path: Option<&Path>) -> Result<()> {
     });
     let record = applied?;
     pins.remember_policy(&path)?;
-    println!(
+    out!(
+        say,
         "pkeyfw: {uplink} now runs {}: {}",
         path.display(),
         devices_line(&record)
@@ -435,13 +437,10 @@ fn remove(pins: &Pins, record: &Record) -> Result<()> {
 /// The foreground host: reloads on SIGHUP and, with --watch, when its
 /// policy file changes; removes everything on SIGINT or SIGTERM; leaves it
 /// all in place on SIGQUIT (a restart's next attach takes it over).
-fn supervise(
-    opts: &Options,
-    runtime: &tokio::runtime::Runtime,
-    mut signals: Signals,
-) -> Result<()> {
-    let pins = Pins::tenant_host(&opts.iface);
-    let mut running = Policy::load_port(&opts.policy, &opts.iface, None).ok();
+fn supervise(job: &Job, runtime: &tokio::runtime::Runtime, mut signals: Signals) -> Result<()> {
+    let (uplink, say) = (&job.iface.name, job.say);
+    let pins = Pins::tenant_host(uplink);
+    let mut running = Policy::load_port(job.policy, uplink, None).ok();
     let mut refused: Option<String> = None;
     runtime.block_on(async {
         let mut watch = tokio::time::interval(Duration::from_secs(1));
@@ -449,25 +448,25 @@ fn supervise(
         loop {
             let signal = tokio::select! {
                 s = signals.next() => Some(s),
-                _ = watch.tick(), if opts.watch => None,
+                _ = watch.tick(), if job.opts.watch => None,
             };
             match signal {
                 Some(Signal::Detach) => {
-                    let (pins, record) = host(&opts.iface).context("the tenant host is gone")?;
+                    let (pins, record) = host(uplink).context("the tenant host is gone")?;
                     remove(&pins, &record)?;
-                    println!("pkeyfw: removed the tenants' devices and their ports from {}", opts.iface);
+                    out!(say, "pkeyfw: removed the tenants' devices and their ports from {uplink}");
                     return Ok(());
                 }
                 Some(Signal::Leave) => {
-                    println!(
+                    out!(say,
                         "pkeyfw: exiting on SIGQUIT; the tenants' devices and ports stay, enforcing; the next attach takes them over"
                     );
                     return Ok(());
                 }
                 Some(Signal::Reload) => {
-                    follow(&opts.iface, &pins, &mut running, &mut refused, true);
+                    follow(uplink, &pins, &mut running, &mut refused, true, say);
                 }
-                None => follow(&opts.iface, &pins, &mut running, &mut refused, false),
+                None => follow(uplink, &pins, &mut running, &mut refused, false, say),
             }
         }
     })
@@ -482,6 +481,7 @@ fn follow(
     running: &mut Option<Policy>,
     refused: &mut Option<String>,
     asked: bool,
+    say: Say,
 ) {
     let result = pins.remembered_policy().and_then(|path| {
         let policy = Policy::load_port(&path, uplink, None)?;
@@ -495,7 +495,7 @@ fn follow(
             );
         }
         let before = pins.tenants::<Record>();
-        let record = apply(pins, &policy, &path, before.as_ref())?;
+        let record = apply(pins, &policy, &path, before.as_ref(), say)?;
         *running = Some(policy);
         Ok(Some((path, record)))
     });
@@ -504,7 +504,8 @@ fn follow(
         Ok(Some((path, record))) => {
             pins.note_policy(PolicyEvent::Reloaded);
             *refused = None;
-            println!(
+            out!(
+                say,
                 "pkeyfw: reloaded {uplink} from {}: {}",
                 path.display(),
                 devices_line(&record)
@@ -514,7 +515,7 @@ fn follow(
             let e = format!("{e:#}");
             if asked || refused.as_ref() != Some(&e) {
                 pins.note_policy(PolicyEvent::Refused);
-                println!("pkeyfw: reload refused, the running policy stays: {e}");
+                out!(say, "pkeyfw: reload refused, the running policy stays: {e}");
                 *refused = Some(e);
             }
         }

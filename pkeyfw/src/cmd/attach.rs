@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use super::NetnsArg;
-use crate::attachment::{self, Mode, Options};
+use crate::attachment::{self, Mode, Options, Say};
 
 /// Enforce a policy on an interface.
 ///
@@ -60,15 +60,17 @@ pub struct AttachArgs {
 }
 
 pub fn run(args: &AttachArgs) -> Result<()> {
-    let netns = args.netns.enter()?;
-    attachment::run(&Options {
-        iface: args.iface.clone(),
-        netns: netns.map(str::to_string),
-        policy: args.policy.clone(),
-        mode: args.mode,
-        pin: args.pin,
-        watch: args.watch,
-        log_rate: args.log_rate,
-        trace: args.trace,
-    })
+    attachment::attach(
+        &args.iface,
+        args.netns.name(),
+        &args.policy,
+        &Options {
+            mode: args.mode,
+            pin: args.pin,
+            watch: args.watch,
+            log_rate: args.log_rate,
+            trace: args.trace,
+        },
+        Say::TERMINAL,
+    )
 }

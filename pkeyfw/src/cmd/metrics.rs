@@ -30,7 +30,7 @@ use tokio::net::TcpListener;
 use pkeyfw_common::{Capture, Reason, Stamp, Verdict, abi::EventKind};
 
 use crate::{
-    cmd::cni,
+    cni,
     loading::pins::{self, record as tenants},
     reporting::{describe, live},
 };

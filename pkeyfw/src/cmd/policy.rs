@@ -11,7 +11,7 @@ use super::PortArgs;
 use crate::{
     control::{limits, tenancy},
     host::{netlink, rdma},
-    policy::{Policy, SwitchPolicy, SwitchRole},
+    policy::{Policy, SwitchPolicy},
     reporting::{
         describe,
         reach::{self, Reach},
@@ -103,26 +103,6 @@ fn check(args: &CheckArgs) -> Result<()> {
     Ok(())
 }
 
-/// A switch port's checks, as `policy check` and `stats` show them.
-pub fn role_text(role: &SwitchRole) -> String {
-    let checks: Vec<&str> = [(role.inbound, "inbound"), (role.outbound, "outbound")]
-        .into_iter()
-        .filter_map(|(on, name)| on.then_some(name))
-        .collect();
-    let mut text = match checks.is_empty() {
-        true => "no checks".to_string(),
-        false => format!(
-            "checks {}, violations {}",
-            checks.join(" and "),
-            if role.corrupt { "corrupted" } else { "dropped" }
-        ),
-    };
-    if let Some(key) = role.access {
-        text.push_str(&format!("; access port: 0xffff in ⟷ {key:#06x}"));
-    }
-    text
-}
-
 fn switch_text(switch: &SwitchPolicy, out: &mut impl Write) -> std::io::Result<()> {
     writeln!(out, "switch ports: {}", switch.ports.len())?;
     for (iface, policy) in &switch.ports {
@@ -130,7 +110,7 @@ fn switch_text(switch: &SwitchPolicy, out: &mut impl Write) -> std::io::Result<(
         writeln!(
             out,
             "  {iface}: {}{}",
-            role_text(&role),
+            describe::switch_role(&role),
             if policy.monitor { " (monitor)" } else { "" }
         )?;
         if let Some(g) = guid_text(policy) {

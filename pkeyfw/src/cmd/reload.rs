@@ -14,9 +14,11 @@ use anyhow::{Result, bail};
 
 use super::NetnsArg;
 use crate::{
-    attachment::{self, Target, tenants},
-    loading::maps::Maps,
-    loading::pins::{self, Holder, record},
+    attachment::{self, Say, Target, target, tenants},
+    loading::{
+        maps::Maps,
+        pins::{self, Holder, record},
+    },
 };
 
 /// How long a foreground attachment may take to switch.
@@ -41,7 +43,7 @@ pub fn run(args: &ReloadArgs) -> Result<()> {
     let netns = args.netns.enter()?;
     if record::host(&args.iface).is_some() {
         pins::host_bpffs("reload")?;
-        return tenants::reload(&args.iface, args.policy.as_deref());
+        return tenants::reload(&args.iface, args.policy.as_deref(), Say::TERMINAL);
     }
     let Target {
         pins,
@@ -49,7 +51,7 @@ pub fn run(args: &ReloadArgs) -> Result<()> {
         mut maps,
         policy,
         path,
-    } = Target::of(&args.iface, args.policy.as_deref(), netns)?;
+    } = target(&args.iface, args.policy.as_deref(), netns)?;
     let iface = args.iface.as_str();
     pins.remember_policy(&path)?;
     match holder {

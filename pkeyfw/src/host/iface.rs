@@ -1,14 +1,38 @@
-//! An interface's identity as RoCE sees it: the port GUID it derives from
-//! the interface's MAC (its index and MAC are [`netlink`](super::netlink)'s).
+//! An interface's identity: its name, index and namespace, and the port
+//! GUID RoCE derives from its MAC (looked up through
+//! [`netlink`](super::netlink)), resolved once and passed down.
 
 use anyhow::Result;
 
 use super::netlink;
 
+/// An interface, looked up once, in its namespace.
+pub struct Iface {
+    pub name: String,
+    pub index: u32,
+    /// The namespace as the caller named it, for messages.
+    pub netns: Option<String>,
+    /// Its port GUID, the EUI-64 of its MAC (as RoCE derives its GID).
+    pub guid: u64,
+}
+
+impl Iface {
+    /// `name` in this thread's network namespace, which the caller knows
+    /// as `netns`.
+    pub fn resolve(name: &str, netns: Option<&str>) -> Result<Iface> {
+        let index = netlink::if_index(name)?;
+        Ok(Iface {
+            name: name.to_string(),
+            index,
+            netns: netns.map(str::to_string),
+            guid: guid_from_mac(netlink::mac_address(index)?),
+        })
+    }
+}
+
 /// The EUI-64 port GUID of an interface in this network namespace.
 pub fn guid(iface: &str) -> Result<u64> {
-    let mac = netlink::mac_address(netlink::if_index(iface)?)?;
-    Ok(guid_from_mac(mac))
+    Ok(Iface::resolve(iface, None)?.guid)
 }
 
 /// The port GUID RoCE derives from a MAC (the GID's interface ID, EUI-64):

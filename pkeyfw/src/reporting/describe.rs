@@ -9,7 +9,10 @@ use pkeyfw_common::{
 };
 use serde_json::{Map, Value, json};
 
-use crate::{loading::maps::ReasonCounts, policy::BindRule};
+use crate::{
+    loading::maps::ReasonCounts,
+    policy::{BindRule, SwitchRole},
+};
 
 /// A `VIOLATIONS` partition as the CLI and the metrics name it: `0x0001`,
 /// or `other` for keys the port's table does not hold.
@@ -25,6 +28,26 @@ pub fn violation_partition(p: u16) -> String {
 pub fn pkey(p: u16) -> String {
     let membership = if pkey::is_full(p) { "full" } else { "limited" };
     format!("{p:#06x} ({membership}, partition {:#06x})", pkey::key(p))
+}
+
+/// A switch port's checks, as `policy check` and `stats` show them.
+pub fn switch_role(role: &SwitchRole) -> String {
+    let checks: Vec<&str> = [(role.inbound, "inbound"), (role.outbound, "outbound")]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect();
+    let mut text = match checks.is_empty() {
+        true => "no checks".to_string(),
+        false => format!(
+            "checks {}, violations {}",
+            checks.join(" and "),
+            if role.corrupt { "corrupted" } else { "dropped" }
+        ),
+    };
+    if let Some(key) = role.access {
+        text.push_str(&format!("; access port: 0xffff in ⟷ {key:#06x}"));
+    }
+    text
 }
 
 /// A name a tenant chose (a command name, up to 15 bytes of anything), safe

@@ -12,7 +12,7 @@ use std::path::Path;
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    attachment::Target,
+    attachment::{Target, target},
     loading::{
         maps::Staged,
         pins::{Holder, PolicyEvent},
@@ -24,7 +24,7 @@ use crate::{
 pub fn run(ports: &[String], policy: &Path, netns: Option<&str>) -> Result<()> {
     let mut targets = ports
         .iter()
-        .map(|p| Target::of(p, Some(policy), netns).with_context(|| format!("switch port {p}")))
+        .map(|p| target(p, Some(policy), netns).with_context(|| format!("switch port {p}")))
         .collect::<Result<Vec<_>>>()?;
     for (t, port) in targets.iter().zip(ports) {
         if let Holder::Foreground(pid) = t.holder {

@@ -21,6 +21,7 @@
 use std::path::Path;
 
 use anyhow::Result;
+use aya::util::KernelVersion;
 
 use super::protocol::{CniError, code};
 use crate::host::{
@@ -45,6 +46,25 @@ pub fn require_exclusive() -> Result<(), CniError> {
             format!("{e:#}; the node needs RDMA support (ib_core, rdma_rxe)"),
         )),
     }
+}
+
+/// Why a node whose rdma_rxe does not move cannot isolate pods.
+const CANNOT_CONFINE: &str =
+    "this kernel's rdma_rxe cannot be confined to a pod's network namespace";
+const MOVES_FROM_LINUX_7: &str = "rdma_rxe can be moved from Linux 7.x (Debian 13 trixie-backports' 7.3), not in 6.12 or older: run RDMA pods on a node pool with such a kernel, or isolate pods by node pool (deploy/kubernetes-node-pools)";
+
+/// What the node needs to confine a pod's device: a kernel whose rdma_rxe
+/// moves into a network namespace, by its version. (ADD tries the move
+/// itself, and says the same where the kernel refuses it.)
+pub fn require_movable(kernel: KernelVersion) -> Result<(), CniError> {
+    if kernel >= KernelVersion::new(7, 0, 0) {
+        return Ok(());
+    }
+    Err(CniError::new(
+        code::NODE,
+        CANNOT_CONFINE,
+        format!("this is Linux {kernel}; {MOVES_FROM_LINUX_7}"),
+    ))
 }
 
 /// The initial network namespace, where rdma_rxe registers devices (that
@@ -88,9 +108,9 @@ fn confine(name: &str, netns: &Netns) -> Result<(), CniError> {
         if link::errno(&e) == Some(libc::EOPNOTSUPP) {
             return Err(CniError::new(
                 code::NODE,
-                "this kernel's rdma_rxe cannot be confined to a pod's network namespace",
+                CANNOT_CONFINE,
                 format!(
-                    "moving soft-RoCE device {name} into the pod's namespace failed ({e:#}); rdma_rxe can be moved from Linux 7.x (Debian 13 trixie-backports' 7.3), not in 6.12 or older: run RDMA pods on a node pool with such a kernel, or isolate pods by node pool (deploy/kubernetes-node-pools); the device was removed, nothing was changed"
+                    "moving soft-RoCE device {name} into the pod's namespace failed ({e:#}); {MOVES_FROM_LINUX_7}; the device was removed, nothing was changed"
                 ),
             ));
         }

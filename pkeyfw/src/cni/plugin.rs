@@ -11,6 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use aya::util::KernelVersion;
 use serde_json::Value;
 
 use super::{
@@ -61,21 +62,22 @@ pub fn add(inv: &Invocation, conf: &NetConf) -> Result<Value, CniError> {
     let mut gone = forget(port::prune(&mut bridge));
     uplink(&mut bridge, conf.trunk.as_ref(), &mut gone)?;
     let name = node::device_name(&inv.container, &inv.ifname);
+    // The bridge without the pod's port, for its undoing.
+    let without = bridge.clone();
+    let mut undo = Undo::default();
     let started = Instant::now();
     device::make(&name, &inv.ifname, &netns)?;
     let made = started.elapsed();
-    let undo_device = || {
+    undo.push(|| {
         let _ = device::remove(&name, Some(&netns));
-    };
-    if let Some(qkey) = conf.qkey
-        && let Err(e) = guard::attach(&name, &inv.ifname, netns_path, qkey)
-    {
-        undo_device();
-        return Err(CniError::setup(e, "pinning the pod's Q_Key"));
+    });
+    if let Some(qkey) = conf.qkey {
+        guard::attach(&name, &inv.ifname, netns_path, qkey)
+            .map_err(|e| CniError::setup(e, "pinning the pod's Q_Key"))?;
+        undo.push(|| {
+            let _ = guard::detach(&name, &inv.ifname, netns.id.0);
+        });
     }
-    let undo_guard = || {
-        let _ = guard::detach(&name, &inv.ifname, netns.id.0);
-    };
     bridge.ports.push(Port {
         interface: side.port.clone(),
         pkey: conf.pkey,
@@ -90,21 +92,19 @@ pub fn add(inv: &Invocation, conf: &NetConf) -> Result<Value, CniError> {
     });
     // A reload that fails leaves every port as it was, the new one
     // detached; a record that cannot be written takes the port out again.
-    if let Err(e) = port::apply(&bridge, &gone) {
-        undo_guard();
-        undo_device();
-        return Err(CniError::setup(
+    port::apply(&bridge, &gone).map_err(|e| {
+        CniError::setup(
             e,
             &format!("making {} an access port of {:#06x}", side.port, conf.pkey),
-        ));
-    }
-    if let Err(e) = bridge.save() {
-        bridge.ports.pop();
-        let _ = port::apply(&bridge, std::slice::from_ref(&side.port));
-        undo_guard();
-        undo_device();
-        return Err(CniError::setup(e, "recording the port"));
-    }
+        )
+    })?;
+    undo.push(|| {
+        let _ = port::apply(&without, std::slice::from_ref(&side.port));
+    });
+    bridge
+        .save()
+        .map_err(|e| CniError::setup(e, "recording the port"))?;
+    undo.done();
     eprintln!(
         "pkeyfw: {} {}: device {name}, port {} of {} stamps {:#06x} (device {} ms, port {} ms)",
         inv.pod().unwrap_or_else(|| inv.container.clone()),
@@ -122,6 +122,32 @@ pub fn add(inv: &Invocation, conf: &NetConf) -> Result<Value, CniError> {
         &name,
         netns_path,
     ))
+}
+
+/// What an ADD made so far, undone last first when it is dropped before
+/// [`done`](Undo::done): an ADD that fails leaves nothing.
+#[derive(Default)]
+struct Undo<'a> {
+    steps: Vec<Box<dyn FnOnce() + 'a>>,
+}
+
+impl<'a> Undo<'a> {
+    fn push(&mut self, step: impl FnOnce() + 'a) {
+        self.steps.push(Box::new(step));
+    }
+
+    /// The ADD completed: nothing to undo.
+    fn done(mut self) {
+        self.steps.clear();
+    }
+}
+
+impl Drop for Undo<'_> {
+    fn drop(&mut self) {
+        while let Some(step) = self.steps.pop() {
+            step();
+        }
+    }
 }
 
 /// Gives `bridge` the uplink the network names. The networks whose pods
@@ -309,7 +335,23 @@ pub fn check(inv: &Invocation, conf: &NetConf) -> Result<(), CniError> {
 
 /// STATUS: whether an ADD could isolate a pod here.
 pub fn status() -> Result<(), CniError> {
-    device::require_exclusive().map_err(|e| CniError::new(code::UNAVAILABLE, e.msg, e.details))
+    let kernel = KernelVersion::current().map_err(|e| {
+        CniError::new(
+            code::UNAVAILABLE,
+            "cannot read the kernel's version",
+            e.to_string(),
+        )
+    })?;
+    ready(device::require_exclusive(), kernel)
+}
+
+/// STATUS's answer: ready where the RDMA subsystem is exclusive (as
+/// `exclusive` found it) and `kernel`'s rdma_rxe moves into a namespace,
+/// else unavailable (50) for what an ADD would refuse (100).
+fn ready(exclusive: Result<(), CniError>, kernel: KernelVersion) -> Result<(), CniError> {
+    exclusive
+        .and_then(|()| device::require_movable(kernel))
+        .map_err(|e| CniError::new(code::UNAVAILABLE, e.msg, e.details))
 }
 
 fn open(path: &str) -> Result<Netns, CniError> {
@@ -361,6 +403,27 @@ mod tests {
             trunk: trunk.map(str::to_string),
             ports: (0..pods).map(port).collect(),
         }
+    }
+
+    /// STATUS says not ready (50) wherever ADD would refuse (100): in
+    /// shared mode, and in exclusive mode on a kernel whose rdma_rxe does
+    /// not move into a namespace (Linux 6.1, 6.12).
+    #[test]
+    fn status_is_not_ready_where_add_refuses() {
+        let exclusive = || Ok(());
+        for old in [KernelVersion::new(6, 1, 0), KernelVersion::new(6, 12, 38)] {
+            let e = ready(exclusive(), old).unwrap_err();
+            assert_eq!(e.code, code::UNAVAILABLE, "{old}");
+            assert!(e.msg.contains("cannot be confined"), "{e}");
+            assert!(e.details.contains("Linux 7"), "{e}");
+        }
+        ready(exclusive(), KernelVersion::new(7, 3, 0)).unwrap();
+        let shared = CniError::new(code::NODE, "shares every device", "");
+        let e = ready(Err(shared), KernelVersion::new(7, 3, 0)).unwrap_err();
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (code::UNAVAILABLE, "shares every device")
+        );
     }
 
     /// Networks sharing a bridge agree on its uplink; a bridge left with no

@@ -20,11 +20,7 @@ use anyhow::{Context as _, Result};
 
 use super::node::{self, write_atomic};
 use crate::{
-    attachment::Mode,
-    cmd::{
-        NetnsArg,
-        attach::{self, AttachArgs},
-    },
+    attachment::{self, Mode, Options, Say},
     host::netns::NetnsId,
     loading::pins::{Pins, State},
 };
@@ -52,22 +48,13 @@ pub fn policy(netns: &str, qkey: u32) -> String {
 pub fn attach(device: &str, ifname: &str, netns: &str, qkey: u32) -> Result<()> {
     let path = policy_path(device);
     write_atomic(&path, &policy(netns, qkey))?;
-    let args = AttachArgs {
-        iface: ifname.to_string(),
-        netns: NetnsArg {
-            netns: Some(netns.to_string()),
-        },
-        policy: path.clone(),
-        mode: Mode::Auto,
-        pin: true,
-        watch: false,
-        log_rate: 0,
-        trace: false,
-    };
-    // `attach` enters the namespace with the calling thread: a thread of
-    // its own, so that this one stays in the runtime's.
-    let attached = std::thread::scope(|s| s.spawn(|| attach::run(&args)).join())
-        .map_err(|_| anyhow::anyhow!("the thread attaching the pod's Q_Key guard panicked"))?;
+    let attached = attachment::attach(
+        ifname,
+        Some(netns),
+        &path,
+        &Options::pinned(Mode::Auto),
+        Say::STDERR,
+    );
     if attached.is_err() {
         let _ = fs::remove_file(&path);
     }

@@ -2,7 +2,7 @@
 //! is a port of, and the bridge's switch attachment, which runs the
 //! policy the node writes for the bridge ([`super::node`]). A reload of
 //! that attachment attaches the ports it adds first and then switches
-//! every port to its new table together (`pkeyfw switch reload`): no other
+//! every port to its new table together (as `pkeyfw switch reload`): no other
 //! port's enforcement pauses while a pod comes or goes.
 
 use std::fs;
@@ -15,14 +15,9 @@ use super::{
     protocol::CniError,
 };
 use crate::{
-    attachment::Mode,
-    cmd::{
-        NetnsArg,
-        detach::{self, DetachArgs},
-        switch::{self, SwitchArgs, SwitchCommand, SwitchReloadArgs},
-    },
+    attachment::{self, Mode, Say, switch},
     host::{bridge::Link, netlink, netns::Netns},
-    loading::pins::Pins,
+    loading::pins::{Pins, State},
 };
 
 /// Where the pod's interface comes out on the host.
@@ -143,31 +138,25 @@ pub fn apply(bridge: &Bridge, dropped: &[String]) -> Result<()> {
     if let Some(text) = bridge.policy() {
         let before = fs::read_to_string(&path).ok();
         node::write_atomic(&path, &text)?;
-        let reloaded = switch::run(&SwitchCommand::Reload(SwitchReloadArgs {
-            switch: SwitchArgs {
-                policy: path.clone(),
-                netns: NetnsArg { netns: None },
-            },
-            mode: Mode::Auto,
-        }));
-        if let Err(e) = reloaded {
-            let restored = match before {
-                Some(text) => node::write_atomic(&path, &text),
-                None => fs::remove_file(&path).map_err(Into::into),
-            };
-            return Err(match restored {
-                Ok(()) => e,
-                Err(r) => e.context(format!("and restoring {} failed: {r:#}", path.display())),
-            });
+        match switch::reload(&path, None, Mode::Auto, Say::STDERR) {
+            Ok(reloaded) => eprintln!("{}", reloaded.line(&path)),
+            Err(e) => {
+                let restored = match before {
+                    Some(text) => node::write_atomic(&path, &text),
+                    None => fs::remove_file(&path).map_err(Into::into),
+                };
+                return Err(match restored {
+                    Ok(()) => e,
+                    Err(r) => e.context(format!("and restoring {} failed: {r:#}", path.display())),
+                });
+            }
         }
     }
     for iface in dropped {
         if Pins::of(iface).exists() {
-            detach::run(&DetachArgs {
-                iface: iface.clone(),
-                netns: NetnsArg { netns: None },
-            })
-            .with_context(|| format!("detaching the bridge port {iface}"))?;
+            let detached = attachment::detach(iface, None)
+                .with_context(|| format!("detaching the bridge port {iface}"))?;
+            eprintln!("{}", detached.line(iface));
         }
     }
     Ok(())
@@ -176,5 +165,5 @@ pub fn apply(bridge: &Bridge, dropped: &[String]) -> Result<()> {
 /// Whether `port`'s attachment is in place: pinned and live.
 pub fn attached(port: &str) -> bool {
     let pins = Pins::of(port);
-    pins.exists() && matches!(pins.state(), Ok(crate::loading::pins::State::Live { .. }))
+    pins.exists() && matches!(pins.state(), Ok(State::Live { .. }))
 }
