@@ -5,7 +5,7 @@
 //! it. On a bridge in a namespace the test makes, with a host namespace
 //! behind each port; everything is removed at the end.
 
-mod common;
+use crate::common;
 
 use std::{
     process::Command,
@@ -154,6 +154,7 @@ fn switch_policy(hosts: &[char]) -> String {
 
 #[test]
 fn switch_attach_refuses_a_bridge_with_a_port_its_policy_does_not_list() {
+    let _root = common::pins_root();
     common::require_root();
     let br = Bridge::create(&['a', 'x']);
     br.join('a');
@@ -207,6 +208,7 @@ fn unlisted_series(netns: &str) -> Vec<String> {
 
 #[test]
 fn a_port_that_joins_is_reported_and_held_until_a_reload_lists_it() {
+    let _root = common::pins_root();
     common::require_root();
     let br = Bridge::create(&['a', 'b', 'e']);
     br.join('a');

@@ -8,7 +8,7 @@
 //! fail. Run on the host's kernel by `cargo test`, and on the guest's 6.1
 //! by the kernel matrix (`cargo xtask kernels`).
 
-mod common;
+use crate::common;
 
 use std::{
     collections::BTreeMap,
@@ -49,6 +49,7 @@ const REPEAT: u32 = 100_000;
 #[test]
 fn no_frame_is_judged_by_a_torn_entry() {
     common::require_root();
+    let _cpus = common::cpus_alone();
     let table = Table::load();
     let mapped = table.mapped();
     let (writer, reader) = cpus();
@@ -96,6 +97,7 @@ fn no_frame_is_judged_by_a_torn_entry() {
 #[test]
 fn a_writer_in_halves_is_caught() {
     common::require_root();
+    let _cpus = common::cpus_alone();
     let table = Table::load();
     let halves = Halves::map(&table);
     let (writer, reader) = cpus();
@@ -268,7 +270,8 @@ fn cpus() -> (usize, usize) {
     (1, 0)
 }
 
-/// Pins the calling thread to CPU `cpu`.
+/// Pins the calling thread to CPU `cpu`: the test's own thread (cargo runs
+/// each test on one, which ends with it) or its writer.
 fn pin_to(cpu: usize) {
     // SAFETY: a zeroed set with one CPU in it, for this thread.
     unsafe {
