@@ -63,10 +63,9 @@ fn no_frame_is_judged_by_a_torn_entry() {
                 mapped.set(table.live, QPN, b).unwrap();
             }
         });
+        let _stop = Stop(&stop);
         pin_to(reader);
-        let seen = table.judge(FRAMES, |_| false);
-        stop.store(true, Ordering::Relaxed);
-        seen
+        table.judge(FRAMES, |_| false)
     });
     for (frame, reasons) in &seen {
         let torn: Vec<_> = reasons
@@ -110,14 +109,13 @@ fn a_writer_in_halves_is_caught() {
                 halves.store(B.to_bits());
             }
         });
+        let _stop = Stop(&stop);
         pin_to(reader);
-        let caught = table.judge(FRAMES, |reasons| {
+        table.judge(FRAMES, |reasons| {
             reasons
                 .keys()
                 .any(|r| !matches!(r, Reason::Ok | Reason::PkeyViolation))
-        });
-        stop.store(true, Ordering::Relaxed);
-        caught
+        })
     });
     assert!(
         caught
@@ -127,6 +125,16 @@ fn a_writer_in_halves_is_caught() {
         "no frame saw the entry half-written: {caught:?}"
     );
     eprintln!("a writer in halves is caught: {caught:?}");
+}
+
+/// Stops the writer when the judging ends, however it ends: a panic while
+/// judging would otherwise leave the scope waiting for the writer forever.
+struct Stop<'a>(&'a AtomicBool);
+
+impl Drop for Stop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// A filter pinned in a scratch directory of bpffs (the writer maps the
