@@ -2,7 +2,7 @@
 //!
 //! The library behind the `pkeyfw` command, by floor, bottom-up; a module
 //! imports the floors beneath it, never one above nor one beside it
-//! (`tests/layers.rs` checks it):
+//! (`tests/it/layers.rs` checks it):
 //! - [`host`]: the host's facts: interfaces, bridges, namespaces, cgroups,
 //!   RDMA devices, QPs and listeners;
 //! - [`policy`]: the policy file and OpenSM's partitions.conf, validated;

@@ -40,8 +40,8 @@ pub fn run() -> Result<()> {
         "--deny",
         "warnings",
     ])?;
-    // Tests run the real tools users have (tests/metrics.rs: Prometheus,
-    // tests/deploy.rs: systemd-analyze).
+    // Tests run the real tools users have (tests/it/metrics.rs: Prometheus,
+    // tests/it/deploy.rs: systemd-analyze).
     crate::guest::ensure_tools(TEST_TOOLS)?;
     let (mut passed, mut failed) = cargo_test(&["test", "--release", "--no-fail-fast"])?;
     // The Debian package, built and checked as Debian and an operator would.

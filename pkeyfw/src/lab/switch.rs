@@ -86,7 +86,7 @@ impl Round {
 
 /// The access round's switch policy: every port an access port for its
 /// host's key. The README's bridge quick start shows this fabric
-/// (tests/quickstart.rs holds the two equal).
+/// (tests/it/quickstart.rs holds the two equal).
 pub fn access_policy() -> String {
     Round::Access.policy()
 }

@@ -4,9 +4,10 @@
 //! verifier's budget where the kernel says what it processed), the
 //! README's lab (`pkeyfw lab`), and the soft-RoCE scenarios that define
 //! the product ([`CORE`]); the primary kernel runs every scenario besides,
-//! in `rxe_lab`, and the QP table's tear test (`pkeyfw/tests/tear.rs`, the
-//! test binary itself) instead. What each kernel offered and cost is kept
-//! as JSON, from which docs/kernels.md's tables are rendered.
+//! in `rxe_lab`, and the QP table's tear test (`pkeyfw/tests/it/tear.rs`,
+//! the integration tests' binary filtered to it) instead. What each kernel
+//! offered and cost is kept as JSON, from which docs/kernels.md's tables
+//! are rendered.
 
 use std::{
     fs,
@@ -85,7 +86,7 @@ const TIMEOUT: Duration = Duration::from_secs(30 * 60);
 fn script(kernel: Kernel) -> String {
     let run = if kernel == PRIMARY {
         format!(
-            "./{TEAR} --test-threads 1 --nocapture > tear.txt 2>&1\n\
+            "./{TESTS} {TEAR} --test-threads 1 --nocapture > tear.txt 2>&1\n\
              echo $? > tear.status\n\
              tail -4 tear.txt\n"
         )
@@ -129,8 +130,8 @@ pub fn plan(kernels: &[Kernel], json: Option<PathBuf>) -> Result<Plan> {
             let label = format!("kernel-{}", k.name);
             let share = rxe_lab::share_in(&label, &script(k))?;
             if k == PRIMARY {
-                fs::copy(tear_test()?, share.join(TEAR))
-                    .context("copying the tear test into the guest's share")?;
+                fs::copy(tests()?, share.join(TESTS))
+                    .context("copying the integration tests into the guest's share")?;
             }
             Ok(Boot {
                 guest: Guest::ensure(k)?,
@@ -248,37 +249,40 @@ fn read_report(share: &Path) -> Result<Value> {
     Ok(serde_json::from_str(&text)?)
 }
 
-/// The tear test's binary, as the guest runs it.
-const TEAR: &str = "tear";
+/// The integration tests' binary (`pkeyfw/tests/it/`), as the guest runs it.
+const TESTS: &str = "it";
 
-/// Builds `pkeyfw/tests/tear.rs` and says where its binary is.
-fn tear_test() -> Result<PathBuf> {
+/// The filter that runs only the tear test's module of [`TESTS`].
+const TEAR: &str = "tear::";
+
+/// Builds the integration tests and says where their binary is.
+fn tests() -> Result<PathBuf> {
     let mut cmd = cmd::cargo_cmd(&[
         "test",
         "--release",
         "--package",
         "pkeyfw",
         "--test",
-        TEAR,
+        TESTS,
         "--no-run",
         "--message-format=json",
     ])?;
     let out = cmd
         .current_dir(cmd::root())
         .output()
-        .context("building the tear test")?;
+        .context("building the integration tests")?;
     if !out.status.success() {
         bail!(
-            "building the tear test failed: {}",
+            "building the integration tests failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|m| m["target"]["name"] == TEAR)
+        .filter(|m| m["target"]["name"] == TESTS)
         .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .context("cargo named no executable for the tear test")
+        .context("cargo named no executable for the integration tests")
 }
 
 /// The QP table's tear test passed in the guest: every verdict of ten

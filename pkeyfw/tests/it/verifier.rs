@@ -3,7 +3,7 @@
 //! instructions on the running kernel (a tenth of its limit), so that the
 //! programs have room to grow and an attach takes milliseconds.
 
-mod common;
+use crate::common;
 
 use pkeyfw::{attachment::cost, loading::cost::VERIFIER_BUDGET};
 

@@ -2,7 +2,7 @@
 //! the port GUID from --port-guid or from a real interface's MAC (EUI-64),
 //! and attach deriving its table from the interface it is attached to.
 
-mod common;
+use crate::common;
 
 use std::{
     path::{Path, PathBuf},
@@ -160,6 +160,7 @@ fn policy_errors_point_into_the_right_file() {
 /// A port's GUID is the EUI-64 of its MAC: 02:11:22:33:44:55 → 0x001122fffe334455.
 #[test]
 fn guid_from_a_real_interface() {
+    let _root = common::pins_root();
     common::require_root();
     let pair = VethPair::create(&format!("pg{}", std::process::id() % 10000)).unwrap();
     let ip = |args: &[&str]| assert!(Command::new("ip").args(args).status().unwrap().success());

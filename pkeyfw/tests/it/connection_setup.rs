@@ -7,7 +7,7 @@
 //! which a test run has not: the host decision here, real rxe in the
 //! soft-RoCE lab's `cm-*` scenarios).
 
-mod common;
+use crate::common;
 
 use std::{collections::BTreeMap, net::Ipv4Addr};
 

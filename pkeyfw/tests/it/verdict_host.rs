@@ -1,6 +1,6 @@
 //! The decision logic of pkeyfw-common, on the host: every case of the table.
 
-mod common;
+use crate::common;
 
 use pkeyfw_common::{Reason, judge};
 

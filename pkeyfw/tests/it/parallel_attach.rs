@@ -1,8 +1,8 @@
 //! Two attaches started at the same moment, as systemd starts two
 //! `pkeyfw@IFACE` instances at boot, both succeed: each may find the other
-//! making /sys/fs/bpf/pkeyfw first. A file of its own because every round
-//! starts with that directory absent, which no other attachment of the
-//! tests may hold meanwhile (cargo runs test binaries one at a time).
+//! making /sys/fs/bpf/pkeyfw first. Every round starts with that directory
+//! absent, which no other attachment of the tests may hold meanwhile: the
+//! test holds it alone (`common::pins_root_alone`).
 //!
 //! Process start-up alone spreads two attaches over milliseconds, wider
 //! than the race, so each reads its policy from a FIFO that the test fills
@@ -10,7 +10,7 @@
 //! Without the tolerance (`trusted_dir` failing on AlreadyExists), attaches
 //! fail with "creating /sys/fs/bpf/pkeyfw: File exists".
 
-mod common;
+use crate::common;
 
 use std::{
     ffi::CString,
@@ -31,6 +31,7 @@ const ROUNDS: usize = 20;
 #[test]
 fn twenty_parallel_attach_pairs_all_succeed() {
     common::require_root();
+    let _root = common::pins_root_alone();
     let pair = VethPair::create(&common::tag("pp")).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let ends = [(&pair.ns_a, &pair.a), (&pair.ns_b, &pair.b)];

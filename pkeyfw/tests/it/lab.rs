@@ -1,7 +1,7 @@
 //! `pkeyfw lab` (what `cargo xtask lab` runs) shows every case as expected
 //! and leaves nothing behind.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 
@@ -23,6 +23,7 @@ fn lab(args: &[&str]) -> String {
 
 #[test]
 fn the_lab_shows_every_case_as_expected() {
+    let _root = common::pins_root();
     let text = lab(&["lab"]);
     let cases = pkeyfw::lab::scenario::cases().len();
     assert!(
@@ -50,6 +51,7 @@ fn the_lab_shows_every_case_as_expected() {
 /// attach, reaches anyone; nothing left.
 #[test]
 fn the_switch_lab_shows_every_frame_as_expected() {
+    let _root = common::pins_root();
     let text = lab(&["lab", "switch"]);
     assert!(
         text.contains(": bridge br0 has ports the policy does not list: swe; expected every port"),

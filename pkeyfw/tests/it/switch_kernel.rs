@@ -3,7 +3,7 @@
 //! check (TC egress), access-port stamping and restoring, and corruption,
 //! each against the partition rules and the host's copy of the verdict.
 
-mod common;
+use crate::common;
 
 use pkeyfw::{
     loading::{filter::Filter, maps::ReasonCounts},

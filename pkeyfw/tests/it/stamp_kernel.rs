@@ -6,7 +6,7 @@
 //! predicts. A QP's own frames need rdma_rxe (the soft-RoCE guest); here
 //! the host decision is checked for them.
 
-mod common;
+use crate::common;
 
 use common::{
     cases::{QPA, QPB, UD, UD_LIMITED},
@@ -371,6 +371,7 @@ fn pkey_on_the_wire(pair: &VethPair) -> u16 {
 /// foreground and pinned, and nothing left after detaching or removing pins.
 #[test]
 fn egress_hooks_attach_pin_and_detach() {
+    let _root = common::pins_root();
     common::require_root();
     for (i, how) in [Egress::Tcx, Egress::Clsact].into_iter().enumerate() {
         let pair = VethPair::create(&format!("pks{}{i}", std::process::id() % 10000)).unwrap();
@@ -407,6 +408,7 @@ fn egress_hooks_attach_pin_and_detach() {
 /// stamps and the new one does not, so a frame shows which ran.
 #[test]
 fn a_replacing_filter_deletes_the_clsact_stamper_it_replaces() {
+    let _root = common::pins_root();
     common::require_root();
     let pair = VethPair::create(&common::tag("pkr")).unwrap();
     let pins = common::pins(&pair.ns_a, &pair.a);

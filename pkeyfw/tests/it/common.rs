@@ -1,12 +1,14 @@
 //! Shared by the integration tests: policies, the case table (the test kit's,
 //! its policies parsed), root checks.
-#![allow(dead_code, unused_imports)] // each test binary uses a part
 
 use std::{
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
-    sync::atomic::{AtomicU32, Ordering},
+    sync::{
+        Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard,
+        atomic::{AtomicU32, Ordering},
+    },
 };
 
 use pkeyfw::{host::netns::NetnsId, loading::filter::Filter, loading::pins::Pins, policy::Policy};
@@ -75,6 +77,35 @@ pub fn succeed(cmd: &mut Command) -> Output {
     out
 }
 
+/// /sys/fs/bpf/pkeyfw, where every attachment pins. The tests run on the
+/// threads of one process: each test that pins there, or reads every
+/// attachment there (`pkeyfw metrics`), holds the root shared
+/// ([`pins_root`]) while it runs; `parallel_attach`, whose every round
+/// starts with the directory absent, holds it alone ([`pins_root_alone`]).
+static PINS_ROOT: RwLock<()> = RwLock::new(());
+
+/// The pins' root, shared: held for the whole of a test that uses it.
+pub fn pins_root() -> RwLockReadGuard<'static, ()> {
+    // A test that failed holding it poisoned nothing the others rely on.
+    PINS_ROOT.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The pins' root, no other test pinning meanwhile.
+pub fn pins_root_alone() -> RwLockWriteGuard<'static, ()> {
+    PINS_ROOT.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The machine's CPUs, for the tests that must not run together on the
+/// threads of one process: the tear test keeps a writer spinning on one
+/// CPU while it judges frames on the other, and the metrics flood needs
+/// every scrape answered within its deadline.
+static CPUS: Mutex<()> = Mutex::new(());
+
+/// The CPUs, to this test alone of those that take them.
+pub fn cpus_alone() -> MutexGuard<'static, ()> {
+    CPUS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Removes an interface's pins when dropped, whatever the test did.
 pub struct Unpin(pub Pins);
 
@@ -90,9 +121,7 @@ pub mod cases {
 
     use pkeyfw::policy::Policy;
     use pkeyfw_common::Reason;
-    pub use pkeyfw_testkit::cases::{
-        BASE, MCAST, QPA, QPB, QPC, QPD, UD, UD_LIMITED, UNKNOWN, XRC, valid_frames,
-    };
+    pub use pkeyfw_testkit::cases::{BASE, QPA, QPB, QPD, UD, UD_LIMITED, UNKNOWN, valid_frames};
 
     use super::policy;
 

@@ -4,7 +4,7 @@
 //! cgroups bound to their partitions, the bridge's access ports the very
 //! fabric `pkeyfw lab switch` builds and checks.
 
-mod common;
+use crate::common;
 
 use std::{
     path::{Path, PathBuf},

@@ -6,7 +6,7 @@
 //! Traffic only crosses veths between namespaces the tests make (and always
 //! remove).
 
-mod common;
+use crate::common;
 
 use std::{
     path::PathBuf,
@@ -91,6 +91,7 @@ fn stats_json(cmd: &mut Command) -> Vec<Value> {
 /// stats shows its process gone; detach removes it and leaves nothing.
 #[test]
 fn a_killed_foreground_attach_keeps_enforcing_until_detach() {
+    let _root = common::pins_root();
     common::require_root();
     let pair = VethPair::create(&common::tag("pp")).unwrap();
     let (_dir, policy) = policy_file();
@@ -128,6 +129,7 @@ fn a_killed_foreground_attach_keeps_enforcing_until_detach() {
 /// `stats` shows its process gone and `detach` removes it.
 #[test]
 fn sigquit_exits_and_keeps_enforcing() {
+    let _root = common::pins_root();
     common::require_root();
     let pair = VethPair::create(&common::tag("pq")).unwrap();
     let (_dir, policy) = policy_file();
@@ -152,6 +154,7 @@ fn sigquit_exits_and_keeps_enforcing() {
 /// A new attach replaces one whose foreground process is gone.
 #[test]
 fn attach_replaces_an_attachment_whose_process_is_gone() {
+    let _root = common::pins_root();
     common::require_root();
     let pair = VethPair::create(&common::tag("pp")).unwrap();
     let (_dir, policy) = policy_file();
@@ -185,6 +188,7 @@ fn attach_replaces_an_attachment_whose_process_is_gone() {
 /// nothing.
 #[test]
 fn attach_under_ip_netns_exec_is_refused() {
+    let _root = common::pins_root();
     common::require_root();
     let pair = VethPair::create(&common::tag("pp")).unwrap();
     let (_dir, policy) = policy_file();
@@ -219,6 +223,7 @@ fn attach_under_ip_netns_exec_is_refused() {
 /// enforces in the namespace; stats and detach reach it by name or path.
 #[test]
 fn netns_option_attaches_and_detaches_from_the_host() {
+    let _root = common::pins_root();
     common::require_root();
     let pair = VethPair::create(&common::tag("pp")).unwrap();
     let (_dir, policy) = policy_file();
@@ -284,6 +289,7 @@ fn netns_option_attaches_and_detaches_from_the_host() {
 /// listed, detaching one leaves the other enforcing.
 #[test]
 fn equal_interface_names_in_two_namespaces_do_not_collide() {
+    let _root = common::pins_root();
     common::require_root();
     let one = VethPair::create(&common::tag("pp")).unwrap();
     let two = VethPair::create(&common::tag("pp")).unwrap();
@@ -378,6 +384,7 @@ fn probe_state(dir: &std::path::Path) {
 /// fell to the unknown-QP rule.)
 #[test]
 fn a_replacing_attach_keeps_what_the_probes_knew() {
+    let _root = common::pins_root();
     common::require_root();
     let pair = VethPair::create(&common::tag("pk")).unwrap();
     let (_dir, policy) = common::policy_file(&format!(
@@ -418,6 +425,7 @@ fn a_replacing_attach_keeps_what_the_probes_knew() {
 /// nothing once the namespace is gone, and `stats` says so.
 #[test]
 fn a_netns_rule_whose_namespace_is_gone_is_reported() {
+    let _root = common::pins_root();
     common::require_root();
     let pair = VethPair::create(&common::tag("pk")).unwrap();
     let tenant = common::tag("pkt");

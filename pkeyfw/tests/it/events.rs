@@ -3,7 +3,7 @@
 //! (Bad P_Key) and 258 (Bad Q_Key) with the frame's fields; a second reader
 //! is told who holds the events instead of silently splitting them.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -13,6 +13,7 @@ use serde_json::Value;
 
 #[test]
 fn events_streams_traps_from_a_pinned_attachment() {
+    let _root = common::pins_root();
     common::require_root();
     let pair = VethPair::create(&common::tag("pe")).unwrap();
     let (_dir, policy_path) = common::policy_file(common::cases::BASE);
@@ -109,6 +110,7 @@ fn events_streams_traps_from_a_pinned_attachment() {
 /// PortRcvConstraintErrors.
 #[test]
 fn switch_ports_send_trap_259() {
+    let _root = common::pins_root();
     common::require_root();
     let pair = VethPair::create(&common::tag("ps")).unwrap();
     let (_dir, policy_path) = common::policy_file(&format!(
@@ -153,6 +155,7 @@ fn switch_ports_send_trap_259() {
 /// are every frame.
 #[test]
 fn a_flood_is_counted_where_the_budget_holds_it_back() {
+    let _root = common::pins_root();
     const FLOOD: u64 = 400;
     common::require_root();
     let pair = VethPair::create(&common::tag("pf")).unwrap();

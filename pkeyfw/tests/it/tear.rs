@@ -8,7 +8,7 @@
 //! fail. Run on the host's kernel by `cargo test`, and on the guest's 6.1
 //! by the kernel matrix (`cargo xtask kernels`).
 
-mod common;
+use crate::common;
 
 use std::{
     collections::BTreeMap,
@@ -49,6 +49,7 @@ const REPEAT: u32 = 100_000;
 #[test]
 fn no_frame_is_judged_by_a_torn_entry() {
     common::require_root();
+    let _cpus = common::cpus_alone();
     let table = Table::load();
     let mapped = table.mapped();
     let (writer, reader) = cpus();
@@ -62,10 +63,9 @@ fn no_frame_is_judged_by_a_torn_entry() {
                 mapped.set(table.live, QPN, b).unwrap();
             }
         });
+        let _stop = Stop(&stop);
         pin_to(reader);
-        let seen = table.judge(FRAMES, |_| false);
-        stop.store(true, Ordering::Relaxed);
-        seen
+        table.judge(FRAMES, |_| false)
     });
     for (frame, reasons) in &seen {
         let torn: Vec<_> = reasons
@@ -96,6 +96,7 @@ fn no_frame_is_judged_by_a_torn_entry() {
 #[test]
 fn a_writer_in_halves_is_caught() {
     common::require_root();
+    let _cpus = common::cpus_alone();
     let table = Table::load();
     let halves = Halves::map(&table);
     let (writer, reader) = cpus();
@@ -108,14 +109,13 @@ fn a_writer_in_halves_is_caught() {
                 halves.store(B.to_bits());
             }
         });
+        let _stop = Stop(&stop);
         pin_to(reader);
-        let caught = table.judge(FRAMES, |reasons| {
+        table.judge(FRAMES, |reasons| {
             reasons
                 .keys()
                 .any(|r| !matches!(r, Reason::Ok | Reason::PkeyViolation))
-        });
-        stop.store(true, Ordering::Relaxed);
-        caught
+        })
     });
     assert!(
         caught
@@ -125,6 +125,16 @@ fn a_writer_in_halves_is_caught() {
         "no frame saw the entry half-written: {caught:?}"
     );
     eprintln!("a writer in halves is caught: {caught:?}");
+}
+
+/// Stops the writer when the judging ends, however it ends: a panic while
+/// judging would otherwise leave the scope waiting for the writer forever.
+struct Stop<'a>(&'a AtomicBool);
+
+impl Drop for Stop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// A filter pinned in a scratch directory of bpffs (the writer maps the
@@ -268,7 +278,8 @@ fn cpus() -> (usize, usize) {
     (1, 0)
 }
 
-/// Pins the calling thread to CPU `cpu`.
+/// Pins the calling thread to CPU `cpu`: the test's own thread (cargo runs
+/// each test on one, which ends with it) or its writer.
 fn pin_to(cpu: usize) {
     // SAFETY: a zeroed set with one CPU in it, for this thread.
     unsafe {

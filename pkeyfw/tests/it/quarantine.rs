@@ -4,7 +4,7 @@
 //! egress drops what rdma_rxe says it sends. (The probe setting the bit
 //! needs rdma_rxe: the guest's `fill-table` scenario.)
 
-mod common;
+use crate::common;
 
 use common::cases::{QPA, UD};
 use pkeyfw::{loading::filter::Filter, policy::Policy};

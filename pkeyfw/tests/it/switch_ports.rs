@@ -5,7 +5,7 @@
 //! it. On a bridge in a namespace the test makes, with a host namespace
 //! behind each port; everything is removed at the end.
 
-mod common;
+use crate::common;
 
 use std::{
     process::Command,
@@ -117,12 +117,14 @@ impl Bridge {
         })
     }
 
-    /// `pkeyfw stats --json`, by interface.
+    /// `pkeyfw stats --json` of this switch's ports, by interface (it
+    /// lists every attachment of the host: other tests' attach meanwhile).
     fn stats(&self) -> Vec<Value> {
         let out = common::succeed(self.pkeyfw().args(["stats", "--json"]));
         String::from_utf8_lossy(&out.stdout)
             .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|s| s["netns"] == self.switch().as_str())
             .collect()
     }
 }
@@ -154,6 +156,7 @@ fn switch_policy(hosts: &[char]) -> String {
 
 #[test]
 fn switch_attach_refuses_a_bridge_with_a_port_its_policy_does_not_list() {
+    let _root = common::pins_root();
     common::require_root();
     let br = Bridge::create(&['a', 'x']);
     br.join('a');
@@ -207,6 +210,7 @@ fn unlisted_series(netns: &str) -> Vec<String> {
 
 #[test]
 fn a_port_that_joins_is_reported_and_held_until_a_reload_lists_it() {
+    let _root = common::pins_root();
     common::require_root();
     let br = Bridge::create(&['a', 'b', 'e']);
     br.join('a');
@@ -214,7 +218,10 @@ fn a_port_that_joins_is_reported_and_held_until_a_reload_lists_it() {
     let (dir, policy) = common::policy_file(&switch_policy(&['a', 'b']));
     let policy = policy.to_str().unwrap();
     common::succeed(br.pkeyfw().args(["switch", "attach", "--policy", policy]));
-    let (_events, rx) = common::lines_of(br.pkeyfw().args(["events", "--json"]));
+    // Its own ports' events: `events` alone would read every attachment
+    // of the host, other tests' among them, and keep their readers from
+    // them.
+    let (_events, rx) = common::lines_of(br.pkeyfw().args(["events", "swa", "swb", "--json"]));
     std::thread::sleep(Duration::from_millis(300));
 
     // E's port joins after the attach: reported, an event, a metric.

@@ -2,7 +2,7 @@
 //! host's, frame for frame. The frames are built near RoCE (the interesting
 //! space) and then mutated and cut, to reach every parser path.
 
-mod common;
+use crate::common;
 
 use std::{collections::BTreeMap, net::IpAddr};
 

@@ -1,7 +1,7 @@
 //! `pkeyfw replay` end to end: the real capture with known totals, the JSON
 //! format, pcapng and Linux cooked captures, and the errors a user meets.
 
-mod common;
+use crate::common;
 
 use std::{
     path::{Path, PathBuf},

@@ -11,7 +11,7 @@
 //! NetworkAttachmentDefinitions hold configurations the plugin accepts
 //! as they are, and the pod example names one of them.
 
-mod common;
+use crate::common;
 
 use std::{
     collections::BTreeMap,
@@ -22,7 +22,7 @@ use std::{
 use k8s_openapi::api::{apps::v1::DaemonSet, core::v1::ConfigMap, core::v1::Namespace};
 use serde::{Deserialize as _, Serialize, de::DeserializeOwned};
 
-const UNIT: &str = include_str!("../../contrib/systemd/pkeyfw@.service");
+const UNIT: &str = include_str!("../../../contrib/systemd/pkeyfw@.service");
 
 /// The unit as instance `pkfwtest0`, running this build's pkeyfw, in a
 /// fresh directory.

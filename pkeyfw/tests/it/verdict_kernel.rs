@@ -1,7 +1,7 @@
 //! The real XDP program in the kernel (BPF_PROG_TEST_RUN): every case of the
 //! table, and every valid frame cut at every byte offset.
 
-mod common;
+use crate::common;
 
 use pkeyfw::loading::maps::ReasonCounts;
 use pkeyfw_common::{Reason, Verdict};

@@ -2,7 +2,7 @@
 //! test creates (and always removes): what crosses the veth is exactly what
 //! the verdict passes, the counters match, detach leaves nothing behind.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -142,11 +142,13 @@ fn foreground(mode: &str, reported: &str) {
 
 #[test]
 fn foreground_native() {
+    let _root = common::pins_root();
     foreground("native", "native");
 }
 
 #[test]
 fn foreground_skb() {
+    let _root = common::pins_root();
     foreground("skb", "tc");
 }
 
@@ -180,16 +182,19 @@ fn pinned(mode: &str, reported: &str) {
 
 #[test]
 fn pinned_native() {
+    let _root = common::pins_root();
     pinned("native", "native");
 }
 
 #[test]
 fn pinned_skb() {
+    let _root = common::pins_root();
     pinned("skb", "tc");
 }
 
 #[test]
 fn auto_mode_gets_native_on_veth() {
+    let _root = common::pins_root();
     common::require_root();
     let pair = VethPair::create(&common::tag("pk")).unwrap();
     let (_dir, policy) = common::policy_file("[port]\npkeys = [0xffff]\n");
@@ -199,6 +204,7 @@ fn auto_mode_gets_native_on_veth() {
 
 #[test]
 fn a_second_attach_is_refused_and_changes_nothing() {
+    let _root = common::pins_root();
     common::require_root();
     let pair = VethPair::create(&common::tag("pk")).unwrap();
     let (_dir, policy) = common::policy_file(common::cases::BASE);
@@ -230,6 +236,7 @@ fn a_second_attach_is_refused_and_changes_nothing() {
 /// and neither a second attach nor `detach` takes its pins for stale ones.
 #[test]
 fn an_attachment_being_set_up_is_said_and_left_alone() {
+    let _root = common::pins_root();
     common::require_root();
     let pair = VethPair::create(&common::tag("pu")).unwrap();
     let (_dir, policy) = common::policy_file(common::cases::BASE);
@@ -272,6 +279,7 @@ fn an_attachment_being_set_up_is_said_and_left_alone() {
 
 #[test]
 fn bad_policy_or_interface_attaches_nothing() {
+    let _root = common::pins_root();
     common::require_root();
     let pair = VethPair::create(&common::tag("pk")).unwrap();
     let (_bad_dir, bad) = common::policy_file(
@@ -301,6 +309,7 @@ fn bad_policy_or_interface_attaches_nothing() {
 /// with the reason, never read as this one's; detach still removes it.
 #[test]
 fn a_filter_of_another_layout_is_refused_not_misread() {
+    let _root = common::pins_root();
     use aya::maps::{Array, Map, MapData};
     use pkeyfw_common::abi::{LAYOUT_VERSION, name};
     common::require_root();
@@ -336,6 +345,7 @@ fn a_filter_of_another_layout_is_refused_not_misread() {
 /// interface's namespace accepts SRv6.
 #[test]
 fn attach_warns_when_srv6_would_bypass_it() {
+    let _root = common::pins_root();
     common::require_root();
     let pair = VethPair::create(&common::tag("pk")).unwrap();
     let (_dir, policy) = common::policy_file("[port]\npkeys = [0xffff]\n");

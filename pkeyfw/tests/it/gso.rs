@@ -14,7 +14,7 @@
 //! the peer's GSO off (the sender then segments before transmitting), so
 //! each segment is judged on its own.
 
-mod common;
+use crate::common;
 
 use common::Foreground;
 
@@ -230,6 +230,7 @@ fn only_allowed_arrive(mode: &str) -> (VethPair, Foreground, Vec<u32>) {
 
 #[test]
 fn gso_super_packet_skb_mode() {
+    let _root = common::pins_root();
     let (pair, _fg, got) = only_allowed_arrive("skb");
     // The TC program refuses the super-packet whole, and says so.
     assert!(got.is_empty(), "{got:x?}");
@@ -240,6 +241,7 @@ fn gso_super_packet_skb_mode() {
 
 #[test]
 fn gso_super_packet_native_mode() {
+    let _root = common::pins_root();
     let (pair, _fg, got) = only_allowed_arrive("native");
     // Segmented before the veth, each segment judged: the QP0 one arrives.
     assert_eq!(got, vec![0], "{got:x?}");
@@ -252,6 +254,7 @@ fn gso_super_packet_native_mode() {
 /// attaches natively to a veth of MTU 9000, and `auto` does not fall back.
 #[test]
 fn jumbo_mtu_veth_attaches_native() {
+    let _root = common::pins_root();
     common::require_root();
     for mode in ["native", "auto"] {
         let pair = pair_with_addresses(9000);

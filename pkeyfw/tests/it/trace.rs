@@ -1,7 +1,7 @@
 //! `attach --trace`: the programs log each judged frame from the kernel
 //! (aya-log), and without it the verifier removes the logging code.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -50,6 +50,7 @@ fn without_trace_the_verifier_removes_the_logging() {
 
 #[test]
 fn attach_trace_prints_a_line_per_judged_frame() {
+    let _root = common::pins_root();
     common::require_root();
     let pair = VethPair::create(&common::tag("tr")).unwrap();
     // Some cases are longer than any RoCE packet.

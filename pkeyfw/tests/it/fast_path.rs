@@ -13,7 +13,7 @@
 //! calls nothing. (On Linux 6.10 and later, which inline a per-CPU
 //! array's lookup and the CPU's number; before, those are calls too.)
 
-mod common;
+use crate::common;
 
 use std::{
     collections::{BTreeMap, BTreeSet},

@@ -10,7 +10,7 @@
 //! Connections of user nobody's that pipeline requests and never read the
 //! answers keep neither a scrape nor that Prometheus from being answered.
 
-mod common;
+use crate::common;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -100,6 +100,7 @@ fn ingress(
 
 #[test]
 fn prometheus_scrapes_what_the_kernel_counted() {
+    let _root = common::pins_root();
     common::require_root();
     let pair = VethPair::create(&common::tag("pm")).unwrap();
     pair.set_mtu(9000).unwrap();
@@ -557,7 +558,7 @@ fn the_alerting_rules_pass_promtool() {
         );
     }
 
-    let exported = include_str!("../src/cmd/metrics.rs");
+    let exported = include_str!("../../src/cmd/metrics.rs");
     let dashboard = std::fs::read_to_string(dir.join("pkeyfw-dashboard.json")).unwrap();
     let named = metric_names(&rules);
     assert!(named.len() >= 10, "{named:?}");
@@ -840,6 +841,9 @@ unsafe fn flood(report: i32, addr: &libc::sockaddr_in, requests: &[u8], secs: i6
 #[test]
 fn scrapes_are_answered_through_a_flood_of_unread_connections() {
     common::require_root();
+    // `pkeyfw metrics` reads every attachment in the root.
+    let _root = common::pins_root();
+    let _cpus = common::cpus_alone();
     let (_metrics, port) = start_metrics();
     let data = tempfile::tempdir().unwrap();
     let config = data.path().join("prometheus.yml");

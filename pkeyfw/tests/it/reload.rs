@@ -2,7 +2,7 @@
 //! switched back and forth between two policies many times. Every frame must
 //! be judged by one policy or the other, never by a mix of the two.
 
-mod common;
+use crate::common;
 
 use std::{
     sync::{
@@ -35,6 +35,7 @@ fn frame(pkey: u16, qpn: u32, n: u32) -> Vec<u8> {
 
 #[test]
 fn reload_under_flood_never_mixes_policies() {
+    let _root = common::pins_root();
     common::require_root();
     let pair = VethPair::create(&format!("pr{}", std::process::id() % 10000)).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -138,6 +139,7 @@ fn stats_qps(pair: &VethPair) -> Vec<u64> {
 
 #[test]
 fn sighup_reloads_a_foreground_attachment_and_refuses_a_bad_file() {
+    let _root = common::pins_root();
     use std::io::{BufRead, BufReader};
     common::require_root();
     let pair = VethPair::create(&format!("ph{}", std::process::id() % 10000)).unwrap();
@@ -203,6 +205,7 @@ fn configmap_swap(dir: &std::path::Path, version: u32, text: &str) {
 
 #[test]
 fn watch_follows_a_configmap_swap_and_refuses_a_bad_file_once() {
+    let _root = common::pins_root();
     use std::io::{BufRead, BufReader};
     common::require_root();
     let pair = VethPair::create(&common::tag("pw")).unwrap();
