@@ -608,15 +608,7 @@ impl Filter {
     /// Mean run time per repetition of `repeat` kernel-side repetitions of
     /// `frame` through the egress program.
     pub fn time_egress(&self, frame: &[u8], repeat: u32) -> Result<Duration> {
-        let result = self
-            .stamp_program()
-            .test_run(TestRunOptions {
-                data_in: Some(frame),
-                repeat,
-                ..Default::default()
-            })
-            .map_err(|e| privileged("BPF_PROG_TEST_RUN", e.into()))?;
-        Ok(result.duration)
+        timed(self.stamp_program(), frame, repeat)
     }
 
     /// Runs one frame and returns whether it passed and the reason the kernel
@@ -654,16 +646,45 @@ impl Filter {
     /// Mean run time per repetition (the kernel's own figure) of `repeat`
     /// kernel-side repetitions of `frame` through the XDP program.
     pub fn time(&self, frame: &[u8], repeat: u32) -> Result<Duration> {
-        let result = self
-            .program()
-            .test_run(TestRunOptions {
-                data_in: Some(frame),
-                repeat,
-                ..Default::default()
-            })
-            .map_err(|e| privileged("BPF_PROG_TEST_RUN", e.into()))?;
-        Ok(result.duration)
+        timed(self.program(), frame, repeat)
     }
+}
+
+/// The mean run time per repetition of `repeat` kernel-side repetitions of
+/// `frame` through `program`. A run a signal interrupts is run again: the
+/// kernel stops a repeated run at a pending signal with EINTR, which no
+/// restart covers, and a handled signal to this process (SIGCHLD, SIGHUP)
+/// may land on the thread that makes it.
+fn timed<P>(program: &P, frame: &[u8], repeat: u32) -> Result<Duration>
+where
+    P: for<'a> TestRun<Opts<'a> = TestRunOptions<'a>, Result = TestRunResult>,
+{
+    loop {
+        let run = program.test_run(TestRunOptions {
+            data_in: Some(frame),
+            repeat,
+            ..Default::default()
+        });
+        match run {
+            Ok(result) => return Ok(result.duration),
+            Err(e) if interrupted(&e) => continue,
+            Err(e) => return Err(privileged("BPF_PROG_TEST_RUN", e.into())),
+        }
+    }
+}
+
+/// Whether `err` is, at its root, EINTR.
+fn interrupted(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut at = Some(err);
+    while let Some(e) = at {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::Interrupted)
+        {
+            return true;
+        }
+        at = e.source();
+    }
+    false
 }
 
 /// One BPF_PROG_TEST_RUN of `frame` through `program`: what it returned and
