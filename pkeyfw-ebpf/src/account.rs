@@ -11,7 +11,7 @@ use pkeyfw_common::{
     abi::{
         Event, EventKind,
         counters::{REASON_SLOTS, reason_slot},
-        qp_stats_index, violation_index, violation_key,
+        qp_stats_index, violation_key,
     },
     parse::Roce,
     pkey,
@@ -138,14 +138,12 @@ fn event_kind(port: Option<Direction>) -> EventKind {
     }
 }
 
-/// Counts a violation of one partition, in this CPU's run of counters.
+/// Counts a violation of one partition.
 #[inline(always)]
 fn violation(key: u32) {
-    // SAFETY: no preconditions (the kernel inlines it).
-    let cpu = unsafe { bpf_get_smp_processor_id() };
-    if let Some(count) = VIOLATIONS.get_ptr_mut(violation_index(key, cpu)) {
-        // SAFETY: this CPU's counter, written only by this CPU.
-        unsafe { *count += 1 };
+    if let Some(count) = VIOLATIONS.get_ptr_mut(key) {
+        // SAFETY: a live array element, shared between CPUs.
+        unsafe { atomic_inc(count) };
     }
 }
 
@@ -186,4 +184,21 @@ pub fn report<F: Frame>(
         // SAFETY: this CPU's slot; nothing else writes it.
         unsafe { (*budget).lost += 1 };
     }
+}
+
+/// `lock *(u64 *)counter += 1`: a BPF atomic add. core's `AtomicU64` has no
+/// read-modify-write on the BPF target, though the instruction set does.
+///
+/// # Safety
+/// `counter` must point to a live, 8-byte aligned u64 in map memory.
+#[inline(always)]
+unsafe fn atomic_inc(counter: *mut u64) {
+    unsafe {
+        core::arch::asm!(
+            "lock *(u64 *)({counter} + 0) += {one}",
+            counter = in(reg) counter,
+            one = in(reg) 1u64,
+            options(nostack),
+        )
+    };
 }

@@ -123,8 +123,7 @@ pub static CM_STATE: Array<u64, { cm_state::SLOTS as usize }> = Array::new();
 pub static LISTENER_FOUND: PerCpuArray<Creation, 1> = PerCpuArray::new();
 
 /// P_Key and Q_Key violations per partition (`violation_key`), as an IB
-/// port counts them, a run of them per CPU (`violation_index`; the loader
-/// sizes it for the possible CPUs), refused frames only.
+/// port counts them, updated atomically (refused frames only).
 #[btf_map]
 pub static VIOLATIONS: Array<u64, { VIOLATION_SLOTS as usize }> = Array::new();
 /// Refused frames, for the CLI's violation lines.

@@ -53,7 +53,7 @@ pub mod name {
 pub const LAYOUT_VERSION: u32 =
     LAYOUT << 24 | (REASON_SLOTS as u32) << 16 | (Stamp::COUNT as u32) << 8 | Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 23;
+const LAYOUT: u32 = 22;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -77,8 +77,6 @@ pub enum MapSize {
     Probed,
     /// One per QPN per possible CPU ([`qp_stats_index`]).
     PerQpnPerCpu,
-    /// This many per possible CPU ([`violation_index`]).
-    PerCpu(u32),
     /// The probes' report ring: bytes for what every possible CPU's
     /// budgets let through in a window ([`REPORT_BYTES_PER_CPU`]).
     ReportRing,
@@ -118,7 +116,6 @@ impl Capacity {
             MapSize::PerQpn(n) => Some(self.qpns * n),
             MapSize::Probed => Some(self.probed),
             MapSize::PerQpnPerCpu => Some(self.qpns * self.cpus),
-            MapSize::PerCpu(n) => Some(n * self.cpus),
             MapSize::ReportRing => Some((self.cpus * REPORT_BYTES_PER_CPU).next_power_of_two()),
         }
     }
@@ -154,7 +151,7 @@ pub const MAPS: [MapSpec; 25] = {
         spec(name::EVENT_BUDGET, PerCpuArray, Fixed),
         spec(name::STAMPS, PerCpuArray, Fixed),
         spec(name::CAPTURES, PerCpuArray, Fixed),
-        spec(name::VIOLATIONS, Array, PerCpu(VIOLATION_SLOTS)),
+        spec(name::VIOLATIONS, Array, Fixed),
         spec(name::BIND_RULES, Array, Fixed),
         spec(name::QKEYS, HashMap, Probed),
         spec(name::QUARANTINE, Array, Fixed),
@@ -253,18 +250,9 @@ pub const fn violation_key(reason: Reason, pkey: u16, in_table: bool) -> Option<
 /// (partition 0 is never valid, so no real one shares it).
 pub const OTHER_PARTITION: u16 = 0;
 
-/// Slots of `VIOLATIONS` per CPU: both kinds, every partition (an array, so
-/// that counting one is a few instructions, not a hash lookup).
+/// Slots of `VIOLATIONS`: both kinds, every partition (an array, so that
+/// counting one is a few instructions, not a hash lookup).
 pub const VIOLATION_SLOTS: u32 = 2 * PARTITIONS;
-
-/// `VIOLATIONS` index of `key` ([`violation_key`]) on CPU `cpu`: each CPU
-/// counts in a run of its own, as for [`qp_stats_index`], so that a flood
-/// of refused frames on many CPUs takes no locked add and bounces no cache
-/// line between them.
-#[inline(always)]
-pub const fn violation_index(key: u32, cpu: u32) -> u32 {
-    cpu * VIOLATION_SLOTS + key
-}
 
 /// `PORT_KEYS` index of a partition in a generation.
 #[inline(always)]

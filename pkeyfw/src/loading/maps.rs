@@ -28,7 +28,7 @@ use pkeyfw_common::{
     abi::{
         BindSpec, Config, Creation, EventBudget, EventKind, GENERATIONS, GROUP_CAPACITY,
         GroupEntry, GroupKey, JoinAction, LAYOUT_VERSION, ListenKey, MAPS, MAX_RULES, MapKind,
-        OTHER_PARTITION, PARTITIONS, PORT_SERIAL_BITS, QpEntry, QpStats, VIOLATION_SLOTS,
+        OTHER_PARTITION, PARTITIONS, PORT_SERIAL_BITS, QpEntry, QpStats,
         cm::cm_state,
         counters::{REASON_SLOTS, reason_slot},
         listed_key, matcher, name, port_entry, port_key_index, qp_flags, qp_stats_index,
@@ -381,15 +381,8 @@ impl Maps {
     /// counted any, in key order.
     pub fn violations(&self) -> Result<Vec<(Reason, u16, u64)>> {
         let mut out = Vec::new();
-        let runs: Vec<u64> =
+        let counts: Vec<u64> =
             batch::array_values(self.violations.map()).context("reading VIOLATIONS")?;
-        // Each CPU's run of counters, added up.
-        let mut counts = vec![0u64; VIOLATION_SLOTS as usize];
-        for run in runs.chunks(counts.len()) {
-            for (sum, n) in counts.iter_mut().zip(run) {
-                *sum += n;
-            }
-        }
         for (key, count) in (0u32..).zip(counts).filter(|&(_, n)| n != 0) {
             let partition = (key & 0x7fff) as u16;
             let reason = [Reason::PkeyViolation, Reason::QkeyViolation]

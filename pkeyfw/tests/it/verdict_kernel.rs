@@ -75,35 +75,6 @@ fn a_violation_counts_once_through_either_program() {
         [(Reason::PkeyViolation, 1, 2)],
         "then TC ingress"
     );
-    // Each CPU counts in its own run: the partition's count is their sum.
-    let cpus = on_each_cpu(|| assert!(!filter.run(&frame).unwrap()));
-    assert_eq!(
-        filter.maps().violations().unwrap(),
-        [(Reason::PkeyViolation, 1, 2 + cpus)],
-        "then XDP on each of {cpus} CPUs"
-    );
-}
-
-/// Runs `f` on each CPU this thread may run on, one after another, then
-/// gives the thread back its CPUs; how many it ran on.
-fn on_each_cpu(mut f: impl FnMut()) -> u64 {
-    let size = size_of::<libc::cpu_set_t>();
-    // SAFETY: zeroed cpu_set_t values are empty sets, written within their
-    // size by the kernel and CPU_SET.
-    unsafe {
-        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
-        assert_eq!(libc::sched_getaffinity(0, size, &mut allowed), 0);
-        let mut ran = 0;
-        for cpu in (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &allowed)) {
-            let mut one: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut one);
-            assert_eq!(libc::sched_setaffinity(0, size, &one), 0, "to CPU {cpu}");
-            f();
-            ran += 1;
-        }
-        assert_eq!(libc::sched_setaffinity(0, size, &allowed), 0);
-        ran
-    }
 }
 
 #[test]
