@@ -622,13 +622,14 @@ fn attack(
             // takes to start under emulation), and 3 s at least.
             let flood = JunkFlood::start(client, server)?;
             on_cpu_0(&mut cmd);
-            let child = cmd
-                .stdout(Stdio::null())
-                .spawn()
-                .context("starting the attacker as nobody")?;
-            joined(server, JOINED);
+            let child = spawned(cmd)?;
+            counted(
+                server,
+                &[(Capture::Joined, 1), (Capture::ForeignJoin, 1)],
+                SETTLED,
+            );
             flood.stop_after(Duration::from_secs(3));
-            return Ok(Some(Proc(child)));
+            return Ok(Some(child));
         }
         Attack::Squat => {
             cmd.args(["--device", &client.device, "--gid-index"])
@@ -642,7 +643,11 @@ fn attack(
             cmd.args(["--device", &server.device, "--create"])
                 .arg(n.to_string())
                 .args(["--hold-ms", "600000"]);
-            1000
+            // The table is full once the probe has bound every QP of the
+            // filler's (however long it takes under emulation).
+            let child = spawned(cmd)?;
+            counted(server, &[(Capture::Bound, u64::from(n))], SETTLED);
+            return Ok(Some(child));
         }
         Attack::TakeQpn => {
             let qpn = entry.context("no QPN to take")?;
@@ -668,12 +673,18 @@ fn attack(
         }
         Attack::ForeignQkey(_) | Attack::Restart | Attack::Rebind => return Ok(None),
     };
+    let child = spawned(cmd)?;
+    std::thread::sleep(Duration::from_millis(ready));
+    Ok(Some(child))
+}
+
+/// The attacker `cmd` started, its output discarded.
+fn spawned(mut cmd: Command) -> Result<Proc> {
     let child = cmd
         .stdout(Stdio::null())
         .spawn()
         .context("starting the attacker as nobody")?;
-    std::thread::sleep(Duration::from_millis(ready));
-    Ok(Some(Proc(child)))
+    Ok(Proc(child))
 }
 
 /// A process of [`Attack::Starve`]: modifies to RTR on `end`'s device, in a
@@ -730,21 +741,18 @@ impl Drop for JunkFlood {
     }
 }
 
-/// How long an attacker may take to join its groups under emulation.
-const JOINED: Duration = Duration::from_secs(30);
+/// How long an attacker may take to make its QPs or join its groups under
+/// emulation.
+const SETTLED: Duration = Duration::from_secs(30);
 
-/// Waits until `end`'s join probe has counted a join to the joiner's own
-/// group and one to a foreign group, or `within` has passed (the scenario
-/// then fails on the counts, which it prints).
-fn joined(end: &End, within: Duration) {
+/// Waits until `end`'s probes have counted at least as many of each kind as
+/// `want` says, or `within` has passed (the scenario then fails on the
+/// counts, which it prints).
+fn counted(end: &End, want: &[(Capture, u64)], within: Duration) {
     let start = Instant::now();
     while start.elapsed() < within {
-        let counted = Maps::from_pins(&Pins::of(&end.iface).dir).and_then(|m| m.captures());
-        if counted.is_ok_and(|c| {
-            [Capture::Joined, Capture::ForeignJoin]
-                .iter()
-                .all(|x| c[x.index() as usize] > 0)
-        }) {
+        let counts = Maps::from_pins(&Pins::of(&end.iface).dir).and_then(|m| m.captures());
+        if counts.is_ok_and(|c| want.iter().all(|&(x, n)| c[x.index() as usize] >= n)) {
             return;
         }
         std::thread::sleep(Duration::from_millis(50));
