@@ -4,14 +4,14 @@
 
 use aya_ebpf::{
     btf_maps::PerCpuArray,
-    helpers::{bpf_get_smp_processor_id, bpf_jiffies64, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns},
+    helpers::{bpf_jiffies64, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns},
 };
 use pkeyfw_common::{
     Direction, Frame, Outcome, Stamp,
     abi::{
         Event, EventKind,
         counters::{REASON_SLOTS, reason_slot},
-        qp_stats_index, violation_key,
+        violation_key,
     },
     parse::Roce,
     pkey,
@@ -33,25 +33,19 @@ pub fn reason(counters: &PerCpuArray<u64, REASON_SLOTS>, outcome: &Outcome) {
 }
 
 /// Counts a frame against the QP-table entry that judged it (its QPN's
-/// counters), in this CPU's counters.
+/// counters, which every CPU adds to atomically).
 #[inline(always)]
 pub fn qp(outcome: &Outcome) {
-    let qpns = SETUP.load().qpns;
     // NO_QP is beyond every table: then no entry judged it.
-    if outcome.qp >= qpns {
-        return;
-    }
-    // SAFETY: no preconditions (the kernel inlines it).
-    let cpu = unsafe { bpf_get_smp_processor_id() };
-    if let Some(stats) = QP_STATS.get_ptr_mut(qp_stats_index(outcome.qp, cpu, qpns)) {
-        // SAFETY: this CPU's counters, written only by this CPU.
+    if let Some(stats) = QP_STATS.get_ptr_mut(outcome.qp) {
+        // SAFETY: live, 8-byte aligned array elements.
         unsafe {
-            if outcome.pass {
-                (*stats).passed += 1;
+            atomic_inc(if outcome.pass {
+                &raw mut (*stats).passed
             } else {
-                (*stats).dropped += 1;
-            }
-        }
+                &raw mut (*stats).dropped
+            })
+        };
     }
 }
 

@@ -38,7 +38,7 @@ use maps::{LISTENER_FOUND, REASONS, RulesOf, SENDER, XMIT_REASONS, policy};
 use packet::{Packet, Skb, XdpBytes};
 use pkeyfw_common::{
     Direction, Frame, Outcome, Stamp,
-    abi::{Config, MIN_QPNS, QPN_MASK, Setup, role},
+    abi::{Config, QPN_MASK, Setup, role},
     parse::{self, Located, Parsed, Plain},
     stamp::{self, Action, Origin, Plan},
     switch,
@@ -53,7 +53,6 @@ pub static SETUP: Global<Setup> = Global::new(Setup {
     frags: 1,
     coarse_clock: 1,
     _pad: 0,
-    qpns: MIN_QPNS,
 });
 
 /// Ingress in the driver (native XDP), multi-buffer aware (`xdp.frags`),

@@ -60,7 +60,7 @@ pub static PORT_KEYS: Array<u32, { (GENERATIONS * PARTITIONS) as usize }> = Arra
 pub static REASONS: PerCpuArray<u64, REASON_SLOTS> = PerCpuArray::new();
 #[btf_map]
 pub static XMIT_REASONS: PerCpuArray<u64, REASON_SLOTS> = PerCpuArray::new();
-/// Frames passed and dropped per QPN's entry, per CPU (`qp_stats_index`).
+/// Frames passed and dropped per QPN's entry (`QpStats`).
 #[btf_map]
 pub static QP_STATS: Array<QpStats, { MIN_QPNS as usize }> = Array::new();
 

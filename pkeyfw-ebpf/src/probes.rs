@@ -57,7 +57,7 @@ use pkeyfw_common::{
         BindSpec, Config, Creation, Event, EventBudget, EventKind, GENERATIONS, GROUP_CAPACITY,
         GroupEntry, GroupKey, JoinAction, MAX_RULES, MIN_QPNS, PROBE_ROOM, QPN_MASK,
         QUARANTINE_WORDS, QpEntry, QpLayout, QpStats, QpType, REPORTS_BYTES, qp_flags, qp_index,
-        qp_stats_index, quarantine_bit,
+        quarantine_bit,
     },
     capture, tenant,
 };
@@ -854,30 +854,14 @@ impl Body for Matching {
     }
 }
 
-/// Zeroes QPN `qpn`'s counters on every CPU: a new QP's counts start at
-/// zero wherever its number's last QP had frames counted. A loop the
-/// kernel runs.
+/// Zeroes QPN `qpn`'s counters: a new QP's counts start at zero wherever
+/// its number's last QP had frames counted.
 #[inline(always)]
 fn zero_stats(qpn: u32) {
-    repeat(LAYOUT.load().cpus, &mut Zeroing { qpn });
-}
-
-/// The QPN whose counters [`zero_stats`] zeroes.
-struct Zeroing {
-    qpn: u32,
-}
-
-impl Body for Zeroing {
-    /// Zeroes CPU `cpu`'s counters of the QPN.
-    #[inline(always)]
-    fn turn(&mut self, cpu: u32) -> bool {
-        let qpns = LAYOUT.load().qpns;
-        if let Some(stats) = QP_STATS.get_ptr_mut(qp_stats_index(self.qpn, cpu, qpns)) {
-            // SAFETY: a live array element; that CPU's counters, which only
-            // a new binding of the QPN resets.
-            unsafe { *stats = QpStats::default() };
-        }
-        false
+    if let Some(stats) = QP_STATS.get_ptr_mut(qpn) {
+        // SAFETY: a live array element, which only a new binding of the
+        // QPN resets (a frame counted meanwhile is the new QP's).
+        unsafe { *stats = QpStats::default() };
     }
 }
 

@@ -53,7 +53,7 @@ pub mod name {
 pub const LAYOUT_VERSION: u32 =
     LAYOUT << 24 | (REASON_SLOTS as u32) << 16 | (Stamp::COUNT as u32) << 8 | Capture::COUNT as u32;
 /// The hand-kept part of [`LAYOUT_VERSION`].
-const LAYOUT: u32 = 22;
+const LAYOUT: u32 = 23;
 
 /// The kind of a map, as the loader opens its pin.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -75,8 +75,6 @@ pub enum MapSize {
     /// One per QP the QP-creation probe may record: what the attached
     /// interface's RDMA devices can hold at once (`max_qp`).
     Probed,
-    /// One per QPN per possible CPU ([`qp_stats_index`]).
-    PerQpnPerCpu,
     /// The probes' report ring: bytes for what every possible CPU's
     /// budgets let through in a window ([`REPORT_BYTES_PER_CPU`]).
     ReportRing,
@@ -93,8 +91,8 @@ pub struct Capacity {
     /// QPs the QP-creation probe may record at once (who made each, the
     /// Q_Key each set).
     pub probed: u32,
-    /// The system's possible CPUs, each with its own counters (the loader
-    /// counts them).
+    /// The system's possible CPUs, whose event budgets the probes' report
+    /// ring has room for (the loader counts them).
     pub cpus: u32,
 }
 
@@ -115,7 +113,6 @@ impl Capacity {
             MapSize::Fixed => None,
             MapSize::PerQpn(n) => Some(self.qpns * n),
             MapSize::Probed => Some(self.probed),
-            MapSize::PerQpnPerCpu => Some(self.qpns * self.cpus),
             MapSize::ReportRing => Some((self.cpus * REPORT_BYTES_PER_CPU).next_power_of_two()),
         }
     }
@@ -146,7 +143,7 @@ pub const MAPS: [MapSpec; 25] = {
         spec(name::PORT_KEYS, Array, Fixed),
         spec(name::REASONS, PerCpuArray, Fixed),
         spec(name::XMIT_REASONS, PerCpuArray, Fixed),
-        spec(name::QP_STATS, Array, PerQpnPerCpu),
+        spec(name::QP_STATS, Array, PerQpn(1)),
         spec(name::EVENTS, RingBuf, Fixed),
         spec(name::EVENT_BUDGET, PerCpuArray, Fixed),
         spec(name::STAMPS, PerCpuArray, Fixed),
@@ -191,16 +188,6 @@ pub const QUARANTINE_WORDS: u32 = (QPN_MASK + 1) / 64;
 #[inline(always)]
 pub const fn qp_index(generation: u32, qpn: u32) -> u32 {
     (qpn & QPN_MASK) << 1 | generation & 1
-}
-
-/// `QP_STATS` index of QPN `qpn`'s counters on CPU `cpu`, of a table of
-/// `qpns` QPNs: each CPU's counters are a run of their own, so that no two
-/// CPUs write one cache line (a per-CPU array would do the same, but the
-/// kernel allocates one of those an element at a time: seconds for an
-/// rdma_rxe device's million QPNs).
-#[inline(always)]
-pub const fn qp_stats_index(qpn: u32, cpu: u32, qpns: u32) -> u32 {
-    cpu * qpns + qpn
 }
 
 /// `QUARANTINE`: the word and the bit of QPN `qpn`.
@@ -404,9 +391,6 @@ pub struct Setup {
     /// or later) times the event budget; else the precise one.
     pub coarse_clock: u8,
     pub _pad: u8,
-    /// QPNs the QP table covers ([`Capacity::qpns`]): `QP_STATS` has a run
-    /// of that many counters per CPU.
-    pub qpns: u32,
 }
 
 /// [`Setup::role`] values.
@@ -540,9 +524,6 @@ pub struct QpLayout {
     pub net_cookie: u32,
     /// QPNs the QP table covers (`Capacity::qpns`).
     pub qpns: u32,
-    /// The system's possible CPUs: each has its run of `QP_STATS`, in all
-    /// of which a new QP's counters start from zero.
-    pub cpus: u32,
     /// `struct rdma_cm_id`: `route.addr.src_addr`, `route.addr.dst_addr`
     /// (rdma_cm's BTF); 0 where unknown: no rdma_cm port is read.
     pub cm_src: u32,
@@ -569,7 +550,6 @@ impl QpLayout {
         nsproxy_net: 0,
         net_cookie: 0,
         qpns: 0,
-        cpus: 0,
         cm_src: 0,
         cm_dst: 0,
     };
@@ -832,10 +812,12 @@ pub const fn comm_padded(raw: [u8; 16]) -> [u8; 16] {
     ]
 }
 
-/// `QP_STATS[qp_stats_index(qpn, cpu, qpns)]`: frames judged by QPN
-/// `qpn`'s entry on one CPU, so that CPUs receiving frames for the same QPs
-/// (a multi-queue NIC's) never contend for a counter: a QPN costs 16 bytes
-/// per CPU.
+/// `QP_STATS[qpn]`: frames judged by QPN `qpn`'s entry, counted by every
+/// CPU with atomic adds: a QPN costs 16 bytes whatever the CPUs (a run per
+/// CPU cost 16 MiB per CPU for rdma_rxe's million QPNs, per attachment).
+/// A QP's frames come in as one flow (rdma_rxe's UDP source port is the
+/// QP's), which one receive queue and so one CPU takes, so the counters of
+/// one QP are seldom contended.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub struct QpStats {
@@ -968,14 +950,14 @@ impl EventBudget {
 const _: () = {
     use core::mem::size_of;
     assert!(size_of::<Config>() == 12);
-    assert!(size_of::<Setup>() == 8);
+    assert!(size_of::<Setup>() == 4);
     assert!(size_of::<GroupKey>() == 20);
     assert!(size_of::<GroupEntry>() == 8);
     assert!(size_of::<QpStats>() == 16);
     assert!(size_of::<Creation>() == 56 + 8 * CGROUP_LEVELS);
     assert!(size_of::<Event>() == 52);
     assert!(size_of::<EventBudget>() == 40);
-    assert!(size_of::<QpLayout>() == 76 + 4 * DEVICES);
+    assert!(size_of::<QpLayout>() == 72 + 4 * DEVICES);
     assert!(size_of::<SenderLayout>() == 32 + 4 * DEVICES);
     assert!(size_of::<BindSpec>() == 80);
     assert!(size_of::<ListenKey>() == 32);

@@ -211,9 +211,7 @@ fn object(pins: &Path, layout: Option<&mut QpLayout>, cm: Option<&CmLayout>) -> 
     // Unknown: no device of the attachment's, so no QP is read.
     let mut unknown = QpLayout::NONE;
     let layout = layout.unwrap_or(&mut unknown);
-    // Each CPU has a run of every QPN's counters.
     layout.qpns = sizes[name::QPS] / GENERATIONS;
-    layout.cpus = sizes[name::QP_STATS] / layout.qpns;
     loader
         .override_global("LAYOUT", &*layout, true)
         .override_global("CM_LAYOUT", cm.unwrap_or(&CmLayout::default()), true)
@@ -246,7 +244,6 @@ pub fn costs(pins: &Path) -> Result<Vec<Cost>> {
             nsproxy_net: 8,
             net_cookie: 8,
             qpns: 0,
-            cpus: 0,
             cm_src: 8,
             cm_dst: 8,
         });

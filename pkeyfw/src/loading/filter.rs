@@ -197,7 +197,6 @@ impl Filter {
             frags: features.xdp_frags.into(),
             coarse_clock: features.coarse_clock.into(),
             _pad: 0,
-            qpns: capacity.qpns,
         };
         // Without multi-buffer XDP the same program is loaded without
         // `xdp.frags`, which such a kernel refuses.

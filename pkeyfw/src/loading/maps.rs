@@ -31,8 +31,8 @@ use pkeyfw_common::{
         OTHER_PARTITION, PARTITIONS, PORT_SERIAL_BITS, QpEntry, QpStats,
         cm::cm_state,
         counters::{REASON_SLOTS, reason_slot},
-        listed_key, matcher, name, port_entry, port_key_index, qp_flags, qp_stats_index,
-        quarantine_bit, violation_key,
+        listed_key, matcher, name, port_entry, port_key_index, qp_flags, quarantine_bit,
+        violation_key,
     },
 };
 
@@ -113,10 +113,8 @@ pub struct Maps {
     port_keys: Array<MapData, u32>,
     reasons: PerCpuArray<MapData, u64>,
     xmit_reasons: PerCpuArray<MapData, u64>,
-    /// Every QPN's counters, a run of them per CPU (`qp_stats_index`).
+    /// Every QPN's counters, by QPN.
     qp_stats: Array<MapData, QpStats>,
-    /// The possible CPUs `qp_stats` has a run for.
-    cpus: u32,
     events: RingBuf<MapData>,
     reports: RingBuf<MapData>,
     event_budget: PerCpuArray<MapData, EventBudget>,
@@ -244,7 +242,6 @@ impl Maps {
             Some(Map::Array(data)) => QpTable::map(data)?,
             _ => bail!("no array map {}", name::QPS),
         };
-        let cpus = data(&maps[name::QP_STATS])?.info()?.max_entries() / qps.qpns();
         let mut take = |name| maps.remove(name);
         Ok(Maps {
             ids,
@@ -257,7 +254,6 @@ impl Maps {
             reasons: typed(take(name::REASONS), name::REASONS)?,
             xmit_reasons: typed(take(name::XMIT_REASONS), name::XMIT_REASONS)?,
             qp_stats: typed(take(name::QP_STATS), name::QP_STATS)?,
-            cpus,
             events: typed(take(name::EVENTS), name::EVENTS)?,
             reports: typed(take(name::REPORTS), name::REPORTS)?,
             event_budget: typed(take(name::EVENT_BUDGET), name::EVENT_BUDGET)?,
@@ -422,30 +418,14 @@ impl Maps {
             .collect()
     }
 
-    /// The frames counted against QPN `qpn`'s entries, summed over CPUs.
+    /// The frames counted against QPN `qpn`'s entries.
     fn qp_stats_of(&self, qpn: u32) -> Result<QpStats> {
-        let mut sum = QpStats::default();
-        for index in self.stats_indices(qpn) {
-            let s = self.qp_stats.get(&index, 0).context("reading QP_STATS")?;
-            sum.passed += s.passed;
-            sum.dropped += s.dropped;
-        }
-        Ok(sum)
+        self.qp_stats.get(&qpn, 0).context("reading QP_STATS")
     }
 
-    /// Where QPN `qpn`'s counters are, one place per CPU.
-    fn stats_indices(&self, qpn: u32) -> impl Iterator<Item = u32> + use<> {
-        let qpns = self.qps.qpns();
-        (0..self.cpus).map(move |cpu| qp_stats_index(qpn, cpu, qpns))
-    }
-
-    /// Zeroes QPNs `qpns`' counters on every CPU.
+    /// Zeroes QPNs `qpns`' counters.
     fn zero_stats(&mut self, qpns: &[u32]) -> Result<()> {
-        let zeroed: Vec<(u32, QpStats)> = qpns
-            .iter()
-            .flat_map(|&q| self.stats_indices(q))
-            .map(|i| (i, QpStats::default()))
-            .collect();
+        let zeroed: Vec<(u32, QpStats)> = qpns.iter().map(|&q| (q, QpStats::default())).collect();
         batch::update(self.qp_stats.map(), &zeroed).context("resetting QP_STATS")
     }
 
@@ -563,13 +543,10 @@ impl Maps {
                 quarantine[word as usize] |= bit;
                 continue;
             }
-            // Each CPU's counts, to the same CPU's.
-            for (from, to) in old.stats_indices(qpn).zip(self.stats_indices(qpn)) {
-                let stats = old.qp_stats.get(&from, 0).context("reading QP_STATS")?;
-                self.qp_stats
-                    .set(to, &stats, 0)
-                    .context("writing QP_STATS")?;
-            }
+            let stats = old.qp_stats_of(qpn)?;
+            self.qp_stats
+                .set(qpn, &stats, 0)
+                .context("writing QP_STATS")?;
             self.qps.set(to, qpn, Some(e))?;
         }
         let words: Vec<(u32, u64)> = (0..).zip(quarantine).filter(|&(_, w)| w != 0).collect();
