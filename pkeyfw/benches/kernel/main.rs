@@ -47,9 +47,10 @@ static BASELINE: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/
 /// Kernel repetitions per timed run: the kernel reports their mean in whole
 /// ns, which takes many repetitions to be stable.
 const REPEAT: u32 = 1_000_000;
-/// Alternating filter/empty runs per path; the median of each is reported,
-/// so that a few disturbed runs (the machine has 2 CPUs) do not show.
-const ROUNDS: usize = 7;
+/// Alternating filter/empty runs per path; the median of each (and of the
+/// rounds' differences) is reported, so that a few disturbed runs (the
+/// machine has 2 CPUs) do not show.
+const ROUNDS: usize = 15;
 /// QPs in the policy of the per-path table: a busy host.
 const PATH_QPS: u32 = 1_000;
 /// Table sizes of the scaling, memory and load tables.
@@ -425,13 +426,18 @@ fn binding() -> Result<Value> {
 struct Cost {
     filter: f64,
     empty: f64,
+    /// The filter's cost above the empty program's: the median of each
+    /// round's difference (see [`measure`]).
+    added: f64,
     minimal: Option<Floor>,
 }
 
-/// The minimal partition check on a path: its cost and its verdict.
+/// The minimal partition check on a path: its cost, its cost above the
+/// empty program's (as [`Cost::added`]), and its verdict.
 #[derive(Clone, Copy)]
 struct Floor {
     ns: f64,
+    added: f64,
     pass: bool,
 }
 
@@ -522,21 +528,65 @@ fn measure(
     );
     let (mut through_filter, mut through_empty, mut through_minimal) =
         (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
-        through_filter.push(cpu_ns(|| filter.time(&path.frame, REPEAT))?);
-        through_empty.push(cpu_ns(|| baseline.time(&path.frame, REPEAT))?);
-        if let Some(minimal) = minimal {
-            through_minimal.push(cpu_ns(|| minimal.time(&path.frame, REPEAT))?);
+    on_one_cpu(|| {
+        for _ in 0..ROUNDS {
+            through_filter.push(cpu_ns(|| filter.time(&path.frame, REPEAT))?);
+            through_empty.push(cpu_ns(|| baseline.time(&path.frame, REPEAT))?);
+            if let Some(minimal) = minimal {
+                through_minimal.push(cpu_ns(|| minimal.time(&path.frame, REPEAT))?);
+            }
         }
-    }
+        Ok(())
+    })?;
     Ok(Cost {
-        filter: median(through_filter),
-        empty: median(through_empty),
+        added: added(&through_filter, &through_empty),
         minimal: minimal_pass.map(|pass| Floor {
+            added: added(&through_minimal, &through_empty),
             ns: median(through_minimal),
             pass,
         }),
+        filter: median(through_filter),
+        empty: median(through_empty),
     })
+}
+
+/// Runs `f` with this thread kept on one CPU (the last it may run on),
+/// then lets it go where it could before: the programs compared are timed
+/// on the same CPU and its caches, never moved between two runs.
+fn on_one_cpu<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    // SAFETY: a zeroed cpu_set_t is an empty set, filled by the kernel.
+    let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let size = size_of::<libc::cpu_set_t>();
+    // SAFETY: this thread's mask, into a set of `size` bytes.
+    if unsafe { libc::sched_getaffinity(0, size, &mut allowed) } != 0 {
+        bail!("sched_getaffinity: {}", std::io::Error::last_os_error());
+    }
+    let last = (0..libc::CPU_SETSIZE as usize)
+        .rev()
+        // SAFETY: a CPU number within the set's size.
+        .find(|&cpu| unsafe { libc::CPU_ISSET(cpu, &allowed) })
+        .context("this thread may run on no CPU")?;
+    // SAFETY: as above.
+    let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a CPU number within the set's size.
+    unsafe { libc::CPU_SET(last, &mut one) };
+    // SAFETY: this thread's mask, from sets of `size` bytes.
+    if unsafe { libc::sched_setaffinity(0, size, &one) } != 0 {
+        bail!("sched_setaffinity: {}", std::io::Error::last_os_error());
+    }
+    let out = f();
+    // SAFETY: as above.
+    unsafe { libc::sched_setaffinity(0, size, &allowed) };
+    out
+}
+
+/// A program's cost above the empty program's: the median of the rounds'
+/// differences, each between two runs made back to back, so that what
+/// slows the machine for a while (the other CPU's work, frequency) moves
+/// both sides of a difference alike, where it would move one median and
+/// not the other.
+fn added(through: &[f64], empty: &[f64]) -> f64 {
+    median(through.iter().zip(empty).map(|(t, e)| t - e).collect())
 }
 
 /// ns per repetition of a timed run of [`REPEAT`] repetitions, from the
@@ -591,9 +641,11 @@ fn per_path_figures(paths: &[Path], run: &Run) -> Value {
                 "goal": path.goal,
                 "ns": cost.filter,
                 "empty_ns": cost.empty,
+                "added_ns": cost.added,
             });
             if let Some(floor) = cost.minimal {
                 row["minimal_ns"] = floor.ns.into();
+                row["minimal_added_ns"] = floor.added.into();
                 row["minimal_pass"] = floor.pass.into();
             }
             row
