@@ -13,12 +13,14 @@
 //! - [`stamping`]: the stamping fixtures and the checks of rewritten frames;
 //! - [`fixtures`]: the fixture files (a real capture, partitions.conf files);
 //! - [`baseline`]: the empty XDP program the bench times the filter beside,
-//!   and the live bench's traffic generator.
+//!   and the live bench's traffic generator;
+//! - [`cpus`]: which CPUs a thread runs on.
 
 pub mod baseline;
 pub mod cases;
 pub mod cm;
 pub mod cni;
+pub mod cpus;
 pub mod fixtures;
 pub mod netns;
 pub mod rxe;

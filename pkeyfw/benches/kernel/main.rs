@@ -36,6 +36,7 @@ use pkeyfw_testkit::{
     baseline::Baseline,
     cases::{self, frames},
     cm::{PS_TCP, Request, gsi},
+    cpus,
     wire::Packet,
 };
 use serde_json::{Value, json};
@@ -550,34 +551,14 @@ fn measure(
     })
 }
 
-/// Runs `f` with this thread kept on one CPU (the last it may run on),
-/// then lets it go where it could before: the programs compared are timed
-/// on the same CPU and its caches, never moved between two runs.
+/// Runs `f` with this thread kept on one CPU (the last it may run on):
+/// the programs compared are timed on the same CPU and its caches, never
+/// moved between two runs.
 fn on_one_cpu<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    // SAFETY: a zeroed cpu_set_t is an empty set, filled by the kernel.
-    let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    let size = size_of::<libc::cpu_set_t>();
-    // SAFETY: this thread's mask, into a set of `size` bytes.
-    if unsafe { libc::sched_getaffinity(0, size, &mut allowed) } != 0 {
-        bail!("sched_getaffinity: {}", std::io::Error::last_os_error());
-    }
-    let last = (0..libc::CPU_SETSIZE as usize)
-        .rev()
-        // SAFETY: a CPU number within the set's size.
-        .find(|&cpu| unsafe { libc::CPU_ISSET(cpu, &allowed) })
+    let last = *cpus::allowed()?
+        .last()
         .context("this thread may run on no CPU")?;
-    // SAFETY: as above.
-    let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: a CPU number within the set's size.
-    unsafe { libc::CPU_SET(last, &mut one) };
-    // SAFETY: this thread's mask, from sets of `size` bytes.
-    if unsafe { libc::sched_setaffinity(0, size, &one) } != 0 {
-        bail!("sched_setaffinity: {}", std::io::Error::last_os_error());
-    }
-    let out = f();
-    // SAFETY: as above.
-    unsafe { libc::sched_setaffinity(0, size, &allowed) };
-    out
+    cpus::on(last, f)?
 }
 
 /// A program's cost above the empty program's: the median of the rounds'

@@ -149,6 +149,41 @@ fn qp_counters_follow_the_verdicts() {
     assert_eq!(stats.len(), policy.qps.len());
 }
 
+/// Every CPU adds to one QP's counters and one partition's violations
+/// (shared, atomic): frames judged on each CPU in turn are all counted.
+#[test]
+fn frames_on_every_cpu_count_in_one_qps_and_one_partitions_counters() {
+    use common::cases::{QPA, QPB};
+    use pkeyfw_testkit::{cpus, wire::Packet};
+    let policy = common::policy(common::cases::BASE);
+    let filter = common::filter(&policy);
+    let (ok, refused) = (
+        Packet::rc(0x0001, QPA).bytes(),
+        Packet::rc(0x0001, QPB).bytes(),
+    );
+    let each = cpus::allowed().unwrap();
+    for &cpu in &each {
+        cpus::on(cpu, || {
+            assert!(filter.run(&ok).unwrap(), "ok on CPU {cpu}");
+            assert!(!filter.run(&refused).unwrap(), "refused on CPU {cpu}");
+        })
+        .unwrap();
+    }
+    let n = each.len() as u64;
+    let stats = filter.maps().qp_counters().unwrap();
+    let get = |qpn| {
+        stats
+            .iter()
+            .find(|(q, _)| *q == qpn)
+            .map(|(_, s)| (s.passed, s.dropped))
+    };
+    assert_eq!((get(QPA), get(QPB)), (Some((n, 0)), Some((0, n))));
+    assert_eq!(
+        filter.maps().violations().unwrap(),
+        [(Reason::PkeyViolation, 1, n)]
+    );
+}
+
 #[test]
 fn reapplying_keeps_counters_of_kept_qps_and_forgets_removed_ones() {
     use common::cases::{QPA, QPB};

@@ -4,7 +4,7 @@
 //! from the generator's CPU), which leaves the receiver's own rate.
 
 use anyhow::{Context as _, Result, bail, ensure};
-use pkeyfw_testkit::netns::VethPair;
+use pkeyfw_testkit::{cpus, netns::VethPair};
 use serde::Serialize;
 
 use super::in_ns;
@@ -86,21 +86,12 @@ fn napi_threads(dev: &str) -> Result<Vec<libc::pid_t>> {
     Ok(pids)
 }
 
-/// Restricts thread `pid` (0: the caller) to `cpu`.
+/// Restricts thread `pid` (0: the caller) to `cpu`, which this machine
+/// must have.
 fn pin(pid: libc::pid_t, cpu: usize) -> Result<()> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cpu >= cpus {
         bail!("the isolated arrangement needs CPU {cpu}; this machine has {cpus}");
     }
-    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET stays within it.
-    let set = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        set
-    };
-    // SAFETY: a valid set of the size given.
-    if unsafe { libc::sched_setaffinity(pid, size_of::<libc::cpu_set_t>(), &set) } != 0 {
-        bail!("sched_setaffinity: {}", std::io::Error::last_os_error());
-    }
-    Ok(())
+    cpus::pin(pid, cpu)
 }
