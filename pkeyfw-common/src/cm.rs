@@ -16,7 +16,7 @@
 use crate::{
     abi::{ConnectionKind, ListenKey, connection_key, family, v4_mapped},
     frame::Frame,
-    parse::{Bth, Deth, Roce, Transport},
+    parse::{Bth, Deth, Roce},
 };
 
 /// The Communication Manager's management class (`IB_MGMT_CLASS_CM`).
@@ -72,7 +72,7 @@ pub struct Mad {
 /// cut off is none).
 #[inline(always)]
 pub fn mad<F: Frame + ?Sized>(frame: &F, roce: &Roce) -> Option<Mad> {
-    if roce.transport() != Transport::Ud {
+    if !roce.ud() {
         return None;
     }
     let at = roce.bth_at() + MAD_AT;

@@ -110,7 +110,7 @@ impl<'a, B: Read, const LEN: usize> Window<'a, B, LEN> {
     pub fn be<const OFF: usize, const N: usize>(&self) -> u64 {
         const { assert!(OFF + N <= LEN && matches!(N, 1 | 2 | 4 | 8)) };
         // SAFETY: within the LEN bytes (the constructor's promise).
-        unsafe { self.bytes.be::<N>(OFF) }
+        unsafe { self.bytes.be::<OFF, N>() }
     }
 }
 
@@ -125,11 +125,11 @@ impl<const LEN: usize> Window<'_, Copied<LEN>, LEN> {
 
 /// Where a [`Window`]'s bytes are read from.
 pub trait Read {
-    /// The big-endian number of `N` bytes at `off`.
+    /// The big-endian number of `N` bytes at `OFF`.
     ///
     /// # Safety
-    /// `[off, off + N)` must be within the window.
-    unsafe fn be<const N: usize>(&self, off: usize) -> u64;
+    /// `[OFF, OFF + N)` must be within the window.
+    unsafe fn be<const OFF: usize, const N: usize>(&self) -> u64;
 }
 
 /// A window's bytes in memory, at this address (packet memory, a slice's
@@ -139,9 +139,9 @@ pub struct InPlace(pub usize);
 
 impl Read for InPlace {
     #[inline(always)]
-    unsafe fn be<const N: usize>(&self, off: usize) -> u64 {
+    unsafe fn be<const OFF: usize, const N: usize>(&self) -> u64 {
         // SAFETY: readable (the window's promise).
-        unsafe { load_be::<N>(self.0 + off) }
+        unsafe { load_be::<OFF, N>(self.0) }
     }
 }
 
@@ -152,37 +152,39 @@ pub struct Copied<const LEN: usize>(pub [u8; LEN]);
 
 impl<const LEN: usize> Read for Copied<LEN> {
     #[inline(always)]
-    unsafe fn be<const N: usize>(&self, off: usize) -> u64 {
+    unsafe fn be<const OFF: usize, const N: usize>(&self) -> u64 {
         let mut word = [0; 8];
-        word[8 - N..].copy_from_slice(&self.0[off..off + N]);
+        word[8 - N..].copy_from_slice(&self.0[OFF..OFF + N]);
         u64::from_be_bytes(word)
     }
 }
 
-/// The big-endian number of `N` bytes at `at`, in one load: the BPF
+/// The big-endian number of `N` bytes at `at + OFF`, in one load: the BPF
 /// instruction set's (which the verifier takes misaligned where the CPU
-/// does it efficiently, x86-64 and arm64: LLVM would read byte by byte).
+/// does it efficiently, x86-64 and arm64: LLVM would read byte by byte),
+/// with `OFF` in the instruction (no add of its own).
 ///
 /// # Safety
-/// `[at, at + N)` must be readable.
+/// `[at + OFF, at + OFF + N)` must be readable.
 #[cfg(target_arch = "bpf")]
 #[inline(always)]
-unsafe fn load_be<const N: usize>(at: usize) -> u64 {
+unsafe fn load_be<const OFF: usize, const N: usize>(at: usize) -> u64 {
+    const { assert!(OFF <= i16::MAX as usize) };
     let v: u64;
     // SAFETY: readable (the caller's promise).
     unsafe {
         match N {
             1 => {
-                core::arch::asm!("{v} = *(u8 *)({p} + 0)", v = out(reg) v, p = in(reg) at, options(pure, readonly, nostack))
+                core::arch::asm!("{v} = *(u8 *)({p} + {off})", v = out(reg) v, p = in(reg) at, off = const OFF, options(pure, readonly, nostack))
             }
             2 => {
-                core::arch::asm!("{v} = *(u16 *)({p} + 0)", v = out(reg) v, p = in(reg) at, options(pure, readonly, nostack))
+                core::arch::asm!("{v} = *(u16 *)({p} + {off})", v = out(reg) v, p = in(reg) at, off = const OFF, options(pure, readonly, nostack))
             }
             4 => {
-                core::arch::asm!("{v} = *(u32 *)({p} + 0)", v = out(reg) v, p = in(reg) at, options(pure, readonly, nostack))
+                core::arch::asm!("{v} = *(u32 *)({p} + {off})", v = out(reg) v, p = in(reg) at, off = const OFF, options(pure, readonly, nostack))
             }
             _ => {
-                core::arch::asm!("{v} = *(u64 *)({p} + 0)", v = out(reg) v, p = in(reg) at, options(pure, readonly, nostack))
+                core::arch::asm!("{v} = *(u64 *)({p} + {off})", v = out(reg) v, p = in(reg) at, off = const OFF, options(pure, readonly, nostack))
             }
         }
     }
@@ -192,9 +194,9 @@ unsafe fn load_be<const N: usize>(at: usize) -> u64 {
 
 #[cfg(not(target_arch = "bpf"))]
 #[inline(always)]
-unsafe fn load_be<const N: usize>(at: usize) -> u64 {
+unsafe fn load_be<const OFF: usize, const N: usize>(at: usize) -> u64 {
     // SAFETY: readable (the caller's promise).
-    let bytes = unsafe { core::ptr::read_unaligned(at as *const [u8; N]) };
+    let bytes = unsafe { core::ptr::read_unaligned((at + OFF) as *const [u8; N]) };
     let mut word = [0; 8];
     word[8 - N..].copy_from_slice(&bytes);
     u64::from_be_bytes(word)

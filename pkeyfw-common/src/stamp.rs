@@ -14,7 +14,7 @@ use crate::{
     cm, csum,
     frame::Frame,
     icrc,
-    parse::{self, Bth, Class, Parsed, Roce, Transport},
+    parse::{self, Bth, Class, Parsed, Roce},
     pkey,
     verdict::{GSI_QPN, SMI_QPN},
 };
@@ -171,7 +171,7 @@ pub fn egress_parsed<F: Frame + ?Sized, T: Tables>(
         } if roce.udp_at().is_some() => roce,
         _ => return Some(Action::Leave(Stamp::NotRoce)),
     };
-    let ud = roce.transport() == Transport::Ud;
+    let ud = roce.ud();
     let management =
         matches!(roce.dest_qp(), SMI_QPN | GSI_QPN) || (ud && roce.src_qp() <= GSI_QPN);
     // Asked only of a RoCE v2 frame while the policy stamps.

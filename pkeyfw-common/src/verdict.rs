@@ -9,7 +9,7 @@ use crate::{
     },
     cm::{self, Specific},
     frame::Frame,
-    parse::{self, Class, Parsed, Roce, Transport},
+    parse::{self, Class, Parsed, Roce},
     pkey,
     tenant::{self, Rules, Step},
 };
@@ -259,7 +259,7 @@ fn decide<F: Frame + ?Sized, T: Tables>(
     tables: &T,
     config: &Config,
 ) -> (Reason, bool, u32) {
-    let ud = roce.transport() == Transport::Ud;
+    let ud = roce.ud();
     let reason = match roce.dest_qp() {
         // QP0, the SMI, checks no P_Key or Q_Key, but takes only SMPs, which
         // are datagrams (IBA 13.5: MADs on UD). RoCE has no SMI at all (rxe

@@ -18,8 +18,8 @@ use pkeyfw_common::{
 };
 
 use crate::{
-    SETUP,
     maps::{EVENT_BUDGET, EVENTS, Generation, QP_STATS, STAMPS, VIOLATIONS},
+    setup,
 };
 use pkeyfw_common::Tables as _;
 
@@ -111,12 +111,12 @@ pub fn refusal(
     // costs a fraction of bpf_ktime_get_ns; kernels before 5.11 have only
     // the precise one. The jiffy count, inlined by the kernel, says when to
     // read it.
-    // SAFETY: no preconditions.
-    let clock = || unsafe {
-        if SETUP.load().coarse_clock != 0 {
-            bpf_ktime_get_coarse_ns()
+    let clock = || {
+        // SAFETY (both): no preconditions.
+        if setup!(coarse_clock) != 0 {
+            unsafe { bpf_ktime_get_coarse_ns() }
         } else {
-            bpf_ktime_get_ns()
+            unsafe { bpf_ktime_get_ns() }
         }
     };
     // SAFETY: no preconditions.

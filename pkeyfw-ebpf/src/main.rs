@@ -55,6 +55,21 @@ pub static SETUP: Global<Setup> = Global::new(Setup {
     _pad: 0,
 });
 
+/// One field of [`SETUP`], read alone: `Global::load` reads the whole
+/// struct, a load per byte, on every frame.
+macro_rules! setup {
+    ($field:ident) => {
+        // SAFETY: `Global` is `repr(transparent)` over its value, which the
+        // loader initialised; a volatile read, as `Global::load` makes.
+        unsafe {
+            core::ptr::read_volatile(
+                &raw const (*(&raw const $crate::SETUP).cast::<pkeyfw_common::abi::Setup>()).$field,
+            )
+        }
+    };
+}
+pub(crate) use setup;
+
 /// Ingress in the driver (native XDP), multi-buffer aware (`xdp.frags`),
 /// so that it attaches to jumbo-MTU devices: the headers are read from the
 /// linear part only, bounded by `data_end`.
@@ -74,12 +89,12 @@ pub fn pkeyfw_linear(ctx: XdpContext) -> u32 {
 fn xdp(ctx: *mut xdp_md) -> u32 {
     let frame = Packet::of(ctx);
     let inbound = Direction::Inbound;
-    let outcome = match switch_port(ctx, &frame, inbound) {
+    let pass = match switch_port(ctx, &frame, inbound) {
         Some((located, outcome)) => {
             if outcome & PACKED_ALLOWED == 0 {
                 pkeyfw_refused_xdp(ctx, located, outcome, pack_port(Some(inbound)));
             }
-            outcome
+            outcome & PACKED_PASS != 0
         }
         None => {
             // The host's path runs inline, with no call on a frame that
@@ -88,30 +103,37 @@ fn xdp(ctx: *mut xdp_md) -> u32 {
             // return-stack attacks). A CM request QP1 takes, which its
             // listener decides, is judged in stages of its own.
             let (located, parsed) = plain_or(&frame, || pkeyfw_locate_xdp(ctx));
-            let mut outcome = host(
+            let judged = host(
                 &frame,
                 parsed,
                 Some(|outcome| {
                     pkeyfw_report_xdp(ctx, located, outcome);
                 }),
             );
-            if outcome & PACKED_REQUEST != 0 {
-                let listening = pkeyfw_listening(pkeyfw_listener_xdp(ctx, located));
-                outcome = pkeyfw_request_xdp(ctx, located, listening);
-                if outcome & PACKED_ALLOWED == 0 {
-                    pkeyfw_refused_xdp(ctx, located, outcome, HOST_PORT);
+            // The verdict packed only where a stage takes it: a frame that
+            // passes or is refused here needs only whether it passes and
+            // is restored.
+            let (pass, restore) = match judged {
+                Some((outcome, restore)) => (outcome.pass, restore),
+                None => {
+                    let listening = pkeyfw_listening(pkeyfw_listener_xdp(ctx, located));
+                    let outcome = pkeyfw_request_xdp(ctx, located, listening);
+                    if outcome & PACKED_ALLOWED == 0 {
+                        pkeyfw_refused_xdp(ctx, located, outcome, HOST_PORT);
+                    }
+                    (outcome & PACKED_PASS != 0, outcome & PACKED_RESTORE != 0)
                 }
-            }
-            if outcome & PACKED_RESTORE != 0 {
+            };
+            if restore {
                 account::restored(pkeyfw_restore_xdp(ctx, located));
             }
-            outcome
+            pass
         }
     };
     if trace::on() {
         trace::emit(&Packet::of(ctx));
     }
-    if outcome & PACKED_PASS != 0 {
+    if pass {
         xdp_action::XDP_PASS
     } else {
         xdp_action::XDP_DROP
@@ -185,7 +207,7 @@ pub fn pkeyfw_stamp(ctx: TcContext) -> i32 {
 /// (`Outcome::pack`).
 #[inline(always)]
 fn switch_port<C: Stages, F: Frame>(ctx: C, frame: &F, direction: Direction) -> Option<(u64, u64)> {
-    if SETUP.load().role != role::SWITCH {
+    if setup!(role) != role::SWITCH {
         return None;
     }
     if !switch::reads(frame, policy().1, direction) {
@@ -309,7 +331,10 @@ pub extern "C" fn pkeyfw_host_skb(ctx: *mut __sk_buff, located: u64) -> u64 {
     // The program counts and reports a refused frame, in a stage of its
     // own (`pkeyfw_refused_skb`): the skb helpers' buffers would take this
     // stage past the stack a chain of calls may have.
-    host(&skb, roce(&skb, located), None::<fn(u64)>)
+    match host(&skb, roce(&skb, located), None::<fn(u64)>) {
+        Some((outcome, restore)) => outcome.pack() | restore_bit(restore),
+        None => PACKED_REQUEST,
+    }
 }
 
 /// Who made the listener a CM request QP1 took (`PACKED_REQUEST`) names
@@ -485,16 +510,19 @@ fn plain_or<F: Frame>(frame: &F, locate: impl FnOnce() -> u64) -> (u64, Parsed) 
 /// `report`, a refused one against its partition too, and its event (if
 /// this CPU's budget allows one) is sent by `report`, given the packed
 /// verdict (without, the program counts and reports it in a stage of its
-/// own). Returns the verdict (`Outcome::pack`), with `PACKED_RESTORE`
-/// where the frame's stamped P_Key is to be restored: after the verdict,
-/// which judged the stamped P_Key, since the local rxe accepts only
-/// 0xFFFF. A CM request QP1 takes comes back `PACKED_REQUEST`, uncounted,
-/// for its listener to decide (`request`).
+/// own). Returns the verdict, and whether the frame's stamped P_Key is to
+/// be restored: after the verdict, which judged the stamped P_Key, since
+/// the local rxe accepts only 0xFFFF. A CM request QP1 takes comes back
+/// `None`, uncounted, for its listener to decide (`request`).
 #[inline(always)]
-fn host<F: Frame>(frame: &F, parsed: Parsed, report: Option<impl FnOnce(u64)>) -> u64 {
+fn host<F: Frame>(
+    frame: &F,
+    parsed: Parsed,
+    report: Option<impl FnOnce(u64)>,
+) -> Option<(Outcome, bool)> {
     let (live, config) = policy();
     let outcome = match verdict::judge_but_requests(frame, parsed, &live, config) {
-        (_, true) => return PACKED_REQUEST,
+        (_, true) => return None,
         (outcome, false) => outcome,
     };
     // With the headers and the policy the verdict read: a flood of
@@ -505,7 +533,8 @@ fn host<F: Frame>(frame: &F, parsed: Parsed, report: Option<impl FnOnce(u64)>) -
     {
         report(outcome.pack());
     }
-    counted(&outcome, config)
+    let restore = counted(&outcome, config);
+    Some((outcome, restore))
 }
 
 /// Who made the listener a CM request names, left in `LISTENER_FOUND`
@@ -539,24 +568,24 @@ fn request<F: Frame>(frame: &F, located: u64, listening: u64) -> u64 {
         // Read as RoCE a moment ago, by the same code.
         None => verdict::judge_parsed(frame, Parsed::MALFORMED, &live, config),
     };
-    counted(&outcome, config)
+    outcome.pack() | restore_bit(counted(&outcome, config))
 }
 
-/// Counts a received frame's verdict; the verdict packed, with
-/// `PACKED_RESTORE` where its P_Key is to be restored.
+/// Counts a received frame's verdict; whether its P_Key is to be restored.
 #[inline(always)]
-fn counted(outcome: &Outcome, config: &Config) -> u64 {
+fn counted(outcome: &Outcome, config: &Config) -> bool {
     account::reason(&REASONS, outcome);
     if trace::on() {
         trace::frame(outcome, None);
     }
     account::qp(outcome);
-    let restore = if stamp::restores(outcome, config) {
-        PACKED_RESTORE
-    } else {
-        0
-    };
-    outcome.pack() | restore
+    stamp::restores(outcome, config)
+}
+
+/// `PACKED_RESTORE` where a frame's P_Key is to be restored.
+#[inline(always)]
+const fn restore_bit(restore: bool) -> u64 {
+    if restore { PACKED_RESTORE } else { 0 }
 }
 
 /// A switch port's check of a frame in the direction `port` says (see

@@ -14,7 +14,7 @@ use pkeyfw_common::{
     stamp::{Plan, UDP_CHECK},
 };
 
-use crate::SETUP;
+use crate::setup;
 
 /// Packet memory between `data` and `data_end`: the linear part of the
 /// frame, which holds the headers.
@@ -68,7 +68,7 @@ impl Frame for Packet {
     /// the program is loaded without fragments, the linear part is all.
     #[inline(always)]
     fn wire_len(&self) -> usize {
-        if SETUP.load().frags == 0 {
+        if setup!(frags) == 0 {
             return self.end - self.start;
         }
         // SAFETY: a live XDP context.
@@ -170,7 +170,7 @@ pub struct XdpBytes(pub *mut xdp_md);
 impl XdpBytes {
     #[inline(always)]
     fn load<const N: usize>(&self, off: usize) -> Result<[u8; N], Stamp> {
-        if SETUP.load().frags == 0 {
+        if setup!(frags) == 0 {
             return Packet::of(self.0).header(off).ok_or(Stamp::HelperFailed);
         }
         let mut bytes = [0u8; N];
@@ -186,7 +186,7 @@ impl XdpBytes {
 
     #[inline(always)]
     fn store<const N: usize>(&self, off: usize, mut bytes: [u8; N]) -> Result<(), Stamp> {
-        if SETUP.load().frags == 0 {
+        if setup!(frags) == 0 {
             return Packet::of(self.0).store(off, bytes);
         }
         // SAFETY: a live XDP context and a buffer of N bytes.

@@ -171,7 +171,7 @@ pub fn frame(data: &[u8]) -> String {
                 r.dest_qp(),
                 r.pkey()
             );
-            if r.transport() == Transport::Ud {
+            if r.ud() {
                 s += &format!(", Q_Key {:#010x}", r.qkey());
             }
             s
