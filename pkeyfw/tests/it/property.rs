@@ -238,11 +238,7 @@ fn kernel_verdicts_equal_host_verdicts() {
 #[test]
 fn the_plain_parse_agrees_with_the_full_walk() {
     use pkeyfw_common::parse::{Class, Parsed, Plain, classify, plain};
-    let mut runner = TestRunner::new(Config {
-        cases: 4096,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = parse_runner();
     let answered = std::cell::Cell::new(0);
     runner
         .run(&(packet(), frame()), |(p, mutated)| {
@@ -275,6 +271,16 @@ fn the_plain_parse_agrees_with_the_full_walk() {
     assert!(answered.get() > 1024, "answered {} frames", answered.get());
 }
 
+/// The runner of the parses' properties: each case is a parse or two on
+/// the host, so many.
+fn parse_runner() -> TestRunner {
+    TestRunner::new(Config {
+        cases: 4096,
+        failure_persistence: None,
+        ..Config::default()
+    })
+}
+
 /// A made-up length field: mostly about a RoCE frame's headers' lengths,
 /// on either side of them.
 fn length() -> impl Strategy<Value = u16> {
@@ -288,11 +294,7 @@ fn length() -> impl Strategy<Value = u16> {
 #[test]
 fn the_fixed_offset_parse_agrees_with_the_full_walk() {
     use pkeyfw_common::parse::{Class, Parsed, classify, fixed};
-    let mut runner = TestRunner::new(Config {
-        cases: 4096,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = parse_runner();
     let answered = std::cell::Cell::new(0);
     runner
         .run(
