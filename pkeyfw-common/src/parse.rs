@@ -529,13 +529,13 @@ pub fn plain<F: Frame + ?Sized>(frame: &F) -> Plain {
     }
 }
 
-/// The RoCE v2 frame nearly all traffic is, read at fixed offsets: no
-/// VLAN tag, IPv4 without options (or IPv6 without extension headers),
-/// not a fragment, and its BTH (and a datagram's DETH) within the IP
-/// packet and the UDP datagram. One bounds check for the headers up to the
-/// BTH (a second for IPv6's longer header), one more for a DETH, where the
-/// walk checks each header at an offset it computed. Its answer is [`classify`]'s; any other frame, RoCE
-/// or not, gets `None`, for the walk.
+/// The RoCE v2 frame nearly all traffic is, read at fixed offsets: no VLAN
+/// tag, IPv4 without options (or IPv6 without extension headers), not a
+/// fragment, its BTH (and a datagram's DETH) within the IP packet and the
+/// UDP datagram. One bounds check for the headers up to the BTH (a second
+/// for IPv6's longer header), one more for a DETH, where the walk checks
+/// each header at an offset it computed. Its answer is [`classify`]'s; any
+/// other frame, RoCE or not, gets `None`, for the walk.
 #[inline(always)]
 pub fn fixed<F: Frame + ?Sized>(frame: &F) -> Option<Roce> {
     const V4_BTH: usize = ETH_LEN + IPV4_LEN + UDP_LEN;
