@@ -4,7 +4,7 @@
 use crate::common;
 
 use pkeyfw::loading::maps::ReasonCounts;
-use pkeyfw_common::{Reason, Verdict};
+use pkeyfw_common::{Reason, Verdict, abi::QpStats};
 
 #[test]
 fn every_case_in_the_kernel() {
@@ -124,6 +124,15 @@ fn counters_count_every_frame_once() {
     assert_eq!(filter.maps().reasons().unwrap(), want);
 }
 
+/// QP `qpn`'s (passed, dropped) in the filter's per-QP counters, if the
+/// table holds it.
+fn passed_dropped(stats: &[(u32, QpStats)], qpn: u32) -> Option<(u64, u64)> {
+    stats
+        .iter()
+        .find(|(q, _)| *q == qpn)
+        .map(|(_, s)| (s.passed, s.dropped))
+}
+
 #[test]
 fn qp_counters_follow_the_verdicts() {
     let policy = common::policy(common::cases::BASE);
@@ -138,12 +147,7 @@ fn qp_counters_follow_the_verdicts() {
     }
     filter.run(&Packet::rc(0x8001, QPB).bytes()).unwrap(); // ok
     let stats = filter.maps().qp_counters().unwrap();
-    let get = |qpn| {
-        stats
-            .iter()
-            .find(|(q, _)| *q == qpn)
-            .map(|(_, s)| (s.passed, s.dropped))
-    };
+    let get = |qpn| passed_dropped(&stats, qpn);
     assert_eq!(get(QPA), Some((3, 0)));
     assert_eq!(get(QPB), Some((1, 2)));
     assert_eq!(stats.len(), policy.qps.len());
@@ -171,12 +175,7 @@ fn frames_on_every_cpu_count_in_one_qps_and_one_partitions_counters() {
     }
     let n = each.len() as u64;
     let stats = filter.maps().qp_counters().unwrap();
-    let get = |qpn| {
-        stats
-            .iter()
-            .find(|(q, _)| *q == qpn)
-            .map(|(_, s)| (s.passed, s.dropped))
-    };
+    let get = |qpn| passed_dropped(&stats, qpn);
     assert_eq!((get(QPA), get(QPB)), (Some((n, 0)), Some((0, n))));
     assert_eq!(
         filter.maps().violations().unwrap(),
